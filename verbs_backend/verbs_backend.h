@@ -5,7 +5,8 @@
 //   - the real one (RdmaCoreBackend, rdma_core_backend.h), a straight
 //     pass-through to libibverbs and librdmacm;
 //   - the fake NIC (mock/fake_nic.h), a deterministic in-process NIC.
-// Tests may also install a GoogleMock MockVerbsBackend (mock/mock_verbs_backend.h).
+// Tests may also install a GoogleMock MockVerbsBackend
+// (mock/mock_verbs_backend.h).
 //
 // Every method is named after the rdma-core function it stands for and keeps
 // that function's types, ownership and return convention, so the contract of
@@ -72,7 +73,7 @@ class VerbsBackend {
   // ---- protection domains and memory regions --------------------------------
 
   virtual ibv_pd* AllocPd(ibv_context* ctx) = 0;  // ibv_alloc_pd(3), "ptr"
-  virtual int DeallocPd(ibv_pd* pd) = 0;          // ibv_dealloc_pd(3), EBUSY if in use
+  virtual int DeallocPd(ibv_pd* pd) = 0;  // ibv_dealloc_pd(3), EBUSY if in use
 
   // ibv_reg_mr(3): `access` is a mask of IBV_ACCESS_*. REMOTE_WRITE (and
   // REMOTE_ATOMIC) require LOCAL_WRITE (EINVAL otherwise). "ptr".
@@ -84,13 +85,15 @@ class VerbsBackend {
   // ibv_create_comp_channel(3): channel->fd is pollable (POLLIN when a CQ
   // event is pending) and may be made O_NONBLOCK by the user. "ptr".
   virtual ibv_comp_channel* CreateCompChannel(ibv_context* ctx) = 0;
-  virtual int DestroyCompChannel(ibv_comp_channel* channel) = 0;  // EBUSY if CQs use it
+  virtual int DestroyCompChannel(
+      ibv_comp_channel* channel) = 0;  // EBUSY if CQs use it
 
   // ibv_create_cq(3): at least `cqe` entries (cq->cqe holds the real depth).
   // `channel` may be nullptr. "ptr".
   virtual ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
                            ibv_comp_channel* channel, int comp_vector) = 0;
-  virtual int DestroyCq(ibv_cq* cq) = 0;  // ibv_destroy_cq(3), EBUSY if a QP uses it
+  virtual int DestroyCq(
+      ibv_cq* cq) = 0;  // ibv_destroy_cq(3), EBUSY if a QP uses it
 
   // ibv_req_notify_cq(3): arm the CQ for one completion event. "ibv errno".
   virtual int ReqNotifyCq(ibv_cq* cq, int solicited_only) = 0;
@@ -99,7 +102,8 @@ class VerbsBackend {
   // O_NONBLOCK, then fails with errno EAGAIN. "cm" (0 or -1 with errno).
   virtual int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
                          void** cq_context) = 0;
-  virtual void AckCqEvents(ibv_cq* cq, unsigned int nevents) = 0;  // ibv_ack_cq_events(3)
+  virtual void AckCqEvents(ibv_cq* cq,
+                           unsigned int nevents) = 0;  // ibv_ack_cq_events(3)
 
   // ibv_poll_cq(3): returns the number of completions written to `wc`
   // (0 when empty), or a negative value on error (for example an overrun CQ).
@@ -118,7 +122,8 @@ class VerbsBackend {
   virtual int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
                       ibv_qp_init_attr* init_attr) = 0;
 
-  // ---- connection management (librdmacm) -------------------------------------
+  // ---- connection management (librdmacm)
+  // -------------------------------------
 
   // rdma_create_event_channel(3): channel->fd is pollable and may be made
   // O_NONBLOCK. "ptr".
@@ -151,7 +156,8 @@ class VerbsBackend {
   // with errno EAGAIN. The event stays valid until AckCmEvent. "cm".
   virtual int GetCmEvent(rdma_event_channel* channel,
                          rdma_cm_event** event) = 0;
-  virtual int AckCmEvent(rdma_cm_event* event) = 0;  // rdma_ack_cm_event(3), "cm"
+  virtual int AckCmEvent(
+      rdma_cm_event* event) = 0;  // rdma_ack_cm_event(3), "cm"
 
   // rdma_create_qp(3): an RC QP on `pd`, moved to the state the CM needs
   // (INIT); sets id->qp. "cm".

@@ -1,0 +1,122 @@
+#include "mock/mock_verbs_backend.h"
+
+#include <errno.h>
+
+#include <utility>
+
+namespace rpma_harness {
+
+using ::testing::Invoke;
+using ::testing::Return;
+
+namespace {
+
+// A gMock action: set errno, then return `value` (rdma-core's failure form).
+template <typename T>
+auto FailWith(T value) {
+  return [value](auto&&...) {
+    errno = ENOSYS;
+    return value;
+  };
+}
+
+}  // namespace
+
+MockVerbsBackend::MockVerbsBackend() {
+  ON_CALL(*this, GetContextByAddress).WillByDefault(FailWith(-1));
+  ON_CALL(*this, QueryDevice).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, AllocPd).WillByDefault(FailWith<ibv_pd*>(nullptr));
+  ON_CALL(*this, DeallocPd).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, RegMr).WillByDefault(FailWith<ibv_mr*>(nullptr));
+  ON_CALL(*this, DeregMr).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, CreateCompChannel)
+      .WillByDefault(FailWith<ibv_comp_channel*>(nullptr));
+  ON_CALL(*this, DestroyCompChannel).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, CreateCq).WillByDefault(FailWith<ibv_cq*>(nullptr));
+  ON_CALL(*this, DestroyCq).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, ReqNotifyCq).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, GetCqEvent).WillByDefault(FailWith(-1));
+  ON_CALL(*this, PollCq).WillByDefault(FailWith(-1));
+  ON_CALL(*this, PostSend)
+      .WillByDefault([](ibv_qp*, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+        *bad_wr = wr;
+        return ENOSYS;
+      });
+  ON_CALL(*this, PostRecv)
+      .WillByDefault([](ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+        *bad_wr = wr;
+        return ENOSYS;
+      });
+  ON_CALL(*this, QueryQp).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, CreateEventChannel)
+      .WillByDefault(FailWith<rdma_event_channel*>(nullptr));
+  ON_CALL(*this, CreateId).WillByDefault(FailWith(-1));
+  ON_CALL(*this, DestroyId).WillByDefault(FailWith(-1));
+  ON_CALL(*this, ResolveAddr).WillByDefault(FailWith(-1));
+  ON_CALL(*this, ResolveRoute).WillByDefault(FailWith(-1));
+  ON_CALL(*this, BindAddr).WillByDefault(FailWith(-1));
+  ON_CALL(*this, Listen).WillByDefault(FailWith(-1));
+  ON_CALL(*this, GetCmEvent).WillByDefault(FailWith(-1));
+  ON_CALL(*this, AckCmEvent).WillByDefault(FailWith(-1));
+  ON_CALL(*this, CreateQp).WillByDefault(FailWith(-1));
+  ON_CALL(*this, Connect).WillByDefault(FailWith(-1));
+  ON_CALL(*this, Accept).WillByDefault(FailWith(-1));
+  ON_CALL(*this, Reject).WillByDefault(FailWith(-1));
+  ON_CALL(*this, Disconnect).WillByDefault(FailWith(-1));
+  ON_CALL(*this, MigrateId).WillByDefault(FailWith(-1));
+}
+
+void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
+  fake_ = std::move(fake);
+  VerbsBackend* f = fake_.get();
+  ON_CALL(*this, GetContextByAddress)
+      .WillByDefault(Invoke(f, &VerbsBackend::GetContextByAddress));
+  ON_CALL(*this, QueryDevice)
+      .WillByDefault(Invoke(f, &VerbsBackend::QueryDevice));
+  ON_CALL(*this, AllocPd).WillByDefault(Invoke(f, &VerbsBackend::AllocPd));
+  ON_CALL(*this, DeallocPd).WillByDefault(Invoke(f, &VerbsBackend::DeallocPd));
+  ON_CALL(*this, RegMr).WillByDefault(Invoke(f, &VerbsBackend::RegMr));
+  ON_CALL(*this, DeregMr).WillByDefault(Invoke(f, &VerbsBackend::DeregMr));
+  ON_CALL(*this, CreateCompChannel)
+      .WillByDefault(Invoke(f, &VerbsBackend::CreateCompChannel));
+  ON_CALL(*this, DestroyCompChannel)
+      .WillByDefault(Invoke(f, &VerbsBackend::DestroyCompChannel));
+  ON_CALL(*this, CreateCq).WillByDefault(Invoke(f, &VerbsBackend::CreateCq));
+  ON_CALL(*this, DestroyCq).WillByDefault(Invoke(f, &VerbsBackend::DestroyCq));
+  ON_CALL(*this, ReqNotifyCq)
+      .WillByDefault(Invoke(f, &VerbsBackend::ReqNotifyCq));
+  ON_CALL(*this, GetCqEvent)
+      .WillByDefault(Invoke(f, &VerbsBackend::GetCqEvent));
+  ON_CALL(*this, AckCqEvents)
+      .WillByDefault(Invoke(f, &VerbsBackend::AckCqEvents));
+  ON_CALL(*this, PollCq).WillByDefault(Invoke(f, &VerbsBackend::PollCq));
+  ON_CALL(*this, PostSend).WillByDefault(Invoke(f, &VerbsBackend::PostSend));
+  ON_CALL(*this, PostRecv).WillByDefault(Invoke(f, &VerbsBackend::PostRecv));
+  ON_CALL(*this, QueryQp).WillByDefault(Invoke(f, &VerbsBackend::QueryQp));
+  ON_CALL(*this, CreateEventChannel)
+      .WillByDefault(Invoke(f, &VerbsBackend::CreateEventChannel));
+  ON_CALL(*this, DestroyEventChannel)
+      .WillByDefault(Invoke(f, &VerbsBackend::DestroyEventChannel));
+  ON_CALL(*this, CreateId).WillByDefault(Invoke(f, &VerbsBackend::CreateId));
+  ON_CALL(*this, DestroyId).WillByDefault(Invoke(f, &VerbsBackend::DestroyId));
+  ON_CALL(*this, ResolveAddr)
+      .WillByDefault(Invoke(f, &VerbsBackend::ResolveAddr));
+  ON_CALL(*this, ResolveRoute)
+      .WillByDefault(Invoke(f, &VerbsBackend::ResolveRoute));
+  ON_CALL(*this, BindAddr).WillByDefault(Invoke(f, &VerbsBackend::BindAddr));
+  ON_CALL(*this, Listen).WillByDefault(Invoke(f, &VerbsBackend::Listen));
+  ON_CALL(*this, GetCmEvent)
+      .WillByDefault(Invoke(f, &VerbsBackend::GetCmEvent));
+  ON_CALL(*this, AckCmEvent)
+      .WillByDefault(Invoke(f, &VerbsBackend::AckCmEvent));
+  ON_CALL(*this, CreateQp).WillByDefault(Invoke(f, &VerbsBackend::CreateQp));
+  ON_CALL(*this, DestroyQp).WillByDefault(Invoke(f, &VerbsBackend::DestroyQp));
+  ON_CALL(*this, Connect).WillByDefault(Invoke(f, &VerbsBackend::Connect));
+  ON_CALL(*this, Accept).WillByDefault(Invoke(f, &VerbsBackend::Accept));
+  ON_CALL(*this, Reject).WillByDefault(Invoke(f, &VerbsBackend::Reject));
+  ON_CALL(*this, Disconnect)
+      .WillByDefault(Invoke(f, &VerbsBackend::Disconnect));
+  ON_CALL(*this, MigrateId).WillByDefault(Invoke(f, &VerbsBackend::MigrateId));
+}
+
+}  // namespace rpma_harness

@@ -1,0 +1,145 @@
+// The data path: writes, sends and receives become exactly one ibv_send_wr /
+// ibv_recv_wr each, posted through the connection's backend.
+
+#include <arpa/inet.h>
+#include <errno.h>
+
+#include <cstring>
+
+#include "rpma/internal.h"
+
+using rpma_harness::internal::Log;
+
+namespace {
+
+// RPMA_F_COMPLETION_ALWAYS asks for a completion on success too, so the WR is
+// signaled. RPMA_F_COMPLETION_ON_ERROR alone leaves it unsignaled: an RC QP
+// reports a failed WR whether or not it was signaled (ibv_post_send(3),
+// IBV_SEND_SIGNALED; IB spec 10.8.3 "unsignaled completions").
+unsigned int SendFlags(int flags) {
+  return (flags & (RPMA_F_COMPLETION_ALWAYS & ~RPMA_F_COMPLETION_ON_ERROR))
+             ? IBV_SEND_SIGNALED
+             : 0;
+}
+
+int Post(rpma_conn* conn, ibv_send_wr* wr, const char* what) {
+  rpma_harness::VerbsBackend* backend = conn->peer->backend.get();
+  ibv_send_wr* bad_wr = nullptr;
+  int err = backend->PostSend(conn->id->qp, wr, &bad_wr);
+  if (err != 0) {
+    // Providers disagree on the sign (siw returns -errno); both are failures.
+    Log("%s backend: ibv_post_send(%s) failed with %d: %s", backend->Name(),
+        what, err, std::strerror(err < 0 ? -err : err));
+    return RPMA_E_PROVIDER;
+  }
+  return 0;
+}
+
+// The argument rule shared by rpma_write and rpma_write_with_imm: either both
+// regions are given, or neither and then no offset or length either (the
+// 0-byte form).
+bool WriteArgsValid(const rpma_conn* conn, const rpma_mr_remote* dst,
+                    size_t dst_offset, const rpma_mr_local* src,
+                    size_t src_offset, size_t len, int flags) {
+  if (conn == nullptr || flags == 0) return false;
+  if ((src == nullptr) != (dst == nullptr)) return false;
+  if (src == nullptr && (src_offset != 0 || dst_offset != 0 || len != 0)) {
+    return false;
+  }
+  return true;
+}
+
+int PostWrite(rpma_conn* conn, rpma_mr_remote* dst, size_t dst_offset,
+              const rpma_mr_local* src, size_t src_offset, size_t len,
+              int flags, ibv_wr_opcode opcode, uint32_t imm,
+              const void* op_context) {
+  ibv_sge sge;
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = reinterpret_cast<uint64_t>(op_context);
+  wr.opcode = opcode;
+  wr.send_flags = SendFlags(flags);
+  if (src != nullptr) {
+    sge.addr = reinterpret_cast<uint64_t>(src->mr->addr) + src_offset;
+    sge.length = static_cast<uint32_t>(len);
+    sge.lkey = src->mr->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = dst->raddr + dst_offset;
+    wr.wr.rdma.rkey = dst->rkey;
+  }
+  if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htonl(imm);
+  return Post(
+      conn, &wr,
+      opcode == IBV_WR_RDMA_WRITE ? "RDMA_WRITE" : "RDMA_WRITE_WITH_IMM");
+}
+
+int PostSendOp(rpma_conn* conn, const rpma_mr_local* src, size_t offset,
+               size_t len, int flags, ibv_wr_opcode opcode, uint32_t imm,
+               const void* op_context) {
+  if (conn == nullptr || flags == 0) return RPMA_E_INVAL;
+  if (src == nullptr && (offset != 0 || len != 0)) return RPMA_E_INVAL;
+  ibv_sge sge;
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = reinterpret_cast<uint64_t>(op_context);
+  wr.opcode = opcode;
+  wr.send_flags = SendFlags(flags);
+  if (src != nullptr) {
+    sge.addr = reinterpret_cast<uint64_t>(src->mr->addr) + offset;
+    sge.length = static_cast<uint32_t>(len);
+    sge.lkey = src->mr->lkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+  }
+  if (opcode == IBV_WR_SEND_WITH_IMM) wr.imm_data = htonl(imm);
+  return Post(conn, &wr, opcode == IBV_WR_SEND ? "SEND" : "SEND_WITH_IMM");
+}
+
+}  // namespace
+
+extern "C" int rpma_write(struct rpma_conn* conn, struct rpma_mr_remote* dst,
+                          size_t dst_offset, const struct rpma_mr_local* src,
+                          size_t src_offset, size_t len, int flags,
+                          const void* op_context) {
+  if (!WriteArgsValid(conn, dst, dst_offset, src, src_offset, len, flags)) {
+    return RPMA_E_INVAL;
+  }
+  return PostWrite(conn, dst, dst_offset, src, src_offset, len, flags,
+                   IBV_WR_RDMA_WRITE, 0, op_context);
+}
+
+extern "C" int rpma_write_with_imm(struct rpma_conn* conn,
+                                   struct rpma_mr_remote* dst,
+                                   size_t dst_offset,
+                                   const struct rpma_mr_local* src,
+                                   size_t src_offset, size_t len, int flags,
+                                   uint32_t imm, const void* op_context) {
+  if (!WriteArgsValid(conn, dst, dst_offset, src, src_offset, len, flags)) {
+    return RPMA_E_INVAL;
+  }
+  return PostWrite(conn, dst, dst_offset, src, src_offset, len, flags,
+                   IBV_WR_RDMA_WRITE_WITH_IMM, imm, op_context);
+}
+
+extern "C" int rpma_send(struct rpma_conn* conn,
+                         const struct rpma_mr_local* src, size_t offset,
+                         size_t len, int flags, const void* op_context) {
+  return PostSendOp(conn, src, offset, len, flags, IBV_WR_SEND, 0, op_context);
+}
+
+extern "C" int rpma_send_with_imm(struct rpma_conn* conn,
+                                  const struct rpma_mr_local* src,
+                                  size_t offset, size_t len, int flags,
+                                  uint32_t imm, const void* op_context) {
+  return PostSendOp(conn, src, offset, len, flags, IBV_WR_SEND_WITH_IMM, imm,
+                    op_context);
+}
+
+extern "C" int rpma_recv(struct rpma_conn* conn, struct rpma_mr_local* dst,
+                         size_t offset, size_t len, const void* op_context) {
+  if (conn == nullptr) return RPMA_E_INVAL;
+  if (dst == nullptr && (offset != 0 || len != 0)) return RPMA_E_INVAL;
+  return rpma_harness::internal::PostRecv(
+      conn->peer->backend.get(), conn->id->qp, dst, offset, len, op_context);
+}

@@ -1,0 +1,24 @@
+#include "rpma/default_backend.h"
+
+#include <cstring>
+#include <string>
+
+#include "verbs_backend/rdma_core_backend.h"
+#include "verbs_backend/unavailable_backend.h"
+
+namespace rpma_harness {
+
+std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
+  if (value != nullptr && std::strcmp(value, "rdma-core") == 0) {
+    return std::make_shared<RdmaCoreBackend>();
+  }
+  if (value == nullptr || std::strcmp(value, "fake") == 0) {
+    return std::make_shared<UnavailableBackend>(
+        "the fake NIC is not wired in yet");
+  }
+  return std::make_shared<UnavailableBackend>(
+      std::string("RPMA_HARNESS_BACKEND='") + value +
+      "' is neither 'fake' (the default) nor 'rdma-core'");
+}
+
+}  // namespace rpma_harness

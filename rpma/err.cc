@@ -1,0 +1,51 @@
+// Readable strings for error codes and connection events.
+
+#include "rpma/librpma.h"
+
+extern "C" const char* rpma_err_2str(int ret) {
+  switch (ret) {
+    case 0:
+      return "Success";
+    case RPMA_E_UNKNOWN:
+      return "Unknown error";
+    case RPMA_E_NOSUPP:
+      return "Not supported";
+    case RPMA_E_PROVIDER:
+      return "Provider error occurred (see the log for the provider's errno)";
+    case RPMA_E_NOMEM:
+      return "Out of memory";
+    case RPMA_E_INVAL:
+      return "Invalid argument";
+    case RPMA_E_NO_COMPLETION:
+      return "No next completion available";
+    case RPMA_E_NO_EVENT:
+      return "No next event available";
+    case RPMA_E_AGAIN:
+      return "Temporary error, try again";
+    case RPMA_E_SHARED_CHANNEL:
+      return "Completion channel is shared";
+    case RPMA_E_NOT_SHARED_CHNL:
+      return "Completion channel is not shared";
+    default:
+      return "Unknown error code";
+  }
+}
+
+extern "C" const char* rpma_utils_conn_event_2str(
+    enum rpma_conn_event conn_event) {
+  switch (conn_event) {
+    case RPMA_CONN_UNDEFINED:
+      return "Undefined connection event";
+    case RPMA_CONN_ESTABLISHED:
+      return "Connection established";
+    case RPMA_CONN_CLOSED:
+      return "Connection closed";
+    case RPMA_CONN_LOST:
+      return "Connection lost";
+    case RPMA_CONN_REJECTED:
+      return "Connection rejected";
+    case RPMA_CONN_UNREACHABLE:
+      return "Connection unreachable";
+  }
+  return "Unknown connection event";
+}

@@ -1,0 +1,91 @@
+#include "rpma/harness.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "rpma/default_backend.h"
+#include "rpma/internal.h"
+
+namespace rpma_harness {
+namespace {
+
+std::mutex& RegistryMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::shared_ptr<VerbsBackend>& Installed() {
+  static std::shared_ptr<VerbsBackend> backend;
+  return backend;
+}
+
+std::shared_ptr<VerbsBackend>& FromEnvironment() {
+  static std::shared_ptr<VerbsBackend> backend;
+  return backend;
+}
+
+std::mutex& LogMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+LogSink& Sink() {
+  static LogSink sink;
+  return sink;
+}
+
+}  // namespace
+
+std::shared_ptr<VerbsBackend> CurrentBackend() {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  if (Installed()) return Installed();
+  if (!FromEnvironment()) {
+    FromEnvironment() =
+        MakeBackendFromEnvironment(std::getenv("RPMA_HARNESS_BACKEND"));
+  }
+  return FromEnvironment();
+}
+
+void InstallBackend(std::shared_ptr<VerbsBackend> backend) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Installed() = std::move(backend);
+}
+
+ScopedBackend::ScopedBackend(std::shared_ptr<VerbsBackend> backend) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  previous_ = std::move(Installed());
+  Installed() = std::move(backend);
+}
+
+ScopedBackend::~ScopedBackend() {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Installed() = std::move(previous_);
+}
+
+void SetLogSink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  Sink() = std::move(sink);
+}
+
+namespace internal {
+
+void Log(const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  std::lock_guard<std::mutex> lock(LogMutex());
+  if (Sink()) {
+    Sink()(buffer);
+  } else {
+    std::fprintf(stderr, "rpma: %s\n", buffer);
+  }
+}
+
+}  // namespace internal
+}  // namespace rpma_harness

@@ -1,0 +1,119 @@
+// Memory registration and the 21-byte memory-region descriptor.
+
+#include <errno.h>
+
+#include <cstring>
+#include <new>
+
+#include "rpma/internal.h"
+#include "rpma/mr_descriptor.h"
+
+using rpma_harness::internal::Log;
+
+extern "C" int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size,
+                           int usage, struct rpma_mr_local** mr_ptr) {
+  if (peer == nullptr || ptr == nullptr || mr_ptr == nullptr || size == 0 ||
+      usage == 0) {
+    return RPMA_E_INVAL;
+  }
+  errno = 0;
+  ibv_mr* mr = peer->backend->RegMr(peer->pd, ptr, size,
+                                    rpma_harness::UsageToAccess(usage));
+  if (mr == nullptr) {
+    int err = errno;
+    Log("%s backend: ibv_reg_mr(%p, %zu) failed: %s", peer->backend->Name(),
+        ptr, size, std::strerror(err));
+    return RPMA_E_PROVIDER;
+  }
+  auto* local = new (std::nothrow) rpma_mr_local{peer, mr, usage};
+  if (local == nullptr) {
+    peer->backend->DeregMr(mr);
+    return RPMA_E_NOMEM;
+  }
+  *mr_ptr = local;
+  return 0;
+}
+
+extern "C" int rpma_mr_dereg(struct rpma_mr_local** mr_ptr) {
+  if (mr_ptr == nullptr) return RPMA_E_INVAL;
+  rpma_mr_local* mr = *mr_ptr;
+  if (mr == nullptr) return 0;
+  int err = mr->peer->backend->DeregMr(mr->mr);
+  if (err != 0) {
+    Log("%s backend: ibv_dereg_mr failed: %s", mr->peer->backend->Name(),
+        std::strerror(err < 0 ? -err : err));
+    return RPMA_E_PROVIDER;
+  }
+  delete mr;
+  *mr_ptr = nullptr;
+  return 0;
+}
+
+extern "C" int rpma_mr_get_descriptor(const struct rpma_mr_local* mr,
+                                      void* desc) {
+  if (mr == nullptr || desc == nullptr) return RPMA_E_INVAL;
+  rpma_harness::MrDescriptor d;
+  d.raddr = reinterpret_cast<uint64_t>(mr->mr->addr);
+  d.size = mr->mr->length;
+  d.rkey = mr->mr->rkey;
+  d.usage = static_cast<uint8_t>(mr->usage);
+  rpma_harness::EncodeMrDescriptor(d, static_cast<uint8_t*>(desc));
+  return 0;
+}
+
+extern "C" int rpma_mr_get_descriptor_size(const struct rpma_mr_local* mr,
+                                           size_t* desc_size) {
+  if (mr == nullptr || desc_size == nullptr) return RPMA_E_INVAL;
+  *desc_size = rpma_harness::kMrDescriptorSize;
+  return 0;
+}
+
+extern "C" int rpma_mr_remote_from_descriptor(const void* desc,
+                                              size_t desc_size,
+                                              struct rpma_mr_remote** mr_ptr) {
+  if (desc == nullptr || mr_ptr == nullptr) return RPMA_E_INVAL;
+  rpma_harness::MrDescriptor d;
+  if (!rpma_harness::DecodeMrDescriptor(static_cast<const uint8_t*>(desc),
+                                        desc_size, &d)) {
+    return RPMA_E_INVAL;
+  }
+  auto* remote =
+      new (std::nothrow) rpma_mr_remote{d.raddr, d.size, d.rkey, d.usage};
+  if (remote == nullptr) return RPMA_E_NOMEM;
+  *mr_ptr = remote;
+  return 0;
+}
+
+extern "C" int rpma_mr_get_ptr(const struct rpma_mr_local* mr, void** ptr) {
+  if (mr == nullptr || ptr == nullptr) return RPMA_E_INVAL;
+  *ptr = mr->mr->addr;
+  return 0;
+}
+
+extern "C" int rpma_mr_get_size(const struct rpma_mr_local* mr, size_t* size) {
+  if (mr == nullptr || size == nullptr) return RPMA_E_INVAL;
+  *size = mr->mr->length;
+  return 0;
+}
+
+extern "C" int rpma_mr_remote_get_size(const struct rpma_mr_remote* mr,
+                                       size_t* size) {
+  if (mr == nullptr || size == nullptr) return RPMA_E_INVAL;
+  *size = mr->size;
+  return 0;
+}
+
+extern "C" int rpma_mr_remote_get_flush_type(const struct rpma_mr_remote* mr,
+                                             int* flush_type) {
+  if (mr == nullptr || flush_type == nullptr) return RPMA_E_INVAL;
+  *flush_type = mr->usage & (RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY |
+                             RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT);
+  return 0;
+}
+
+extern "C" int rpma_mr_remote_delete(struct rpma_mr_remote** mr_ptr) {
+  if (mr_ptr == nullptr) return RPMA_E_INVAL;
+  delete *mr_ptr;
+  *mr_ptr = nullptr;
+  return 0;
+}

@@ -1,0 +1,72 @@
+// Device lookup and the peer (a protection domain on a device).
+
+#include <errno.h>
+
+#include <cstring>
+#include <new>
+
+#include "rpma/internal.h"
+
+using rpma_harness::internal::Log;
+
+extern "C" int rpma_utils_get_ibv_context(const char* addr,
+                                          enum rpma_util_ibv_context_type type,
+                                          struct ibv_context** ibv_ctx_ptr) {
+  if (addr == nullptr || ibv_ctx_ptr == nullptr) return RPMA_E_INVAL;
+  if (type != RPMA_UTIL_IBV_CONTEXT_LOCAL &&
+      type != RPMA_UTIL_IBV_CONTEXT_REMOTE) {
+    return RPMA_E_INVAL;
+  }
+  auto backend = rpma_harness::CurrentBackend();
+  ibv_context* ctx = nullptr;
+  errno = 0;
+  if (backend->GetContextByAddress(addr, type == RPMA_UTIL_IBV_CONTEXT_LOCAL,
+                                   &ctx) != 0) {
+    int err = errno;
+    Log("%s backend: no RDMA device %s address %s: %s", backend->Name(),
+        type == RPMA_UTIL_IBV_CONTEXT_LOCAL ? "owns" : "reaches", addr,
+        std::strerror(err));
+    return RPMA_E_PROVIDER;
+  }
+  *ibv_ctx_ptr = ctx;
+  return 0;
+}
+
+extern "C" int rpma_peer_new(struct ibv_context* ibv_ctx,
+                             struct rpma_peer** peer_ptr) {
+  if (ibv_ctx == nullptr || peer_ptr == nullptr) return RPMA_E_INVAL;
+  auto backend = rpma_harness::CurrentBackend();
+  errno = 0;
+  ibv_pd* pd = backend->AllocPd(ibv_ctx);
+  if (pd == nullptr) {
+    int err = errno;
+    Log("%s backend: ibv_alloc_pd failed: %s", backend->Name(),
+        std::strerror(err));
+    if (err == ENOMEM) return RPMA_E_NOMEM;
+    return err == 0 ? RPMA_E_UNKNOWN : RPMA_E_PROVIDER;
+  }
+  auto* peer = new (std::nothrow) rpma_peer{backend, ibv_ctx, pd};
+  if (peer == nullptr) {
+    backend->DeallocPd(pd);
+    return RPMA_E_NOMEM;
+  }
+  *peer_ptr = peer;
+  return 0;
+}
+
+extern "C" int rpma_peer_delete(struct rpma_peer** peer_ptr) {
+  if (peer_ptr == nullptr) return RPMA_E_INVAL;
+  rpma_peer* peer = *peer_ptr;
+  if (peer == nullptr) return 0;
+  int err = peer->backend->DeallocPd(peer->pd);
+  if (err != 0) {
+    // Typically EBUSY: MRs or QPs still use the PD. The peer stays valid so
+    // the caller can release them and try again.
+    Log("%s backend: ibv_dealloc_pd failed: %s", peer->backend->Name(),
+        std::strerror(err < 0 ? -err : err));
+    return RPMA_E_PROVIDER;
+  }
+  delete peer;
+  *peer_ptr = nullptr;
+  return 0;
+}

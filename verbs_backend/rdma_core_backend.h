@@ -1,0 +1,68 @@
+// rdma_core_backend.h: the real NIC. Every VerbsBackend method goes straight
+// to the libibverbs / librdmacm function it is named after.
+//
+// Selected by RPMA_HARNESS_BACKEND=rdma-core (see rpma/harness.h) or by
+// installing an instance:
+//   rpma_harness::InstallBackend(std::make_shared<rpma_harness::RdmaCoreBackend>());
+// On a machine without an RDMA device the backend still constructs; address
+// resolution then fails with ENODEV, which the rpma layer reports as
+// RPMA_E_PROVIDER with a log line saying no RDMA device was found.
+
+#ifndef RPMA_HARNESS_VERBS_BACKEND_RDMA_CORE_BACKEND_H_
+#define RPMA_HARNESS_VERBS_BACKEND_RDMA_CORE_BACKEND_H_
+
+#include "verbs_backend/verbs_backend.h"
+
+namespace rpma_harness {
+
+class RdmaCoreBackend final : public VerbsBackend {
+ public:
+  const char* Name() const override { return "rdma-core"; }
+
+  int GetContextByAddress(const char* addr, bool local,
+                          ibv_context** ctx) override;
+  int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
+  ibv_pd* AllocPd(ibv_context* ctx) override;
+  int DeallocPd(ibv_pd* pd) override;
+  ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
+  int DeregMr(ibv_mr* mr) override;
+  ibv_comp_channel* CreateCompChannel(ibv_context* ctx) override;
+  int DestroyCompChannel(ibv_comp_channel* channel) override;
+  ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                   ibv_comp_channel* channel, int comp_vector) override;
+  int DestroyCq(ibv_cq* cq) override;
+  int ReqNotifyCq(ibv_cq* cq, int solicited_only) override;
+  int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                 void** cq_context) override;
+  void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
+  int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
+  int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+              ibv_qp_init_attr* init_attr) override;
+  rdma_event_channel* CreateEventChannel() override;
+  void DestroyEventChannel(rdma_event_channel* channel) override;
+  int CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+               void* context) override;
+  int DestroyId(rdma_cm_id* id) override;
+  int ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
+                  int timeout_ms) override;
+  int ResolveRoute(rdma_cm_id* id, int timeout_ms) override;
+  int BindAddr(rdma_cm_id* id, const char* addr, const char* port) override;
+  int Listen(rdma_cm_id* id, int backlog) override;
+  int GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) override;
+  int AckCmEvent(rdma_cm_event* event) override;
+  int CreateQp(rdma_cm_id* id, ibv_pd* pd,
+               ibv_qp_init_attr* init_attr) override;
+  void DestroyQp(rdma_cm_id* id) override;
+  int Connect(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Accept(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Reject(rdma_cm_id* id, const void* private_data,
+             uint8_t private_data_len) override;
+  int Disconnect(rdma_cm_id* id) override;
+  int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+};
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_VERBS_BACKEND_RDMA_CORE_BACKEND_H_

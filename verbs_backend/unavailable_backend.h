@@ -1,0 +1,70 @@
+// unavailable_backend.h: a backend with no NIC behind it. Every call fails
+// (errno ENOSYS, or a null object) after logging, once, why no NIC is
+// available, for example an RPMA_HARNESS_BACKEND value nobody knows.
+//
+//   auto none = std::make_shared<UnavailableBackend>(
+//       "RPMA_HARNESS_BACKEND='foo' is not 'fake' or 'rdma-core'");
+
+#ifndef RPMA_HARNESS_VERBS_BACKEND_UNAVAILABLE_BACKEND_H_
+#define RPMA_HARNESS_VERBS_BACKEND_UNAVAILABLE_BACKEND_H_
+
+#include <atomic>
+#include <string>
+
+#include "verbs_backend/verbs_backend.h"
+
+namespace rpma_harness {
+
+class UnavailableBackend final : public VerbsBackend {
+ public:
+  explicit UnavailableBackend(std::string reason);
+
+  const char* Name() const override { return "unavailable"; }
+  const std::string& reason() const { return reason_; }
+
+  int GetContextByAddress(const char*, bool, ibv_context**) override;
+  int QueryDevice(ibv_context*, ibv_device_attr*) override;
+  ibv_pd* AllocPd(ibv_context*) override;
+  int DeallocPd(ibv_pd*) override;
+  ibv_mr* RegMr(ibv_pd*, void*, size_t, int) override;
+  int DeregMr(ibv_mr*) override;
+  ibv_comp_channel* CreateCompChannel(ibv_context*) override;
+  int DestroyCompChannel(ibv_comp_channel*) override;
+  ibv_cq* CreateCq(ibv_context*, int, void*, ibv_comp_channel*, int) override;
+  int DestroyCq(ibv_cq*) override;
+  int ReqNotifyCq(ibv_cq*, int) override;
+  int GetCqEvent(ibv_comp_channel*, ibv_cq**, void**) override;
+  void AckCqEvents(ibv_cq*, unsigned int) override {}
+  int PollCq(ibv_cq*, int, ibv_wc*) override;
+  int PostSend(ibv_qp*, ibv_send_wr*, ibv_send_wr**) override;
+  int PostRecv(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) override;
+  int QueryQp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) override;
+  rdma_event_channel* CreateEventChannel() override;
+  void DestroyEventChannel(rdma_event_channel*) override {}
+  int CreateId(rdma_event_channel*, rdma_cm_id**, void*) override;
+  int DestroyId(rdma_cm_id*) override;
+  int ResolveAddr(rdma_cm_id*, const char*, const char*, int) override;
+  int ResolveRoute(rdma_cm_id*, int) override;
+  int BindAddr(rdma_cm_id*, const char*, const char*) override;
+  int Listen(rdma_cm_id*, int) override;
+  int GetCmEvent(rdma_event_channel*, rdma_cm_event**) override;
+  int AckCmEvent(rdma_cm_event*) override;
+  int CreateQp(rdma_cm_id*, ibv_pd*, ibv_qp_init_attr*) override;
+  void DestroyQp(rdma_cm_id*) override {}
+  int Connect(rdma_cm_id*, rdma_conn_param*) override;
+  int Accept(rdma_cm_id*, rdma_conn_param*) override;
+  int Reject(rdma_cm_id*, const void*, uint8_t) override;
+  int Disconnect(rdma_cm_id*) override;
+  int MigrateId(rdma_cm_id*, rdma_event_channel*) override;
+
+ private:
+  // Logs the reason on the first failure; returns ENOSYS and sets errno.
+  int Fail();
+
+  std::string reason_;
+  std::atomic<bool> told_{false};
+};
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_VERBS_BACKEND_UNAVAILABLE_BACKEND_H_
