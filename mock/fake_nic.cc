@@ -1,0 +1,1295 @@
+// fake_nic.cc: devices, protection domains, memory regions, completion
+// queues, QPs and the data path of the fake NIC (the CM is in
+// fake_nic_cm.cc).
+//
+// Every behaviour the fake decides is cited beside the code: an rdma-core man
+// page, an InfiniBand Architecture Specification (IBA, vol. 1) section, or the
+// Linux soft-RoCE driver (drivers/infiniband/sw/rxe/*.c).
+//
+// Example:
+//   FakeNic nic;
+//   nic.PostSend(qp, &wr, &bad_wr);  // validated and queued (ibv_post_send(3))
+//   nic.Step();                      // the NIC executes the WR
+
+#include "mock/fake_nic.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "mock/fake_nic_internal.h"
+
+namespace rpma_harness {
+
+using fake_nic_internal::ConsumeFd;
+using fake_nic_internal::RecvWqe;
+using fake_nic_internal::Sge;
+using fake_nic_internal::SignalFd;
+
+namespace {
+
+bool LogEnabled() {
+  const char* env = getenv("RPMA_HARNESS_LOG");
+  return env != nullptr && *env != '\0';
+}
+
+uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// True when [addr, addr + len) lies inside the MR (ibv_reg_mr(3): an MR
+// covers exactly [mr->addr, mr->addr + mr->length)).
+bool InsideMr(const ibv_mr& mr, uint64_t addr, uint64_t len) {
+  const uint64_t start = Address(mr.addr);
+  if (addr < start) return false;
+  const uint64_t offset = addr - start;
+  return offset <= mr.length && len <= mr.length - offset;
+}
+
+}  // namespace
+
+void fake_nic_internal::SignalFd(int fd) {
+  const uint64_t one = 1;
+  if (write(fd, &one, sizeof(one)) != sizeof(one)) {
+    fprintf(stderr, "fake_nic: eventfd write failed: %s\n", strerror(errno));
+  }
+}
+
+// The fd is an eventfd in semaphore mode: each read takes one pending event.
+// Only called when the count is known to be positive, so it never blocks.
+void fake_nic_internal::ConsumeFd(int fd) {
+  uint64_t value = 0;
+  if (read(fd, &value, sizeof(value)) != sizeof(value)) {
+    fprintf(stderr, "fake_nic: eventfd read failed: %s\n", strerror(errno));
+  }
+}
+
+namespace {
+
+bool FdIsNonBlocking(int fd) { return (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0; }
+
+bool IsImmOpcode(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+bool IsAtomic(ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+// The requester's work-completion opcode for a send WR (ibv_poll_cq(3)).
+ibv_wc_opcode WcOpcodeFor(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+}  // namespace
+
+uint64_t fake_nic_internal::SendWqe::total_length() const {
+  if (is_inline) return inline_data.size();
+  uint64_t total = 0;
+  for (const Sge& sge : sges) total += sge.length;
+  return total;
+}
+
+// ---- construction -----------------------------------------------------------
+
+FakeNic::FakeNic() : FakeNic(FakeNicConfig{}) {}
+
+FakeNic::FakeNic(FakeNicConfig config)
+    : config_(std::move(config)), rng_state_(config_.seed) {
+  std::vector<FakeDeviceConfig> devices = config_.devices;
+  if (devices.empty()) devices.push_back({"fake0", {}, true});
+  for (const FakeDeviceConfig& dc : devices) {
+    auto device = std::make_unique<Device>();
+    memset(&device->device, 0, sizeof(device->device));
+    memset(&device->context, 0, sizeof(device->context));
+    snprintf(device->device.name, sizeof(device->device.name), "%s",
+             dc.name.c_str());
+    snprintf(device->device.dev_name, sizeof(device->device.dev_name), "%s",
+             dc.name.c_str());
+    device->device.node_type = IBV_NODE_CA;
+    device->device.transport_type = IBV_TRANSPORT_IB;
+    device->context.device = &device->device;
+    device->context.cmd_fd = -1;
+    device->context.async_fd = -1;
+    device->context.num_comp_vectors = 1;
+    device->config = dc;
+    devices_.push_back(std::move(device));
+  }
+}
+
+FakeNic::~FakeNic() {
+  StopBackgroundProgress();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, channel] : comp_channels_) close(channel->base.fd);
+  for (auto& [key, channel] : event_channels_) close(channel->base.fd);
+}
+
+// ---- helpers (REQUIRE mu_)
+// ---------------------------------------------------
+
+void FakeNic::Record(FakeNicEvent event) {
+  event.seq = next_seq_++;
+  if (LogEnabled()) fprintf(stderr, "fake_nic: %s\n", ToString(event).c_str());
+  for (auto& [handle, observer] : observers_) observer(event);
+  WakeWaiters();
+}
+
+void FakeNic::WakeWaiters() {
+  work_cv_.notify_all();
+  event_cv_.notify_all();
+}
+
+// splitmix64: a tiny, well-mixed generator, so keys and QP numbers are a
+// pure function of the seed and the order of creation.
+uint32_t FakeNic::NextRandom32() {
+  uint64_t z = (rng_state_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<uint32_t>((z ^ (z >> 31)) >> 16);
+}
+
+uint32_t FakeNic::NewKey() {
+  while (true) {
+    const uint32_t key = NextRandom32();
+    if (key == 0 || mrs_by_lkey_.count(key) || mrs_by_rkey_.count(key)) {
+      continue;
+    }
+    return key;
+  }
+}
+
+// QP numbers are 24 bits; 0 and 1 are the special QPs (IBA 10.2.4.5 (QP0 and
+// QP1)), never handed out for an RC QP.
+uint32_t FakeNic::NewQpNum() {
+  while (true) {
+    const uint32_t num = NextRandom32() & 0xffffff;
+    if (num > 1 && !qps_by_num_.count(num)) return num;
+  }
+}
+
+FakeNic::Device* FakeNic::FindDevice(ibv_context* ctx) {
+  for (auto& device : devices_) {
+    if (&device->context == ctx) return device.get();
+  }
+  return nullptr;
+}
+
+template <typename T, typename K>
+static T* FindIn(std::map<const void*, std::unique_ptr<T>>& map, K* key) {
+  auto it = map.find(static_cast<const void*>(key));
+  return it == map.end() ? nullptr : it->second.get();
+}
+
+FakeNic::Pd* FakeNic::FindPd(ibv_pd* pd) { return FindIn(pds_, pd); }
+FakeNic::Cq* FakeNic::FindCq(ibv_cq* cq) { return FindIn(cqs_, cq); }
+FakeNic::Qp* FakeNic::FindQp(ibv_qp* qp) { return FindIn(qps_, qp); }
+FakeNic::CmId* FakeNic::FindId(rdma_cm_id* id) { return FindIn(ids_, id); }
+FakeNic::EventChannel* FakeNic::FindEventChannel(rdma_event_channel* ch) {
+  return FindIn(event_channels_, ch);
+}
+
+FakeNic::Qp* FakeNic::FindQpByNum(uint32_t qp_num) {
+  auto it = qps_by_num_.find(qp_num);
+  return it == qps_by_num_.end() ? nullptr : it->second;
+}
+
+// ibv_post_send(3) returns the provider's errno; siw negates it.
+int FakeNic::PostErrno(int errno_value) const {
+  return config_.personality.negative_errno ? -errno_value : errno_value;
+}
+
+// ibv_create_qp(3) / ibv_create_cq(3): the real depth may exceed the request.
+int FakeNic::RealDepth(int requested) const {
+  if (!config_.personality.round_queues_to_power_of_two_minus_one) {
+    return requested;
+  }
+  int64_t slots = 1;
+  while (slots < int64_t{requested} + 1) slots <<= 1;
+  return static_cast<int>(slots - 1);
+}
+
+void FakeNic::SetQpState(Qp* qp, ibv_qp_state state, const char* why) {
+  if (qp->base.state == state) return;
+  qp->base.state = state;
+  FakeNicEvent event;
+  event.kind = FakeNicEvent::Kind::kQpState;
+  event.qp_num = qp->base.qp_num;
+  event.opcode = state;
+  event.text = why;
+  Record(std::move(event));
+}
+
+// ---- devices
+// ------------------------------------------------------------------
+
+int FakeNic::GetContextByAddress(const char* addr, bool local,
+                                 ibv_context** ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string normalized;
+  bool wildcard = false;
+  if (!fake_nic_internal::ParseAddress(addr, &normalized, &wildcard)) {
+    errno = EINVAL;
+    return -1;
+  }
+  Device* device = nullptr;
+  if (local) {
+    device = wildcard ? devices_.front().get() : DeviceOwning(normalized);
+  } else if (DeviceOwning(normalized) != nullptr) {
+    device = RouteDevice();
+  }
+  if (device == nullptr) {
+    errno = ENODEV;
+    return -1;
+  }
+  *ctx = &device->context;
+  return 0;
+}
+
+int FakeNic::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* device = FindDevice(ctx);
+  if (device == nullptr || attr == nullptr) return EINVAL;
+  const FakeDeviceCaps& caps = config_.caps;
+  memset(attr, 0, sizeof(*attr));
+  snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake-%s",
+           config_.personality.name.c_str());
+  attr->max_mr_size = caps.max_mr_size;
+  attr->page_size_cap = 4096;
+  attr->max_qp = caps.max_qp;
+  attr->max_qp_wr = caps.max_qp_wr;
+  attr->max_sge = caps.max_sge;
+  attr->max_sge_rd = caps.max_sge;
+  attr->max_cq = caps.max_cq;
+  attr->max_cqe = caps.max_cqe;
+  attr->max_mr = caps.max_mr;
+  attr->max_pd = caps.max_pd;
+  attr->max_qp_rd_atom = 16;
+  attr->max_qp_init_rd_atom = 16;
+  attr->atomic_cap = IBV_ATOMIC_HCA;
+  attr->phys_port_cnt = 1;
+  return 0;
+}
+
+// ---- protection domains and memory regions
+// -------------------------------------
+
+ibv_pd* FakeNic::AllocPd(ibv_context* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* device = FindDevice(ctx);
+  if (device == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (device->num_pds >= config_.caps.max_pd) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto pd = std::make_unique<Pd>();
+  pd->base.context = ctx;
+  pd->base.handle = static_cast<uint32_t>(next_handle_++);
+  pd->device = device;
+  device->num_pds++;
+  ibv_pd* result = &pd->base;
+  pds_[result] = std::move(pd);
+  return result;
+}
+
+int FakeNic::DeallocPd(ibv_pd* pd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Pd* p = FindPd(pd);
+  if (p == nullptr) return EINVAL;
+  if (p->num_users > 0) return EBUSY;  // ibv_dealloc_pd(3)
+  p->device->num_pds--;
+  pds_.erase(pd);
+  return 0;
+}
+
+ibv_mr* FakeNic::RegMr(ibv_pd* pd, void* addr, size_t length, int access) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Pd* p = FindPd(pd);
+  // ibv_reg_mr(3): REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE.
+  const bool needs_local_write =
+      access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  if (p == nullptr ||
+      (needs_local_write && !(access & IBV_ACCESS_LOCAL_WRITE)) ||
+      length > config_.caps.max_mr_size || (addr == nullptr && length > 0)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (p->device->num_mrs >= config_.caps.max_mr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto mr = std::make_unique<Mr>();
+  mr->base.context = pd->context;
+  mr->base.pd = pd;
+  mr->base.addr = addr;
+  mr->base.length = length;
+  mr->base.handle = static_cast<uint32_t>(next_handle_++);
+  // Keys are drawn from the seeded generator: deterministic, distinct from
+  // each other and from every live key, and not a guessable sequence, so a
+  // test that uses a stale or made-up key is caught.
+  mr->base.lkey = NewKey();
+  do {
+    mr->base.rkey = NewKey();
+  } while (mr->base.rkey == mr->base.lkey);
+  mr->pd = p;
+  mr->access = access;
+  p->num_users++;
+  p->device->num_mrs++;
+  mrs_by_lkey_[mr->base.lkey] = mr.get();
+  mrs_by_rkey_[mr->base.rkey] = mr.get();
+  ibv_mr* result = &mr->base;
+  mrs_[result] = std::move(mr);
+  return result;
+}
+
+int FakeNic::DeregMr(ibv_mr* mr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = mrs_.find(mr);
+  if (it == mrs_.end()) return EINVAL;
+  Mr* m = it->second.get();
+  mrs_by_lkey_.erase(m->base.lkey);
+  mrs_by_rkey_.erase(m->base.rkey);
+  m->pd->num_users--;
+  m->pd->device->num_mrs--;
+  mrs_.erase(it);
+  return 0;
+}
+
+// ---- completion queues
+// -----------------------------------------------------------
+
+ibv_comp_channel* FakeNic::CreateCompChannel(ibv_context* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* device = FindDevice(ctx);
+  if (device == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // An eventfd in semaphore mode: POLLIN exactly while an event is pending,
+  // like the uverbs completion-event fd (ibv_create_comp_channel(3)).
+  const int fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd < 0) return nullptr;
+  auto channel = std::make_unique<CompChannel>();
+  channel->base.context = ctx;
+  channel->base.fd = fd;
+  channel->device = device;
+  ibv_comp_channel* result = &channel->base;
+  comp_channels_[result] = std::move(channel);
+  return result;
+}
+
+int FakeNic::DestroyCompChannel(ibv_comp_channel* channel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = comp_channels_.find(channel);
+  if (it == comp_channels_.end()) return EINVAL;
+  if (it->second->num_cqs > 0) return EBUSY;  // ibv_destroy_comp_channel(3)
+  close(it->second->base.fd);
+  comp_channels_.erase(it);
+  return 0;
+}
+
+ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                          ibv_comp_channel* channel, int comp_vector) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* device = FindDevice(ctx);
+  CompChannel* ch = channel ? FindIn(comp_channels_, channel) : nullptr;
+  // ibv_create_cq(3): cqe in [1, max_cqe], comp_vector < num_comp_vectors.
+  if (device == nullptr || (channel != nullptr && ch == nullptr) || cqe < 1 ||
+      cqe > config_.caps.max_cqe || comp_vector < 0 ||
+      comp_vector >= device->context.num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (device->num_cqs >= config_.caps.max_cq) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto cq = std::make_unique<Cq>();
+  cq->device = device;
+  cq->channel = ch;
+  cq->depth = RealDepth(cqe);
+  cq->base.context = ctx;
+  cq->base.channel = channel;
+  cq->base.cq_context = cq_context;
+  cq->base.handle = static_cast<uint32_t>(next_handle_++);
+  cq->base.cqe = cq->depth;
+  device->num_cqs++;
+  if (ch != nullptr) ch->num_cqs++;
+  ibv_cq* result = &cq->base;
+  cqs_[result] = std::move(cq);
+  return result;
+}
+
+int FakeNic::DestroyCq(ibv_cq* cq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Cq* c = FindCq(cq);
+  if (c == nullptr) return EINVAL;
+  if (c->num_qps > 0) return EBUSY;  // ibv_destroy_cq(3)
+  // ibv_destroy_cq(3) waits for every event got with ibv_get_cq_event to be
+  // acked; waiting forever helps nobody in a test, so refuse instead.
+  if (c->events_acked < c->events_delivered) {
+    fprintf(stderr, "fake_nic: DestroyCq with %u unacked CQ events: EBUSY\n",
+            c->events_delivered - c->events_acked);
+    return EBUSY;
+  }
+  if (c->channel != nullptr) {
+    auto& pending = c->channel->pending;
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (*it == c) {
+        it = pending.erase(it);
+        ConsumeFd(c->channel->base.fd);
+      } else {
+        ++it;
+      }
+    }
+    c->channel->num_cqs--;
+  }
+  c->device->num_cqs--;
+  cqs_.erase(cq);
+  return 0;
+}
+
+// ibv_req_notify_cq(3): arms the CQ for exactly one event, raised when the
+// next CQE is added (CQEs already queued do not raise one). With
+// solicited_only, only solicited or error CQEs raise it (IBA 11.4.2.2).
+int FakeNic::ReqNotifyCq(ibv_cq* cq, int solicited_only) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Cq* c = FindCq(cq);
+  if (c == nullptr) return EINVAL;
+  c->armed = true;
+  c->armed_solicited_only = solicited_only != 0;
+  return 0;
+}
+
+int FakeNic::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                        void** cq_context) {
+  std::unique_lock<std::mutex> lock(mu_);
+  CompChannel* ch = FindIn(comp_channels_, channel);
+  if (ch == nullptr || cq == nullptr || cq_context == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (ch->pending.empty() && FdIsNonBlocking(ch->base.fd)) {
+    errno = EAGAIN;  // ibv_get_cq_event(3) on an O_NONBLOCK channel
+    return -1;
+  }
+  if (BlockUntil(
+          lock, [ch] { return !ch->pending.empty(); }, "GetCqEvent") != 0) {
+    return -1;
+  }
+  Cq* c = ch->pending.front();
+  ch->pending.pop_front();
+  ConsumeFd(ch->base.fd);
+  c->events_delivered++;
+  *cq = &c->base;
+  *cq_context = c->base.cq_context;
+  return 0;
+}
+
+void FakeNic::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Cq* c = FindCq(cq);
+  if (c == nullptr) return;
+  if (c->events_acked + nevents > c->events_delivered) {
+    fprintf(stderr, "fake_nic: AckCqEvents acks %u events, only %u unacked\n",
+            nevents, c->events_delivered - c->events_acked);
+    c->events_acked = c->events_delivered;
+    return;
+  }
+  c->events_acked += nevents;
+}
+
+// ibv_poll_cq(3): a negative value on error. An overrun CQ is in error
+// (IBA 11.4.2.1 / 11.6.3: CQ overrun is an affiliated asynchronous error,
+// IBV_EVENT_CQ_ERR) and stays so: every later poll returns -EOVERFLOW.
+int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Cq* c = FindCq(cq);
+  if (c == nullptr || num_entries < 0) return -EINVAL;
+  if (c->overrun) return -EOVERFLOW;
+  int n = 0;
+  while (n < num_entries && !c->entries.empty()) {
+    wc[n++] = c->entries.front();
+    c->entries.pop_front();
+  }
+  return n;
+}
+
+void FakeNic::AddCqe(Cq* cq, const ibv_wc& wc, bool solicited) {
+  FakeNicEvent event;
+  event.qp_num = wc.qp_num;
+  event.wr_id = wc.wr_id;
+  event.opcode = wc.opcode;
+  event.status = wc.status;
+  event.byte_len = wc.byte_len;
+  if (cq->overrun || static_cast<int>(cq->entries.size()) >= cq->depth) {
+    if (!cq->overrun) {
+      fprintf(stderr,
+              "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
+              " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
+              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
+    }
+    cq->overrun = true;
+    event.kind = FakeNicEvent::Kind::kCqOverrun;
+    event.text = "cq overrun, completion lost";
+    Record(std::move(event));
+    return;
+  }
+  cq->entries.push_back(wc);
+  event.kind = FakeNicEvent::Kind::kCompletion;
+  Record(std::move(event));
+  const bool triggers =
+      !cq->armed_solicited_only || solicited || wc.status != IBV_WC_SUCCESS;
+  if (cq->armed && cq->channel != nullptr && triggers) {
+    cq->armed = false;
+    cq->channel->pending.push_back(cq);
+    SignalFd(cq->channel->base.fd);
+    WakeWaiters();
+  }
+}
+
+// ---- data path: posting
+// -------------------------------------------------------
+
+int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Qp* q = FindQp(qp);
+  if (q == nullptr || bad_wr == nullptr) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return PostErrno(EINVAL);
+  }
+  auto refuse = [&](ibv_send_wr* w, int err, const char* why) {
+    *bad_wr = w;
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostFailed;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = w ? w->wr_id : 0;
+    event.opcode = w ? w->opcode : 0;
+    event.status = err;
+    event.text = why;
+    Record(std::move(event));
+    return PostErrno(err);
+  };
+  for (auto it = post_faults_.begin(); it != post_faults_.end(); ++it) {
+    if (it->qp_num == 0 || it->qp_num == q->base.qp_num) {
+      const int err = it->errno_value;
+      post_faults_.erase(it);
+      return refuse(wr, err, "fault: FailNextPostSend");
+    }
+  }
+  // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
+  // sends with EINVAL. A QP in ERR accepts them and completes them with
+  // IBV_WC_WR_FLUSH_ERR (IBA 10.3.1 / C10-42; rxe only refuses state < RTS).
+  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR) {
+    return refuse(wr, EINVAL, "qp not in RTS");
+  }
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    const ibv_wr_opcode op = w->opcode;
+    switch (op) {
+      // The RC column of the opcode table in ibv_post_send(3).
+      case IBV_WR_SEND:
+      case IBV_WR_SEND_WITH_IMM:
+      case IBV_WR_RDMA_WRITE:
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+      case IBV_WR_RDMA_READ:
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        break;
+      case IBV_WR_LOCAL_INV:
+      case IBV_WR_BIND_MW:
+      case IBV_WR_SEND_WITH_INV:
+        // Valid on RC, but memory windows are not modelled.
+        return refuse(w, EOPNOTSUPP, "opcode not modelled by the fake");
+      default:
+        return refuse(w, EINVAL, "opcode not valid on an RC QP");
+    }
+    if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_send_sge) ||
+        (w->num_sge > 0 && w->sg_list == nullptr)) {
+      return refuse(w, EINVAL, "num_sge above max_send_sge");
+    }
+    SendWqe wqe;
+    wqe.wr_id = w->wr_id;
+    wqe.opcode = op;
+    wqe.send_flags = w->send_flags;
+    wqe.imm_data = w->imm_data;
+    for (int i = 0; i < w->num_sge; ++i) {
+      wqe.sges.push_back(
+          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
+    }
+    const uint64_t length = wqe.total_length();
+    if (w->send_flags & IBV_SEND_INLINE) {
+      // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
+      // copied now, so the lkey is not checked and the buffer may be reused.
+      if (op == IBV_WR_RDMA_READ || IsAtomic(op)) {
+        return refuse(w, EINVAL, "inline on a read/atomic");
+      }
+      if (length > q->cap.max_inline_data) {
+        return refuse(w, EINVAL, "inline data above max_inline_data");
+      }
+      wqe.is_inline = true;
+      for (const Sge& sge : wqe.sges) {
+        const auto* p = reinterpret_cast<const uint8_t*>(sge.addr);
+        wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
+      }
+    }
+    if (IsAtomic(op)) {
+      // IBA 9.4.5: atomics operate on one 64-bit quantity.
+      if (w->num_sge != 1 || length != 8) {
+        return refuse(w, EINVAL, "atomic needs one 8-byte SGE");
+      }
+      wqe.compare_add = w->wr.atomic.compare_add;
+      wqe.swap = w->wr.atomic.swap;
+      wqe.remote_addr = w->wr.atomic.remote_addr;
+      wqe.rkey = w->wr.atomic.rkey;
+    } else {
+      wqe.remote_addr = w->wr.rdma.remote_addr;
+      wqe.rkey = w->wr.rdma.rkey;
+    }
+    // rxe_verbs.c post_one_send: a full send queue is ENOMEM. A slot is
+    // taken until the NIC executes (or flushes) the WR.
+    if (q->sq.size() >= q->cap.max_send_wr) {
+      return refuse(w, ENOMEM, "send queue full");
+    }
+    // IBA 10.7.3.1: completion only if signaled or sq_sig_all.
+    wqe.signaled = q->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED);
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostSend;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = op;
+    event.byte_len = length;
+    event.local_addr = wqe.sges.empty() ? 0 : wqe.sges[0].addr;
+    event.remote_addr = wqe.remote_addr;
+    q->sq.push_back(std::move(wqe));
+    Record(std::move(event));
+  }
+  return 0;
+}
+
+int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Qp* q = FindQp(qp);
+  if (q == nullptr || bad_wr == nullptr) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return PostErrno(EINVAL);
+  }
+  auto refuse = [&](ibv_recv_wr* w, int err, const char* why) {
+    *bad_wr = w;
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostFailed;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = w ? w->wr_id : 0;
+    event.status = err;
+    event.text = why;
+    Record(std::move(event));
+    return PostErrno(err);
+  };
+  // ibv_post_recv(3) / IBA 10.3.1: receives may be posted from INIT on (so
+  // they are ready before the peer's first send); in RESET they are refused
+  // (rxe_verbs.c rxe_post_recv: state < INIT is EINVAL). In ERR they are
+  // accepted and flushed (IBA C10-42).
+  if (q->base.state == IBV_QPS_RESET) {
+    return refuse(wr, EINVAL, "qp in RESET");
+  }
+  for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
+    if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_recv_sge) ||
+        (w->num_sge > 0 && w->sg_list == nullptr)) {
+      return refuse(w, EINVAL, "num_sge above max_recv_sge");
+    }
+    if (q->rq.size() >= q->cap.max_recv_wr) {
+      return refuse(w, ENOMEM, "receive queue full");
+    }
+    RecvWqe wqe;
+    wqe.wr_id = w->wr_id;
+    for (int i = 0; i < w->num_sge; ++i) {
+      wqe.sges.push_back(
+          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
+    }
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostRecv;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = wqe.wr_id;
+    event.local_addr = wqe.sges.empty() ? 0 : wqe.sges[0].addr;
+    q->rq.push_back(std::move(wqe));
+    Record(std::move(event));
+  }
+  return 0;
+}
+
+int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
+                     ibv_qp_init_attr* init_attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Qp* q = FindQp(qp);
+  if (q == nullptr || attr == nullptr) return EINVAL;
+  // ibv_query_qp(3) may fill more than attr_mask asks for; we fill it all.
+  memset(attr, 0, sizeof(*attr));
+  attr->qp_state = q->base.state;
+  attr->cur_qp_state = q->base.state;
+  attr->path_mtu = IBV_MTU_1024;
+  attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  attr->cap = q->cap;
+  attr->dest_qp_num = q->dest_qp_num;
+  attr->sq_draining = 0;
+  attr->max_rd_atomic = 16;
+  attr->max_dest_rd_atomic = 16;
+  attr->min_rnr_timer = q->min_rnr_timer;
+  attr->port_num = 1;
+  attr->retry_cnt = q->retry_cnt;
+  attr->rnr_retry = q->rnr_retry;
+  if (init_attr != nullptr) {
+    memset(init_attr, 0, sizeof(*init_attr));
+    init_attr->qp_context = q->base.qp_context;
+    init_attr->send_cq = q->base.send_cq;
+    init_attr->recv_cq = q->base.recv_cq;
+    init_attr->cap = q->cap;
+    init_attr->qp_type = IBV_QPT_RC;
+    init_attr->sq_sig_all = q->sq_sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+// ---- data path: execution
+// --------------------------------------------------------
+
+namespace {
+
+// Responder-side states that accept requests: RTR and RTS (IBA 10.3.1).
+bool CanRespond(const ibv_qp& qp) {
+  return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS;
+}
+
+bool NeedsReceive(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+}  // namespace
+
+bool FakeNic::QpHasReadyWork(Qp* qp) {
+  if (qp->base.state == IBV_QPS_ERR) return !qp->sq.empty() || !qp->rq.empty();
+  if (qp->base.state != IBV_QPS_RTS || qp->sq.empty()) return false;
+  const SendWqe& head = qp->sq.front();
+  if (!head.waiting_for_receive) return true;
+  // Parked by an RNR NAK with rnr_retry 7: ready again once the responder
+  // has a receive, or once the responder can no longer answer at all.
+  Qp* peer = qp->peer;
+  return peer == nullptr || !CanRespond(peer->base) || !peer->rq.empty();
+}
+
+bool FakeNic::HasReadyWork() {
+  if (!cm_work_.empty()) return true;
+  for (Qp* qp : qp_order_) {
+    if (QpHasReadyWork(qp)) return true;
+  }
+  return false;
+}
+
+bool FakeNic::StepLocked() {
+  if (!cm_work_.empty()) {
+    CmWork work = std::move(cm_work_.front());
+    cm_work_.pop_front();
+    work.run();
+    return true;
+  }
+  const size_t n = qp_order_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t index = (qp_cursor_ + i) % n;
+    Qp* qp = qp_order_[index];
+    if (QpHasReadyWork(qp)) {
+      qp_cursor_ = index + 1;
+      ExecuteOrFlushOne(qp);
+      return true;
+    }
+  }
+  return false;
+}
+
+void FakeNic::ExecuteOrFlushOne(Qp* qp) {
+  if (qp->base.state != IBV_QPS_ERR) {
+    ExecuteSendWqe(qp);
+    return;
+  }
+  // IBA 10.3.1 (Error state) / C10-42: outstanding and later WRs complete
+  // with IBV_WC_WR_FLUSH_ERR, send queue first, in posting order. The
+  // opcode is undefined for error CQEs (ibv_poll_cq(3)); we report the
+  // WR's own opcode so traces stay readable.
+  if (!qp->sq.empty()) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    CompleteSend(qp, wqe, IBV_WC_WR_FLUSH_ERR, 0);
+    return;
+  }
+  RecvWqe wqe = std::move(qp->rq.front());
+  qp->rq.pop_front();
+  ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  wc.wr_id = wqe.wr_id;
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = qp->base.qp_num;
+  AddCqe(qp->recv_cq, wc, false);
+}
+
+void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                           uint32_t byte_len) {
+  // IBA 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
+  // always generated, even for an unsignaled WR.
+  if (!wqe.signaled && status == IBV_WC_SUCCESS) return;
+  ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.opcode = WcOpcodeFor(wqe.opcode);
+  wc.qp_num = qp->base.qp_num;
+  if (status == IBV_WC_SUCCESS) {
+    if (config_.personality.send_cqe_has_imm_flag_and_byte_len) {
+      wc.byte_len = static_cast<uint32_t>(wqe.total_length());
+      if (IsImmOpcode(wqe.opcode)) wc.wc_flags |= IBV_WC_WITH_IMM;
+    } else if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
+      wc.byte_len = byte_len;
+    }
+  }
+  AddCqe(qp->send_cq, wc, false);
+}
+
+// One send WR at the head of `qp`'s send queue meets the responder. The
+// checks follow the order of rxe's responder state machine (rxe_resp.c:
+// check_resource (RNR) before check_length before check_rkey).
+void FakeNic::ExecuteSendWqe(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  const uint32_t qp_num = qp->base.qp_num;
+
+  auto fail = [&](ibv_wc_status status, const char* why) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kExecute;
+    event.qp_num = qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = wqe.opcode;
+    event.status = status;
+    event.text = why;
+    Record(std::move(event));
+    CompleteSend(qp, wqe, status, 0);
+    // A completion error moves the QP to ERR (IBA 10.8.3.x; rxe_comp.c
+    // COMPST_ERROR calls rxe_qp_error); the rest of the queue then flushes.
+    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+  };
+
+  for (auto it = status_faults_.begin(); it != status_faults_.end(); ++it) {
+    if (it->wr_id == head.wr_id && (it->qp_num == 0 || it->qp_num == qp_num)) {
+      const ibv_wc_status status = it->status;
+      status_faults_.erase(it);
+      FakeNicEvent event;
+      event.kind = FakeNicEvent::Kind::kFault;
+      event.qp_num = qp_num;
+      event.wr_id = head.wr_id;
+      event.status = status;
+      event.text = "fault: CompleteNextWrWithStatus";
+      Record(std::move(event));
+      if (status == IBV_WC_SUCCESS) {
+        SendWqe wqe = std::move(qp->sq.front());
+        qp->sq.pop_front();
+        CompleteSend(qp, wqe, status, 0);
+      } else {
+        fail(status, "fault: forced completion status");
+      }
+      return;
+    }
+  }
+
+  // Local protection (IBA 10.6.3.1 / C10-?? ; ibv_poll_cq(3) LOC_PROT_ERR):
+  // every SGE must name a live MR of this QP's PD, lie inside it, and a
+  // destination the NIC writes (RDMA_READ, atomic result) needs
+  // LOCAL_WRITE. Inline data was copied at post time: nothing to check.
+  const bool local_is_destination =
+      head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode);
+  if (!head.is_inline &&
+      !LocalSgesOk(qp, head.sges,
+                   local_is_destination ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+    fail(IBV_WC_LOC_PROT_ERR, "local SGE fails lkey/PD/bounds/access check");
+    return;
+  }
+
+  // The responder must exist and answer; a QP that is gone, in ERR or not
+  // yet RTR drops requests, so the requester exhausts its transport retries
+  // (IBA 9.7.6.1.3; rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR).
+  // The retries are not modelled as separate steps.
+  Qp* responder = qp->peer;
+  if (responder == nullptr || !CanRespond(responder->base)) {
+    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer");
+    return;
+  }
+
+  // Receiver not ready (IBA 9.7.5.2.8, C9-?: RNR NAK). rnr_retry 7 means
+  // retry forever (IBA 12.7.38 / rxe_comp.c: "if (rnr_retry != 7)
+  // rnr_retry--"); otherwise the (rnr_retry + 1)-th NAK completes the WR with
+  // IBV_WC_RNR_RETRY_EXC_ERR. Each attempt is one Step().
+  if (NeedsReceive(head.opcode) && responder->rq.empty()) {
+    if (!head.rnr_started) {
+      head.rnr_started = true;
+      head.rnr_retries_left = qp->rnr_retry;
+    }
+    if (qp->rnr_retry != 7) {
+      if (head.rnr_retries_left == 0) {
+        fail(IBV_WC_RNR_RETRY_EXC_ERR, "RNR retries exhausted");
+        return;
+      }
+      head.rnr_retries_left--;
+    } else {
+      head.waiting_for_receive = true;
+    }
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kRnrNak;
+    event.qp_num = qp_num;
+    event.wr_id = head.wr_id;
+    event.opcode = head.opcode;
+    event.text = qp->rnr_retry == 7
+                     ? "waiting for a receive (rnr_retry 7)"
+                     : "retries left: " + std::to_string(head.rnr_retries_left);
+    Record(std::move(event));
+    return;
+  }
+  head.waiting_for_receive = false;
+
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  const uint64_t length = wqe.total_length();
+  FakeNicEvent executed;
+  executed.kind = FakeNicEvent::Kind::kExecute;
+  executed.qp_num = qp_num;
+  executed.wr_id = wqe.wr_id;
+  executed.opcode = wqe.opcode;
+  executed.byte_len = length;
+  executed.local_addr = wqe.sges.empty() ? 0 : wqe.sges[0].addr;
+  executed.remote_addr = wqe.remote_addr;
+
+  // A responder-detected error NAKs the request: the requester completes
+  // with `requester_status`, and the responder QP goes to ERR too (IBA
+  // 9.9.3 responder class B/C errors; rxe_resp.c do_class_ac_error).
+  auto nak = [&](ibv_wc_status requester_status, const char* why) {
+    executed.status = requester_status;
+    executed.text = why;
+    Record(std::move(executed));
+    SetQpState(responder, IBV_QPS_ERR, why);
+    CompleteSend(qp, wqe, requester_status, 0);
+    SetQpState(qp, IBV_QPS_ERR, why);
+  };
+
+  auto respond_cqe = [&](const RecvWqe& recv, ibv_wc_status status,
+                         ibv_wc_opcode opcode, uint32_t byte_len) {
+    ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = recv.wr_id;
+    wc.status = status;
+    wc.opcode = opcode;
+    wc.byte_len = byte_len;
+    wc.qp_num = responder->base.qp_num;
+    if (status == IBV_WC_SUCCESS && IsImmOpcode(wqe.opcode)) {
+      // ibv_poll_cq(3): imm_data is in network byte order, passed through.
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = wqe.imm_data;
+    }
+    AddCqe(responder->recv_cq, wc, wqe.send_flags & IBV_SEND_SOLICITED);
+  };
+
+  std::vector<uint8_t> payload;
+  auto gather = [&] {
+    if (wqe.is_inline) {
+      payload = wqe.inline_data;
+      return;
+    }
+    payload.resize(length);
+    size_t offset = 0;
+    for (const Sge& sge : wqe.sges) {
+      if (sge.length == 0) continue;
+      memcpy(payload.data() + offset, reinterpret_cast<const void*>(sge.addr),
+             sge.length);
+      offset += sge.length;
+    }
+  };
+
+  switch (wqe.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: {
+      RecvWqe recv = std::move(responder->rq.front());
+      responder->rq.pop_front();
+      uint64_t capacity = 0;
+      for (const Sge& sge : recv.sges) capacity += sge.length;
+      if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
+        // The responder cannot write its own buffer: its receive completes
+        // with LOC_PROT_ERR and the requester sees a remote operational
+        // error (IBA 9.9.3.1.2 / rxe_resp.c: NAK "remote operational error").
+        respond_cqe(recv, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0);
+        nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
+        return;
+      }
+      if (length > capacity) {
+        // IBA 9.9.3.1.2 / rxe_resp.c check_length: the responder completes the
+        // receive with LOC_LEN_ERR, the requester gets an Invalid Request NAK.
+        respond_cqe(recv, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+        nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
+        return;
+      }
+      gather();
+      size_t offset = 0;
+      for (const Sge& sge : recv.sges) {
+        if (offset == payload.size()) break;
+        const size_t n = std::min<size_t>(sge.length, payload.size() - offset);
+        memcpy(reinterpret_cast<void*>(sge.addr), payload.data() + offset, n);
+        offset += n;
+      }
+      Record(std::move(executed));
+      respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV,
+                  static_cast<uint32_t>(length));
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: {
+      // IBA C9-88 / rxe_resp.c check_rkey: a zero-length RDMA is not
+      // required to carry a valid R_Key or VA, so they are not checked.
+      if (length > 0) {
+        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
+                        IBV_ACCESS_REMOTE_WRITE)) {
+          nak(IBV_WC_REM_ACCESS_ERR,
+              "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
+          return;
+        }
+        gather();
+        memcpy(reinterpret_cast<void*>(wqe.remote_addr), payload.data(),
+               length);
+      }
+      Record(std::move(executed));
+      if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        // The receive is consumed but its SGEs are not touched; byte_len is
+        // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
+        RecvWqe recv = std::move(responder->rq.front());
+        responder->rq.pop_front();
+        respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
+                    static_cast<uint32_t>(length));
+      }
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+    case IBV_WR_RDMA_READ: {
+      if (length > 0) {
+        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
+                        IBV_ACCESS_REMOTE_READ)) {
+          nak(IBV_WC_REM_ACCESS_ERR,
+              "rkey/PD/bounds/REMOTE_READ check failed at the responder");
+          return;
+        }
+        const auto* src = reinterpret_cast<const uint8_t*>(wqe.remote_addr);
+        size_t offset = 0;
+        for (const Sge& sge : wqe.sges) {
+          memcpy(reinterpret_cast<void*>(sge.addr), src + offset, sge.length);
+          offset += sge.length;
+        }
+      }
+      Record(std::move(executed));
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      // IBA 9.4.5: the target must be naturally aligned (else Invalid
+      // Request NAK) and the MR must allow REMOTE_ATOMIC.
+      if (wqe.remote_addr % 8 != 0) {
+        nak(IBV_WC_REM_INV_REQ_ERR, "misaligned atomic");
+        return;
+      }
+      if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, 8,
+                      IBV_ACCESS_REMOTE_ATOMIC)) {
+        nak(IBV_WC_REM_ACCESS_ERR,
+            "rkey/PD/bounds/REMOTE_ATOMIC check failed at the responder");
+        return;
+      }
+      uint64_t original;
+      memcpy(&original, reinterpret_cast<const void*>(wqe.remote_addr), 8);
+      uint64_t updated = original;
+      if (wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        updated = original + wqe.compare_add;
+      } else if (original == wqe.compare_add) {
+        updated = wqe.swap;
+      }
+      memcpy(reinterpret_cast<void*>(wqe.remote_addr), &updated, 8);
+      memcpy(reinterpret_cast<void*>(wqe.sges[0].addr), &original, 8);
+      Record(std::move(executed));
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, 8);
+      return;
+    }
+    default:
+      fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
+      return;
+  }
+}
+
+bool FakeNic::LocalSgesOk(Qp* qp, const std::vector<Sge>& sges,
+                          int needed_access) {
+  for (const Sge& sge : sges) {
+    if (sge.length == 0) continue;  // no memory is accessed
+    auto it = mrs_by_lkey_.find(sge.lkey);
+    if (it == mrs_by_lkey_.end()) return false;
+    const Mr* mr = it->second;
+    if (mr->pd != qp->pd) return false;
+    if ((mr->access & needed_access) != needed_access) return false;
+    if (!InsideMr(mr->base, sge.addr, sge.length)) return false;
+  }
+  return true;
+}
+
+// IBA 10.6.3.2 / rxe_resp.c check_rkey: the R_Key must name a live MR of
+// the responder QP's PD that grants `needed_access` over the whole range.
+bool FakeNic::RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr,
+                         uint64_t length, int needed_access) {
+  auto it = mrs_by_rkey_.find(rkey);
+  if (it == mrs_by_rkey_.end()) return false;
+  const Mr* mr = it->second;
+  return mr->pd == responder->pd && (mr->access & needed_access) &&
+         InsideMr(mr->base, addr, length);
+}
+
+// ---- progress
+// -----------------------------------------------------------------
+
+bool FakeNic::Step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StepLocked();
+}
+
+size_t FakeNic::RunUntilIdle(size_t max_steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t steps = 0;
+  while (steps < max_steps && StepLocked()) ++steps;
+  return steps;
+}
+
+bool FakeNic::Idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !HasReadyWork();
+}
+
+void FakeNic::StartBackgroundProgress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (background_running_) return;
+  background_running_ = true;
+  stop_background_ = false;
+  background_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_background_) {
+      if (StepLocked()) {
+        // Let API callers in between steps.
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        continue;
+      }
+      work_cv_.wait(lock);
+    }
+  });
+}
+
+void FakeNic::StopBackgroundProgress() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!background_running_) return;
+    stop_background_ = true;
+    work_cv_.notify_all();
+  }
+  background_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  background_running_ = false;
+  event_cv_.notify_all();  // blocked getters fall back to manual progress
+}
+
+// A real NIC would block forever; in a single-threaded test that is a hang
+// with no message. Without background progress we run the NIC ourselves
+// until the event shows up, then wait idle_block_timeout_ms for another
+// thread, then fail with ETIMEDOUT and say so.
+int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
+                        const std::function<bool()>& ready, const char* what) {
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(config_.idle_block_timeout_ms);
+  while (!ready()) {
+    if (background_running_) {
+      event_cv_.wait(lock);
+      continue;
+    }
+    if (StepLocked()) continue;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      fprintf(stderr,
+              "fake_nic: %s would block forever: the NIC is idle, no event "
+              "is pending and background progress is off; failing with "
+              "ETIMEDOUT\n",
+              what);
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    event_cv_.wait_until(lock, deadline);
+  }
+  return 0;
+}
+
+// ---- observation and faults
+// ----------------------------------------------------
+
+int FakeNic::AddObserver(std::function<void(const FakeNicEvent&)> observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int handle = next_observer_++;
+  observers_[handle] = std::move(observer);
+  return handle;
+}
+
+void FakeNic::RemoveObserver(int handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observers_.erase(handle);
+}
+
+void FakeNic::FailNextPostSend(int errno_value, uint32_t qp_num) {
+  std::lock_guard<std::mutex> lock(mu_);
+  post_faults_.push_back({errno_value, qp_num});
+}
+
+void FakeNic::CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
+                                       uint32_t qp_num) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_faults_.push_back({wr_id, status, qp_num});
+}
+
+bool FakeNic::SetDeviceUp(const std::string& device_name, bool up) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& device : devices_) {
+    if (device->config.name == device_name) {
+      device->up = up;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace rpma_harness

@@ -1,0 +1,364 @@
+// fake_nic.h: a deterministic, in-process RDMA NIC (RC QPs + rdma_cm) that
+// implements VerbsBackend without any RDMA hardware.
+//
+// The fake keeps rdma-core's types and return conventions (see
+// verbs_backend.h) and models what a real reliable-connected NIC does with
+// them: memory protection (lkey/rkey/PD/access checks), QP state machine,
+// send/receive queue depths, RNR retries, completion queues and channels,
+// and librdmacm's connection-management handshake. Two "hosts" in one
+// process talk through an in-process fabric: an RDMA write copies real bytes
+// from the requester's registered buffer into the responder's.
+//
+// The NIC only works when driven, like absl's SimulatedClock:
+//   - Step() performs one unit of work (execute or flush one WR, one RNR
+//     retry, or deliver one CM message) and RunUntilIdle() loops it, so a test
+//     controls every interleaving;
+//   - StartBackgroundProgress() runs a thread that steps whenever work is
+//     pending, for programs written like real clients and servers that block
+//     in GetCqEvent / GetCmEvent.
+// With a fixed seed the sequence of FakeNicEvent records is identical run
+// after run; the seed only chooses keys and QP numbers.
+//
+// Behaviour that differs between real NICs is data, not code paths: a
+// Personality (Spec, Rxe, Siw) selects it.
+//
+// Thread safety: every public method may be called from any thread; one
+// mutex serialises them. Observers run with that mutex held.
+//
+// Example:
+//   rpma_harness::FakeNic nic;                    // one device owning every IP
+//   ibv_context* ctx;
+//   nic.GetContextByAddress("10.0.0.1", /*local=*/true, &ctx);
+//   ibv_pd* pd = nic.AllocPd(ctx);
+//   ... build a connection with CreateId / BindAddr / Listen / Connect ...
+//   nic.PostSend(qp, &wr, &bad_wr);
+//   nic.RunUntilIdle();                           // the write happens here
+//   nic.PollCq(cq, 1, &wc);
+
+#ifndef RPMA_HARNESS_MOCK_FAKE_NIC_H_
+#define RPMA_HARNESS_MOCK_FAKE_NIC_H_
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "verbs_backend/verbs_backend.h"
+
+namespace rpma_harness {
+
+// Behaviour on which real NICs disagree, as data (after
+// google/rdma-unit-test's introspection tables).
+struct Personality {
+  std::string name;
+  // PostSend / PostRecv return -errno instead of errno (siw does; mlx5 and
+  // rxe return positive values, as ibv_post_send(3) documents).
+  bool negative_errno = false;
+  // rxe (rxe_comp.c make_send_cqe) sets IBV_WC_WITH_IMM on the requester's
+  // success CQE of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM and fills byte_len
+  // with the WR's length for every opcode. The spec leaves both undefined on
+  // send-side completions; Spec reports byte_len only for RDMA_READ/atomics.
+  bool send_cqe_has_imm_flag_and_byte_len = false;
+  // rxe (rxe_queue.c rxe_queue_init) rounds a queue of n entries up to
+  // roundup_pow_of_two(n + 1) slots and reports one less as its capacity;
+  // the QP caps and cq->cqe written back are that real depth.
+  bool round_queues_to_power_of_two_minus_one = false;
+
+  static Personality Spec();  // IB spec behaviour; the default.
+  static Personality Rxe();   // soft-RoCE (Linux 6.1).
+  static Personality Siw();   // soft-iWARP: negative errno from posts.
+};
+
+// Device limits, reported by QueryDevice and enforced at creation time.
+struct FakeDeviceCaps {
+  int max_qp = 256;
+  int max_qp_wr = 4096;
+  int max_sge = 16;
+  uint32_t max_inline_data = 256;
+  uint64_t max_mr_size = uint64_t{1} << 40;
+  int max_mr = 4096;
+  int max_pd = 256;
+  int max_cq = 256;
+  int max_cqe = 65536;
+};
+
+// One RDMA device on the in-process fabric. Every device routes to every
+// address some device owns.
+struct FakeDeviceConfig {
+  std::string name;
+  std::vector<std::string> addresses;  // numeric IPv4 / IPv6 addresses
+  bool owns_every_address = false;     // loopback-style catch-all
+};
+
+struct FakeNicConfig {
+  uint64_t seed = 1;
+  Personality personality = Personality::Spec();
+  FakeDeviceCaps caps;
+  // Empty means one device "fake0" that owns every address.
+  std::vector<FakeDeviceConfig> devices;
+  // The device this process uses to reach remote addresses
+  // (GetContextByAddress with local=false, ResolveAddr on an unbound id);
+  // empty means the first device. It models the host's routing table.
+  std::string route_device;
+  // A blocking GetCqEvent / GetCmEvent without background progress first
+  // runs the NIC until an event arrives or it is idle; then it waits this
+  // long for another thread to make work before failing with ETIMEDOUT.
+  int idle_block_timeout_ms = 0;
+};
+
+// One observable thing the NIC did. Later work builds trace/replay on this.
+struct FakeNicEvent {
+  enum class Kind {
+    kPostSend,    // a send WR was queued (opcode: ibv_wr_opcode)
+    kPostRecv,    // a receive WR was queued
+    kPostFailed,  // a post was refused (status: positive errno)
+    kExecute,     // a send WR was carried out and its bytes moved
+    kRnrNak,      // the responder had no receive; the WR will retry
+    kCompletion,  // a CQE was added (opcode: ibv_wc_opcode)
+    kCqOverrun,   // a CQE was lost because the CQ was full
+    kQpState,     // a QP changed state (opcode: new ibv_qp_state)
+    kCmEvent,     // a CM event was queued (opcode: rdma_cm_event_type)
+    kFault,       // a fault hook fired
+  };
+  uint64_t seq = 0;
+  Kind kind = Kind::kPostSend;
+  uint32_t qp_num = 0;
+  uint64_t wr_id = 0;
+  int opcode = 0;
+  int status = 0;  // ibv_wc_status, errno or rdma_cm_event status
+  uint64_t byte_len = 0;
+  uint64_t local_addr = 0;
+  uint64_t remote_addr = 0;
+  std::string text;
+};
+
+const char* ToString(FakeNicEvent::Kind kind);
+std::string ToString(const FakeNicEvent& event);
+
+namespace fake_nic_internal {
+struct Device;
+struct Pd;
+struct Mr;
+struct CompChannel;
+struct Cq;
+struct Qp;
+struct EventChannel;
+struct CmId;
+struct CmEvent;
+struct SendWqe;
+struct Sge;
+}  // namespace fake_nic_internal
+
+class FakeNic final : public VerbsBackend {
+ public:
+  FakeNic();
+  explicit FakeNic(FakeNicConfig config);
+  ~FakeNic() override;
+  FakeNic(const FakeNic&) = delete;
+  FakeNic& operator=(const FakeNic&) = delete;
+
+  const char* Name() const override { return "fake"; }
+
+  // ---- VerbsBackend ---------------------------------------------------------
+  int GetContextByAddress(const char* addr, bool local,
+                          ibv_context** ctx) override;
+  int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
+  ibv_pd* AllocPd(ibv_context* ctx) override;
+  int DeallocPd(ibv_pd* pd) override;
+  ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
+  int DeregMr(ibv_mr* mr) override;
+  ibv_comp_channel* CreateCompChannel(ibv_context* ctx) override;
+  int DestroyCompChannel(ibv_comp_channel* channel) override;
+  ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                   ibv_comp_channel* channel, int comp_vector) override;
+  int DestroyCq(ibv_cq* cq) override;
+  int ReqNotifyCq(ibv_cq* cq, int solicited_only) override;
+  int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                 void** cq_context) override;
+  void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
+  int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
+  int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+              ibv_qp_init_attr* init_attr) override;
+  rdma_event_channel* CreateEventChannel() override;
+  void DestroyEventChannel(rdma_event_channel* channel) override;
+  int CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+               void* context) override;
+  int DestroyId(rdma_cm_id* id) override;
+  int ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
+                  int timeout_ms) override;
+  int ResolveRoute(rdma_cm_id* id, int timeout_ms) override;
+  int BindAddr(rdma_cm_id* id, const char* addr, const char* port) override;
+  int Listen(rdma_cm_id* id, int backlog) override;
+  int GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) override;
+  int AckCmEvent(rdma_cm_event* event) override;
+  int CreateQp(rdma_cm_id* id, ibv_pd* pd,
+               ibv_qp_init_attr* init_attr) override;
+  void DestroyQp(rdma_cm_id* id) override;
+  int Connect(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Accept(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Reject(rdma_cm_id* id, const void* private_data,
+             uint8_t private_data_len) override;
+  int Disconnect(rdma_cm_id* id) override;
+  int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+
+  // ---- progress -------------------------------------------------------------
+
+  // Performs one unit of work; false when there was nothing to do. CM
+  // messages go first, then QPs take turns in creation order.
+  bool Step();
+  // Steps until idle or `max_steps`; returns the number of steps taken.
+  size_t RunUntilIdle(size_t max_steps = 1000000);
+  // True when Step() would return false.
+  bool Idle();
+  // A thread that steps whenever work is pending (it sleeps on a condition
+  // variable otherwise). Blocking GetCqEvent / GetCmEvent then wait like
+  // their rdma-core counterparts.
+  void StartBackgroundProgress();
+  void StopBackgroundProgress();
+
+  // ---- observation ----------------------------------------------------------
+
+  // REQUIRES: the observer does not call back into this FakeNic (it runs
+  // with the NIC's mutex held, which is what keeps the record ordered).
+  int AddObserver(std::function<void(const FakeNicEvent&)> observer);
+  void RemoveObserver(int handle);
+
+  // ---- fault hooks ----------------------------------------------------------
+
+  // The connection of the QP `qp_num` dies: both QPs go to ERR (outstanding
+  // WRs flush) and both ids get RDMA_CM_EVENT_CONNECT_ERROR. False if no
+  // connected QP has that number.
+  bool LoseConnection(uint32_t qp_num);
+  // The next PostSend (on `qp_num`, or on any QP when 0) fails with
+  // `errno_value` (positive; the personality applies the sign), posting
+  // nothing and setting *bad_wr to the first WR.
+  void FailNextPostSend(int errno_value, uint32_t qp_num = 0);
+  // The next send WR with this wr_id (on `qp_num`, or any QP when 0) to be
+  // executed completes with `status` instead, moving no data; an error
+  // status moves the QP to ERR like a real completion error.
+  void CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
+                                uint32_t qp_num = 0);
+  // A device that is down keeps its addresses (they still resolve) but does
+  // not answer: Connect to it ends in RDMA_CM_EVENT_UNREACHABLE.
+  bool SetDeviceUp(const std::string& device_name, bool up);
+
+ private:
+  using Device = fake_nic_internal::Device;
+  using Pd = fake_nic_internal::Pd;
+  using Mr = fake_nic_internal::Mr;
+  using CompChannel = fake_nic_internal::CompChannel;
+  using Cq = fake_nic_internal::Cq;
+  using Qp = fake_nic_internal::Qp;
+  using EventChannel = fake_nic_internal::EventChannel;
+  using CmId = fake_nic_internal::CmId;
+  using CmEvent = fake_nic_internal::CmEvent;
+  using SendWqe = fake_nic_internal::SendWqe;
+  using Sge = fake_nic_internal::Sge;
+
+  struct CmWork {
+    std::string what;
+    std::function<void()> run;
+  };
+  struct PostFault {
+    int errno_value;
+    uint32_t qp_num;
+  };
+  struct StatusFault {
+    uint64_t wr_id;
+    ibv_wc_status status;
+    uint32_t qp_num;
+  };
+
+  // Everything below REQUIRES mu_ held.
+  void Record(FakeNicEvent event);
+  uint32_t NextRandom32();
+  uint32_t NewKey();
+  uint32_t NewQpNum();
+  Device* FindDevice(ibv_context* ctx);
+  Device* DeviceOwning(const std::string& addr);
+  Device* RouteDevice();
+  Pd* FindPd(ibv_pd* pd);
+  Cq* FindCq(ibv_cq* cq);
+  Qp* FindQp(ibv_qp* qp);
+  Qp* FindQpByNum(uint32_t qp_num);
+  CmId* FindId(rdma_cm_id* id);
+  EventChannel* FindEventChannel(rdma_event_channel* channel);
+  int PostErrno(int errno_value) const;
+  int RealDepth(int requested) const;
+
+  bool StepLocked();
+  bool QpHasReadyWork(Qp* qp);
+  bool HasReadyWork();
+  void ExecuteOrFlushOne(Qp* qp);
+  void ExecuteSendWqe(Qp* qp);
+  void CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                    uint32_t byte_len);
+  bool LocalSgesOk(Qp* qp, const std::vector<Sge>& sges, int needed_access);
+  bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
+                  int needed_access);
+  void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
+  void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
+  void WakeWaiters();
+  int BlockUntil(std::unique_lock<std::mutex>& lock,
+                 const std::function<bool()>& ready, const char* what);
+
+  void QueueCmWork(std::string what, std::function<void()> run);
+  void DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type, int status,
+                      const void* private_data, size_t private_data_len,
+                      uint64_t listen_handle, uint32_t remote_qp_num);
+  void DetachFromPeer(Qp* qp);
+  void SetLocalAddress(CmId* id, Device* device, const std::string& addr,
+                       uint16_t port);
+  int CmFail(int errno_value);
+
+  const FakeNicConfig config_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;   // background thread: work may exist
+  std::condition_variable event_cv_;  // blocked getters: an event may exist
+  uint64_t rng_state_;
+  uint64_t next_seq_ = 1;
+  uint64_t next_handle_ = 1;
+  size_t qp_cursor_ = 0;
+  int next_observer_ = 1;
+  uint16_t next_ephemeral_port_ = 40000;
+
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::map<const void*, std::unique_ptr<Pd>> pds_;
+  std::map<const void*, std::unique_ptr<Mr>> mrs_;
+  std::map<uint32_t, Mr*> mrs_by_lkey_;
+  std::map<uint32_t, Mr*> mrs_by_rkey_;
+  std::map<const void*, std::unique_ptr<CompChannel>> comp_channels_;
+  std::map<const void*, std::unique_ptr<Cq>> cqs_;
+  std::map<const void*, std::unique_ptr<Qp>> qps_;
+  std::map<uint32_t, Qp*> qps_by_num_;
+  std::vector<Qp*> qp_order_;  // creation order: the scheduler's turn order
+  std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;
+  std::map<const void*, std::unique_ptr<CmId>> ids_;
+  std::map<uint64_t, CmId*> ids_by_handle_;
+  std::map<std::string, uint64_t> bound_;  // "addr|port" -> id handle
+  std::map<const void*, std::unique_ptr<CmEvent>> outstanding_events_;
+  std::deque<CmWork> cm_work_;
+  std::map<int, std::function<void(const FakeNicEvent&)>> observers_;
+  std::vector<PostFault> post_faults_;
+  std::vector<StatusFault> status_faults_;
+
+  bool background_running_ = false;
+  bool stop_background_ = false;
+  std::thread background_;
+};
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_MOCK_FAKE_NIC_H_

@@ -1,0 +1,193 @@
+// fake_nic_internal.h: the objects behind the rdma-core handles FakeNic hands
+// out. Private to mock/fake_nic*.cc.
+//
+// Each object embeds the rdma-core struct it stands for (`base`) and FakeNic
+// finds the object again through a map keyed by &base, so a foreign or stale
+// pointer is detected rather than cast.
+//
+// Example:
+//   Qp* qp = FindQp(ibv_qp_pointer);   // nullptr if not ours
+
+#ifndef RPMA_HARNESS_MOCK_FAKE_NIC_INTERNAL_H_
+#define RPMA_HARNESS_MOCK_FAKE_NIC_INTERNAL_H_
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <rdma/rdma_cma.h>
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mock/fake_nic.h"
+
+namespace rpma_harness {
+namespace fake_nic_internal {
+
+struct Device {
+  ibv_device device;  // ibv_context::device points here
+  ibv_context context;
+  FakeDeviceConfig config;
+  bool up = true;
+  int num_pds = 0;
+  int num_cqs = 0;
+  int num_qps = 0;
+  int num_mrs = 0;
+};
+
+struct Pd {
+  ibv_pd base;
+  Device* device = nullptr;
+  int num_users = 0;  // MRs and QPs
+};
+
+struct Mr {
+  ibv_mr base;
+  Pd* pd = nullptr;
+  int access = 0;
+};
+
+// A pending event is counted on the fd (an eventfd in semaphore mode) so the
+// user can poll() it, and queued here so GetCqEvent knows which CQ it is.
+struct CompChannel {
+  ibv_comp_channel base;
+  Device* device = nullptr;
+  std::deque<Cq*> pending;
+  int num_cqs = 0;
+};
+
+struct Cq {
+  ibv_cq base;
+  Device* device = nullptr;
+  CompChannel* channel = nullptr;
+  int depth = 0;
+  std::deque<ibv_wc> entries;
+  bool armed = false;
+  bool armed_solicited_only = false;
+  bool overrun = false;
+  unsigned int events_delivered = 0;
+  unsigned int events_acked = 0;
+  int num_qps = 0;
+};
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  unsigned int send_flags = 0;
+  uint32_t imm_data = 0;  // network byte order, as posted
+  std::vector<Sge> sges;
+  bool is_inline = false;
+  std::vector<uint8_t> inline_data;  // copied at post time
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  bool signaled = false;
+  // RNR state: attempts made so far and whether the WR is parked until the
+  // responder posts a receive (rnr_retry == 7).
+  bool rnr_started = false;
+  int rnr_retries_left = 0;
+  bool waiting_for_receive = false;
+  uint64_t total_length() const;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  std::vector<Sge> sges;
+};
+
+struct Qp {
+  ibv_qp base;
+  Device* device = nullptr;
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  ibv_qp_cap cap{};
+  bool sq_sig_all = false;
+  std::deque<SendWqe> sq;
+  std::deque<RecvWqe> rq;
+  Qp* peer = nullptr;
+  CmId* id = nullptr;
+  uint8_t rnr_retry = 7;
+  uint8_t retry_cnt = 7;
+  uint8_t min_rnr_timer = 0;
+  uint32_t dest_qp_num = 0;
+};
+
+struct EventChannel {
+  rdma_event_channel base;
+  std::deque<CmEvent*> queue;  // owned by FakeNic::outstanding_events_
+  int num_ids = 0;
+};
+
+enum class CmState {
+  kIdle,
+  kAddrBound,      // BindAddr done
+  kAddrResolved,   // ResolveAddr done
+  kRouteResolved,  // ResolveRoute done
+  kListening,
+  kConnecting,       // Connect sent, no answer yet
+  kRequestReceived,  // passive id created by a CONNECT_REQUEST
+  kAccepted,         // passive: Accept sent, RTU not yet seen
+  kConnected,
+  kDisconnected,
+  kRejected,
+};
+
+struct CmId {
+  rdma_cm_id base;
+  uint64_t handle = 0;
+  EventChannel* channel = nullptr;
+  Device* device = nullptr;
+  CmState state = CmState::kIdle;
+  std::string local_addr;
+  uint16_t local_port = 0;
+  std::string remote_addr;
+  uint16_t remote_port = 0;
+  std::string bound_key;  // key in FakeNic::bound_, if bound
+  uint64_t peer_handle = 0;
+  uint64_t listener_handle = 0;
+  Qp* qp = nullptr;
+  // What the REQ carried (passive) or what we sent (active): librdmacm/IB CM
+  // derive both QPs' retry counts from these (drivers/infiniband/core/cm.c,
+  // cm_req_handler / cm_rep_handler).
+  uint8_t req_retry_count = 7;
+  uint8_t req_rnr_retry_count = 7;
+  bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
+  int unacked_events = 0;
+};
+
+struct CmEvent {
+  rdma_cm_event base;
+  std::vector<uint8_t> private_data;
+  uint64_t counted_on = 0;  // handle of the id whose unacked_events counts it
+};
+
+// Parses a numeric IPv4/IPv6 address into its canonical text form; sets
+// *wildcard for 0.0.0.0 / ::. False if `text` is not an address.
+bool ParseAddress(const char* text, std::string* normalized, bool* wildcard);
+
+// Event fds (eventfd, semaphore mode): one count per pending event.
+void SignalFd(int fd);
+void ConsumeFd(int fd);  // REQUIRES: the count is positive (never blocks)
+
+// Names for logs and FakeNicEvent::text. Our own tables: the fake must not
+// call into libibverbs / librdmacm (ibv_wc_status_str, rdma_event_str).
+const char* WcStatusName(int status);
+const char* WcOpcodeName(int opcode);
+const char* WrOpcodeName(int opcode);
+const char* QpStateName(int state);
+const char* CmEventName(int event);
+
+}  // namespace fake_nic_internal
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_MOCK_FAKE_NIC_INTERNAL_H_
