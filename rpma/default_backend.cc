@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "mock/fake_nic.h"
 #include "verbs_backend/rdma_core_backend.h"
 #include "verbs_backend/unavailable_backend.h"
 
@@ -13,8 +14,12 @@ std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
     return std::make_shared<RdmaCoreBackend>();
   }
   if (value == nullptr || std::strcmp(value, "fake") == 0) {
-    return std::make_shared<UnavailableBackend>(
-        "the fake NIC is not wired in yet");
+    // A program written like a real librpma client or server blocks in
+    // rpma_cq_wait / rpma_conn_next_event, so the default NIC makes progress
+    // on its own thread.
+    auto nic = std::make_shared<FakeNic>();
+    nic->StartBackgroundProgress();
+    return nic;
   }
   return std::make_shared<UnavailableBackend>(
       std::string("RPMA_HARNESS_BACKEND='") + value +
