@@ -3,7 +3,7 @@
 // fake_nic_cm.cc).
 //
 // Every behaviour the fake decides is cited beside the code: an rdma-core man
-// page, an InfiniBand Architecture Specification (IBA, vol. 1) section, or the
+// page, an InfiniBand Architecture Specification (vol. 1) rule, or the
 // Linux soft-RoCE driver (drivers/infiniband/sw/rxe/*.c).
 //
 // Example:
@@ -144,8 +144,7 @@ FakeNic::~FakeNic() {
   for (auto& [key, channel] : event_channels_) close(channel->base.fd);
 }
 
-// ---- helpers (REQUIRE mu_)
-// ---------------------------------------------------
+// ---- helpers (REQUIRE mu_) --------------------------------------------------
 
 void FakeNic::Record(FakeNicEvent event) {
   event.seq = next_seq_++;
@@ -178,8 +177,8 @@ uint32_t FakeNic::NewKey() {
   }
 }
 
-// QP numbers are 24 bits; 0 and 1 are the special QPs (IBA 10.2.4.5 (QP0 and
-// QP1)), never handed out for an RC QP.
+// QP numbers are 24 bits; 0 and 1 are the special QPs (QP0 for the SMI, QP1
+// for the GSI), never handed out for an RC QP.
 uint32_t FakeNic::NewQpNum() {
   while (true) {
     const uint32_t num = NextRandom32() & 0xffffff;
@@ -239,8 +238,7 @@ void FakeNic::SetQpState(Qp* qp, ibv_qp_state state, const char* why) {
   Record(std::move(event));
 }
 
-// ---- devices
-// ------------------------------------------------------------------
+// ---- devices ----------------------------------------------------------------
 
 int FakeNic::GetContextByAddress(const char* addr, bool local,
                                  ibv_context** ctx) {
@@ -290,8 +288,7 @@ int FakeNic::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
   return 0;
 }
 
-// ---- protection domains and memory regions
-// -------------------------------------
+// ---- protection domains and memory regions ----------------------------------
 
 ibv_pd* FakeNic::AllocPd(ibv_context* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -377,8 +374,7 @@ int FakeNic::DeregMr(ibv_mr* mr) {
   return 0;
 }
 
-// ---- completion queues
-// -----------------------------------------------------------
+// ---- completion queues ------------------------------------------------------
 
 ibv_comp_channel* FakeNic::CreateCompChannel(ibv_context* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -473,7 +469,9 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
 
 // ibv_req_notify_cq(3): arms the CQ for exactly one event, raised when the
 // next CQE is added (CQEs already queued do not raise one). With
-// solicited_only, only solicited or error CQEs raise it (IBA 11.4.2.2).
+// solicited_only, only solicited CQEs raise it; error CQEs count as
+// solicited (rxe_resp.c posts completions that have no packet, such as
+// flushes, as solicited).
 int FakeNic::ReqNotifyCq(ibv_cq* cq, int solicited_only) {
   std::lock_guard<std::mutex> lock(mu_);
   Cq* c = FindCq(cq);
@@ -521,9 +519,11 @@ void FakeNic::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
   c->events_acked += nevents;
 }
 
-// ibv_poll_cq(3): a negative value on error. An overrun CQ is in error
-// (IBA 11.4.2.1 / 11.6.3: CQ overrun is an affiliated asynchronous error,
-// IBV_EVENT_CQ_ERR) and stays so: every later poll returns -EOVERFLOW.
+// ibv_poll_cq(3): a negative value on error. A CQ overrun loses the CQE and
+// raises the asynchronous IBV_EVENT_CQ_ERR on real NICs (rxe_cq.c
+// rxe_cq_post: queue full -> IB_EVENT_CQ_ERR, -EBUSY), which a program
+// polling the CQ would never notice; the fake keeps the CQ in error instead,
+// so every later poll returns -EOVERFLOW.
 int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   std::lock_guard<std::mutex> lock(mu_);
   Cq* c = FindCq(cq);
@@ -570,8 +570,7 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& wc, bool solicited) {
   }
 }
 
-// ---- data path: posting
-// -------------------------------------------------------
+// ---- data path: posting -----------------------------------------------------
 
 int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -601,7 +600,8 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   }
   // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
   // sends with EINVAL. A QP in ERR accepts them and completes them with
-  // IBV_WC_WR_FLUSH_ERR (IBA 10.3.1 / C10-42; rxe only refuses state < RTS).
+  // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
+  // QP in Error state" fix; rxe only refuses state < RTS).
   if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR) {
     return refuse(wr, EINVAL, "qp not in RTS");
   }
@@ -655,7 +655,8 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       }
     }
     if (IsAtomic(op)) {
-      // IBA 9.4.5: atomics operate on one 64-bit quantity.
+      // Atomics operate on one 64-bit quantity (ibv_post_send(3): the local
+      // SGE receives the original 8-byte value).
       if (w->num_sge != 1 || length != 8) {
         return refuse(w, EINVAL, "atomic needs one 8-byte SGE");
       }
@@ -672,7 +673,8 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (q->sq.size() >= q->cap.max_send_wr) {
       return refuse(w, ENOMEM, "send queue full");
     }
-    // IBA 10.7.3.1: completion only if signaled or sq_sig_all.
+    // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): a success
+    // completion only if the WR is signaled or the QP has sq_sig_all.
     wqe.signaled = q->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED);
     FakeNicEvent event;
     event.kind = FakeNicEvent::Kind::kPostSend;
@@ -706,10 +708,10 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     Record(std::move(event));
     return PostErrno(err);
   };
-  // ibv_post_recv(3) / IBA 10.3.1: receives may be posted from INIT on (so
-  // they are ready before the peer's first send); in RESET they are refused
-  // (rxe_verbs.c rxe_post_recv: state < INIT is EINVAL). In ERR they are
-  // accepted and flushed (IBA C10-42).
+  // Receives may be posted from INIT on, so they are ready before the peer's
+  // first send; in RESET they are refused (rxe_verbs.c rxe_post_recv:
+  // state < INIT is EINVAL). In ERR they are accepted and flushed (IB spec
+  // C10-42; rdmavt's "post receive for QP in ERR state" fix).
   if (q->base.state == IBV_QPS_RESET) {
     return refuse(wr, EINVAL, "qp in RESET");
   }
@@ -771,12 +773,12 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
   return 0;
 }
 
-// ---- data path: execution
-// --------------------------------------------------------
+// ---- data path: execution ---------------------------------------------------
 
 namespace {
 
-// Responder-side states that accept requests: RTR and RTS (IBA 10.3.1).
+// Responder-side states that accept requests: RTR and RTS (a QP's receive
+// side works from RTR on; INIT, ERR and RESET drop incoming packets).
 bool CanRespond(const ibv_qp& qp) {
   return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS;
 }
@@ -832,7 +834,7 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
     ExecuteSendWqe(qp);
     return;
   }
-  // IBA 10.3.1 (Error state) / C10-42: outstanding and later WRs complete
+  // Error state (IB spec C10-42): outstanding and later WRs complete
   // with IBV_WC_WR_FLUSH_ERR, send queue first, in posting order. The
   // opcode is undefined for error CQEs (ibv_poll_cq(3)); we report the
   // WR's own opcode so traces stay readable.
@@ -855,7 +857,7 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
 
 void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                            uint32_t byte_len) {
-  // IBA 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
+  // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
   // always generated, even for an unsignaled WR.
   if (!wqe.signaled && status == IBV_WC_SUCCESS) return;
   ibv_wc wc;
@@ -894,8 +896,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     event.text = why;
     Record(std::move(event));
     CompleteSend(qp, wqe, status, 0);
-    // A completion error moves the QP to ERR (IBA 10.8.3.x; rxe_comp.c
-    // COMPST_ERROR calls rxe_qp_error); the rest of the queue then flushes.
+    // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
+    // do_complete, then rxe_qp_error); the rest of the queue then flushes.
     if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
   };
 
@@ -921,10 +923,11 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     }
   }
 
-  // Local protection (IBA 10.6.3.1 / C10-?? ; ibv_poll_cq(3) LOC_PROT_ERR):
-  // every SGE must name a live MR of this QP's PD, lie inside it, and a
-  // destination the NIC writes (RDMA_READ, atomic result) needs
-  // LOCAL_WRITE. Inline data was copied at post time: nothing to check.
+  // Local protection (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR; rxe copy_data
+  // fails the same way): every non-empty SGE must name a live MR of this
+  // QP's PD and lie inside it, and a destination the NIC writes (RDMA_READ
+  // data, atomic result) needs LOCAL_WRITE. Inline data was copied at post
+  // time: nothing to check.
   const bool local_is_destination =
       head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode);
   if (!head.is_inline &&
@@ -936,7 +939,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
 
   // The responder must exist and answer; a QP that is gone, in ERR or not
   // yet RTR drops requests, so the requester exhausts its transport retries
-  // (IBA 9.7.6.1.3; rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR).
+  // (rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR).
   // The retries are not modelled as separate steps.
   Qp* responder = qp->peer;
   if (responder == nullptr || !CanRespond(responder->base)) {
@@ -944,10 +947,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
 
-  // Receiver not ready (IBA 9.7.5.2.8, C9-?: RNR NAK). rnr_retry 7 means
-  // retry forever (IBA 12.7.38 / rxe_comp.c: "if (rnr_retry != 7)
-  // rnr_retry--"); otherwise the (rnr_retry + 1)-th NAK completes the WR with
-  // IBV_WC_RNR_RETRY_EXC_ERR. Each attempt is one Step().
+  // Receiver not ready: the responder answers with an RNR NAK and the
+  // requester retries. rnr_retry 7 means retry forever (IB spec; rxe_comp.c
+  // COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
+  // that finds no retries left completes the WR with
+  // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
+  // attempt is one Step(); the RNR timer is not modelled.
   if (NeedsReceive(head.opcode) && responder->rq.empty()) {
     if (!head.rnr_started) {
       head.rnr_started = true;
@@ -988,8 +993,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   executed.remote_addr = wqe.remote_addr;
 
   // A responder-detected error NAKs the request: the requester completes
-  // with `requester_status`, and the responder QP goes to ERR too (IBA
-  // 9.9.3 responder class B/C errors; rxe_resp.c do_class_ac_error).
+  // with `requester_status`, and the responder QP goes to ERR too (rxe_resp.c
+  // do_class_ac_error sets resp.goto_error, then rxe_qp_error).
   auto nak = [&](ibv_wc_status requester_status, const char* why) {
     executed.status = requester_status;
     executed.text = why;
@@ -1042,14 +1047,17 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
         // The responder cannot write its own buffer: its receive completes
         // with LOC_PROT_ERR and the requester sees a remote operational
-        // error (IBA 9.9.3.1.2 / rxe_resp.c: NAK "remote operational error").
+        // error (rxe_resp.c: a malformed receive WQE NAKs with "remote
+        // operational error").
         respond_cqe(recv, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0);
         nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
         return;
       }
       if (length > capacity) {
-        // IBA 9.9.3.1.2 / rxe_resp.c check_length: the responder completes the
-        // receive with LOC_LEN_ERR, the requester gets an Invalid Request NAK.
+        // rxe_resp.c (send_data_in -ENOSPC -> RESPST_ERR_LENGTH): the
+        // responder completes the receive with LOC_LEN_ERR and NAKs with
+        // "invalid request", which the requester reports as REM_INV_REQ_ERR
+        // (rxe_comp.c check_ack AETH_NAK_INVALID_REQ).
         respond_cqe(recv, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
         nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
         return;
@@ -1070,7 +1078,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     }
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: {
-      // IBA C9-88 / rxe_resp.c check_rkey: a zero-length RDMA is not
+      // IB spec C9-88 / rxe_resp.c check_rkey: a zero-length RDMA is not
       // required to carry a valid R_Key or VA, so they are not checked.
       if (length > 0) {
         if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
@@ -1106,7 +1114,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
         const auto* src = reinterpret_cast<const uint8_t*>(wqe.remote_addr);
         size_t offset = 0;
         for (const Sge& sge : wqe.sges) {
-          memcpy(reinterpret_cast<void*>(sge.addr), src + offset, sge.length);
+          // memmove: in loopback, source and destination may overlap.
+          memmove(reinterpret_cast<void*>(sge.addr), src + offset, sge.length);
           offset += sge.length;
         }
       }
@@ -1116,8 +1125,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     }
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
-      // IBA 9.4.5: the target must be naturally aligned (else Invalid
-      // Request NAK) and the MR must allow REMOTE_ATOMIC.
+      // The target must be 8-byte aligned (rxe_resp.c: misaligned atomic ->
+      // "invalid request" NAK) and the MR must allow REMOTE_ATOMIC.
       if (wqe.remote_addr % 8 != 0) {
         nak(IBV_WC_REM_INV_REQ_ERR, "misaligned atomic");
         return;
@@ -1162,7 +1171,7 @@ bool FakeNic::LocalSgesOk(Qp* qp, const std::vector<Sge>& sges,
   return true;
 }
 
-// IBA 10.6.3.2 / rxe_resp.c check_rkey: the R_Key must name a live MR of
+// rxe_resp.c check_rkey: the R_Key must name a live MR of
 // the responder QP's PD that grants `needed_access` over the whole range.
 bool FakeNic::RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr,
                          uint64_t length, int needed_access) {
@@ -1173,8 +1182,7 @@ bool FakeNic::RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr,
          InsideMr(mr->base, addr, length);
 }
 
-// ---- progress
-// -----------------------------------------------------------------
+// ---- progress ---------------------------------------------------------------
 
 bool FakeNic::Step() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -1255,8 +1263,7 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
   return 0;
 }
 
-// ---- observation and faults
-// ----------------------------------------------------
+// ---- observation and faults -------------------------------------------------
 
 int FakeNic::AddObserver(std::function<void(const FakeNicEvent&)> observer) {
   std::lock_guard<std::mutex> lock(mu_);

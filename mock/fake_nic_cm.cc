@@ -6,8 +6,8 @@
 // stop between "the server accepted" and "the client saw ESTABLISHED".
 // Event semantics follow rdma_cm(7), rdma_get_cm_event(3) and the kernel's
 // drivers/infiniband/core/{cma,cm}.c; private-data limits are those of
-// RDMA_PS_TCP over IB (REQ 56, REP 196, REJ 148 bytes: IBA 12.6 message
-// sizes minus the 36-byte rdma_cm header on the REQ).
+// RDMA_PS_TCP over IB (include/rdma/ib_cm.h: REQ 92 bytes minus the 36-byte
+// rdma_cm header cma.c prepends = 56, REP 196, REJ 148).
 //
 // Example (active side):
 //   nic.CreateId(nullptr, &id, nullptr);             // synchronous id
@@ -60,14 +60,14 @@ bool ParseAddress(const char* text, std::string* normalized, bool* wildcard) {
 
 namespace {
 
-// librdmacm (librdmacm/cma.c) caps private data at the IB CM message's
-// private-data size, minus the rdma_cm header for a REQ on RDMA_PS_TCP.
+// The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
+// rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).
 constexpr size_t kMaxConnectPrivateData = 56;
 constexpr size_t kMaxAcceptPrivateData = 196;
 constexpr size_t kMaxRejectPrivateData = 148;
 
-// IB CM reject reasons (IBA 12.6.7.2, Table 112), delivered as
-// rdma_cm_event.status of RDMA_CM_EVENT_REJECTED.
+// IB CM reject reasons (include/rdma/ib_cm.h enum ib_cm_rej_reason),
+// delivered as rdma_cm_event.status of RDMA_CM_EVENT_REJECTED.
 constexpr int kRejectInvalidServiceId = 8;  // no listener on that port
 constexpr int kRejectConsumer = 28;         // rdma_reject by the peer
 
@@ -105,8 +105,7 @@ std::string BoundKey(const std::string& addr, uint16_t port) {
 
 }  // namespace
 
-// ---- addresses
-// ----------------------------------------------------------------
+// ---- addresses --------------------------------------------------------------
 
 FakeNic::Device* FakeNic::DeviceOwning(const std::string& addr) {
   for (auto& device : devices_) {
@@ -136,8 +135,7 @@ int FakeNic::CmFail(int errno_value) {
   return -1;
 }
 
-// ---- event channels
-// -----------------------------------------------------------
+// ---- event channels ---------------------------------------------------------
 
 rdma_event_channel* FakeNic::CreateEventChannel() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -244,6 +242,7 @@ int FakeNic::GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) {
   CmEvent* e = ch->queue.front();
   ch->queue.pop_front();
   fake_nic_internal::ConsumeFd(ch->base.fd);
+  e->got = true;
   auto it = ids_by_handle_.find(e->counted_on);
   if (it != ids_by_handle_.end()) it->second->unacked_events++;
   *event = &e->base;
@@ -253,15 +252,18 @@ int FakeNic::GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) {
 int FakeNic::AckCmEvent(rdma_cm_event* event) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = outstanding_events_.find(event);
-  if (it == outstanding_events_.end()) return CmFail(EINVAL);
+  // Only an event handed out by GetCmEvent can be acked (a queued one is
+  // still the channel's).
+  if (it == outstanding_events_.end() || !it->second->got) {
+    return CmFail(EINVAL);
+  }
   auto id = ids_by_handle_.find(it->second->counted_on);
   if (id != ids_by_handle_.end()) id->second->unacked_events--;
   outstanding_events_.erase(it);
   return 0;
 }
 
-// ---- ids
-// ------------------------------------------------------------------------
+// ---- ids --------------------------------------------------------------------
 
 int FakeNic::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
                       void* context) {
@@ -501,8 +503,7 @@ int FakeNic::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return 0;
 }
 
-// ---- QPs on ids
-// -------------------------------------------------------------------
+// ---- QPs on ids -------------------------------------------------------------
 
 // rdma_create_qp(3): an RC QP on the id's device, left in INIT (the CM moves
 // it to RTR/RTS during the handshake). The caps actually granted are written
@@ -609,8 +610,7 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   qps_.erase(&qp->base);
 }
 
-// ---- the handshake
-// ----------------------------------------------------------------
+// ---- the handshake ----------------------------------------------------------
 
 // rdma_connect(3): sends a REQ. A synchronous id would block here in
 // librdmacm; VerbsBackend users migrate ids to a channel first (as librpma
@@ -667,7 +667,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     }
     if (listener == nullptr) {
       // No listener on the service id: the IB CM answers with a REJ,
-      // reason 8 "invalid service ID" (IBA 12.6.7.2).
+      // reason 8, IB_CM_REJ_INVALID_SERVICE_ID.
       active->state = CmState::kRejected;
       DeliverCmEvent(handle, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId,
                      nullptr, 0, 0, 0);
@@ -786,7 +786,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   return 0;
 }
 
-// rdma_reject(3): a REJ with reason 28 "consumer reject" (IBA 12.6.7.2);
+// rdma_reject(3): a REJ with reason 28, IB_CM_REJ_CONSUMER_DEFINED;
 // the active side sees REJECTED with that status and the private data.
 int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
                     uint8_t private_data_len) {

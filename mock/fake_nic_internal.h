@@ -169,6 +169,7 @@ struct CmEvent {
   rdma_cm_event base;
   std::vector<uint8_t> private_data;
   uint64_t counted_on = 0;  // handle of the id whose unacked_events counts it
+  bool got = false;         // handed out by GetCmEvent, awaiting AckCmEvent
 };
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets

@@ -258,8 +258,7 @@ class FakeNicTest : public ::testing::Test {
   ibv_send_wr wr_{};
 };
 
-// ---- posting rules
-// ---------------------------------------------------------------
+// ---- posting rules ----------------------------------------------------------
 
 TEST_F(FakeNicTest, PostSendOnQpNotInRtsFailsWithEinval) {
   PrepareHosts();
@@ -426,8 +425,7 @@ TEST_F(FakeNicTest, PostSendOnErrQpCompletesWithFlushErr) {
   EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
 }
 
-// ---- local protection
-// -------------------------------------------------------------
+// ---- local protection -------------------------------------------------------
 
 TEST_F(FakeNicTest, BadLkeyCompletesWithLocProtErrAndFlushesTheRest) {
   ConnectHosts();
@@ -523,8 +521,7 @@ TEST_F(FakeNicTest, LkeyAndRkeyAreDistinct) {
   EXPECT_NE(client_.mr->rkey, server_.mr->rkey);
 }
 
-// ---- remote access
-// ---------------------------------------------------------------
+// ---- remote access ----------------------------------------------------------
 
 TEST_F(FakeNicTest, BadRkeyCompletesWithRemAccessErrAndResponderGoesToErr) {
   ConnectHosts();
@@ -680,8 +677,7 @@ TEST_F(FakeNicTest, AtomicsFetchAddAndCompareSwap) {
   EXPECT_EQ(value, 7u);
 }
 
-// ---- receive-not-ready
-// ---------------------------------------------------------
+// ---- receive-not-ready ------------------------------------------------------
 
 TEST_F(FakeNicTest, WriteWithImmWithoutReceiveRetriesThenRnrRetryExcErr) {
   QpOptions options;
@@ -741,8 +737,7 @@ TEST_F(FakeNicTest, PlainWriteDoesNotConsumeAReceive) {
   EXPECT_EQ(PollAll(server_.cq).at(0).wr_id, 5u);
 }
 
-// ---- completions
-// -----------------------------------------------------------------
+// ---- completions ------------------------------------------------------------
 
 TEST_F(FakeNicTest, UnsignaledSuccessHasNoRequesterCompletion) {
   ConnectHosts();
@@ -928,8 +923,7 @@ TEST_F(FakeNicTest, DestroyCqWithUnackedEventFailsWithEbusy) {
   EXPECT_EQ(nic_->DestroyCq(client_.cq), 0);
 }
 
-// ---- connection management
-// --------------------------------------------------------
+// ---- connection management --------------------------------------------------
 
 TEST_F(FakeNicTest, ConnectionMovesBothQpsToRts) {
   ConnectHosts();
@@ -1178,8 +1172,217 @@ TEST_F(FakeNicTest, CmChannelFdIsReadableWhileAnEventIsQueued) {
   EXPECT_EQ(errno, EAGAIN);
 }
 
-// ---- determinism
-// -----------------------------------------------------------------
+TEST_F(FakeNicTest, AckCmEventTwiceFailsWithEinval) {
+  PrepareHosts();
+  SendConnect();
+  rdma_cm_event* event = nullptr;
+  ASSERT_EQ(nic_->GetCmEvent(server_.cm_channel, &event), 0);
+  EXPECT_EQ(nic_->AckCmEvent(event), 0);
+  EXPECT_EQ(nic_->AckCmEvent(event), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(FakeNicTest, MigrateIdMovesQueuedEvents) {
+  PrepareHosts();
+  rdma_event_channel* other = nic_->CreateEventChannel();
+  SendConnect();
+  TakeConnectRequest();
+  SendAccept();
+  nic_->Step();  // REP: ESTABLISHED queued on the client's channel
+  ASSERT_EQ(nic_->MigrateId(client_.id, other), 0);
+  pollfd pfd = {client_.cm_channel->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  AckEvent(ExpectCmEvent(other, RDMA_CM_EVENT_ESTABLISHED));
+  EXPECT_EQ(client_.id->channel, other);
+}
+
+TEST_F(FakeNicTest, ConnectOnSynchronousIdFailsWithEinval) {
+  PrepareHosts();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(nic_->CreateId(nullptr, &id, nullptr), 0);
+  ASSERT_EQ(nic_->ResolveAddr(id, kServerAddr, kPort, 1000), 0);
+  ASSERT_EQ(nic_->ResolveRoute(id, 1000), 0);
+  ibv_qp_init_attr attr = InitAttr(client_);
+  ASSERT_EQ(nic_->CreateQp(id, client_.pd, &attr), 0);
+  EXPECT_EQ(nic_->Connect(id, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  nic_->DestroyQp(id);
+  EXPECT_EQ(nic_->DestroyId(id), 0);
+}
+
+TEST_F(FakeNicTest, CreateQpWithPdOfAnotherDeviceFailsWithEinval) {
+  FakeNicConfig config;
+  config.devices = {{"client0", {"10.0.0.2"}, false},
+                    {"server0", {kServerAddr}, false}};
+  MakeNic(config);
+  PrepareHosts();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(nic_->CreateId(nullptr, &id, nullptr), 0);
+  ASSERT_EQ(nic_->ResolveAddr(id, kServerAddr, kPort, 1000), 0);
+  ibv_qp_init_attr attr = InitAttr(server_);
+  EXPECT_EQ(nic_->CreateQp(id, server_.pd, &attr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(nic_->DestroyId(id), 0);
+}
+
+TEST_F(FakeNicTest, DestroyingAConnectedIdDisconnectsThePeer) {
+  ConnectHosts();
+  nic_->DestroyQp(server_.id);
+  ASSERT_EQ(nic_->DestroyId(server_.id), 0);
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  EXPECT_EQ(State(client_.qp), IBV_QPS_ERR);
+}
+
+TEST_F(FakeNicTest, WriteToADestroyedPeerQpCompletesWithRetryExcErr) {
+  ConnectHosts();
+  nic_->DestroyQp(server_.id);
+  ASSERT_EQ(Write(1, 8, 0), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_RETRY_EXC_ERR);
+}
+
+TEST_F(FakeNicTest, ReceivePostedInInitIsConsumedAfterEstablish) {
+  PrepareHosts();
+  SendConnect();
+  TakeConnectRequest();
+  ASSERT_EQ(State(server_.qp), IBV_QPS_INIT);
+  ASSERT_EQ(PostRecv(server_, 41, 0, 8), 0);
+  SendAccept();
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+  ASSERT_EQ(Write(1, 8, 0, IBV_WR_RDMA_WRITE_WITH_IMM), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(server_.cq).at(0).wr_id, 41u);
+}
+
+TEST_F(FakeNicTest, ListenAndConnectOverIpv6) {
+  ibv_context* ctx = nullptr;
+  ASSERT_EQ(nic_->GetContextByAddress("fd00::1", true, &ctx), 0);
+  rdma_event_channel* channel = nic_->CreateEventChannel();
+  rdma_cm_id* listen = nullptr;
+  rdma_cm_id* active = nullptr;
+  ASSERT_EQ(nic_->CreateId(channel, &listen, nullptr), 0);
+  ASSERT_EQ(nic_->BindAddr(listen, "fd00::1", "7300"), 0);
+  EXPECT_EQ(listen->route.addr.src_addr.sa_family, AF_INET6);
+  ASSERT_EQ(nic_->Listen(listen, 1), 0);
+  ASSERT_EQ(nic_->CreateId(channel, &active, nullptr), 0);
+  ASSERT_EQ(nic_->ResolveAddr(active, "fd00:0::1", "7300", 0), 0);
+  AckEvent(ExpectCmEvent(channel, RDMA_CM_EVENT_ADDR_RESOLVED));
+  ASSERT_EQ(nic_->ResolveRoute(active, 0), 0);
+  AckEvent(ExpectCmEvent(channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  EXPECT_EQ(ntohs(active->route.addr.dst_sin6.sin6_port), 7300);
+  ibv_pd* pd = nic_->AllocPd(ctx);
+  ibv_cq* cq = nic_->CreateCq(ctx, 4, nullptr, nullptr, 0);
+  ibv_qp_init_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.send_cq = cq;
+  attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap = {1, 1, 1, 1, 0};
+  ASSERT_EQ(nic_->CreateQp(active, pd, &attr), 0);
+  ASSERT_EQ(nic_->Connect(active, nullptr), 0);
+  rdma_cm_event* event = ExpectCmEvent(channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->id->route.addr.src_addr.sa_family, AF_INET6);
+  AckEvent(event);
+}
+
+TEST_F(FakeNicTest, StepExecutesOneWrAtATime) {
+  ConnectHosts();
+  memcpy(client_.buf.data(), "AAAA", 4);
+  ASSERT_EQ(Write(1, 4, IBV_SEND_SIGNALED), 0);
+  ASSERT_EQ(
+      PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 2, client_, 0, 4,
+               RemoteAddr(server_, 8), server_.mr->rkey, IBV_SEND_SIGNALED),
+      0);
+  EXPECT_FALSE(nic_->Idle());
+  ASSERT_TRUE(nic_->Step());
+  EXPECT_EQ(memcmp(server_.buf.data(), "AAAA", 4), 0);
+  EXPECT_NE(memcmp(server_.buf.data() + 8, "AAAA", 4), 0);
+  EXPECT_EQ(PollAll(client_.cq).size(), 1u);
+  ASSERT_TRUE(nic_->Step());
+  EXPECT_EQ(memcmp(server_.buf.data() + 8, "AAAA", 4), 0);
+  EXPECT_FALSE(nic_->Step());
+  EXPECT_TRUE(nic_->Idle());
+}
+
+TEST_F(FakeNicTest, SolicitedOnlyArmIgnoresUnsolicitedCompletions) {
+  ConnectHosts();
+  pollfd pfd = {server_.comp_channel->fd, POLLIN, 0};
+  ASSERT_EQ(nic_->ReqNotifyCq(server_.cq, /*solicited_only=*/1), 0);
+  ASSERT_EQ(PostRecv(server_, 1, 0, 64), 0);
+  ASSERT_EQ(PostRecv(server_, 2, 0, 64), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 8, 0, 0, 0), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 2, client_, 0, 8, 0, 0,
+                     IBV_SEND_SOLICITED),
+            0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(poll(&pfd, 1, 0), 1);
+}
+
+TEST_F(FakeNicTest, SendWithoutReceiveIsRnrLikeWriteWithImm) {
+  QpOptions options;
+  options.accept_rnr_retry = 0;
+  ConnectHosts(options);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 8, 0, 0, 0), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_RNR_RETRY_EXC_ERR);
+}
+
+TEST_F(FakeNicTest, BlockingGetCmEventOnIdleNicFailsWithEtimedout) {
+  PrepareHosts();
+  rdma_cm_event* event = nullptr;
+  EXPECT_EQ(nic_->GetCmEvent(server_.cm_channel, &event), -1);
+  EXPECT_EQ(errno, ETIMEDOUT);
+}
+
+TEST_F(FakeNicTest, QueryDeviceReportsTheConfiguredCaps) {
+  FakeNicConfig config;
+  config.caps.max_qp_wr = 123;
+  config.caps.max_sge = 5;
+  MakeNic(config);
+  ibv_context* ctx = nullptr;
+  ASSERT_EQ(nic_->GetContextByAddress("192.168.1.1", true, &ctx), 0);
+  EXPECT_STREQ(ctx->device->name, "fake0");
+  ibv_device_attr attr;
+  ASSERT_EQ(nic_->QueryDevice(ctx, &attr), 0);
+  EXPECT_EQ(attr.max_qp_wr, 123);
+  EXPECT_EQ(attr.max_sge, 5);
+}
+
+TEST_F(FakeNicTest, RemovedObserverSeesNothingMore) {
+  ConnectHosts();
+  int seen = 0;
+  int handle = nic_->AddObserver([&](const FakeNicEvent&) { ++seen; });
+  ASSERT_EQ(Write(1, 8, 0), 0);
+  EXPECT_EQ(seen, 1);  // the post
+  nic_->RemoveObserver(handle);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(seen, 1);
+}
+
+TEST_F(FakeNicTest, EventRecordsReadAsText) {
+  ConnectHosts();
+  std::vector<std::string> lines;
+  nic_->AddObserver(
+      [&](const FakeNicEvent& e) { lines.push_back(ToString(e)); });
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
+                     RemoteAddr(server_, 0), 0, 0),
+            0);
+  nic_->RunUntilIdle();
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_NE(lines[0].find("post_send"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("RDMA_WRITE"), std::string::npos) << lines[0];
+  bool saw_rem_access = false;
+  for (const std::string& line : lines) {
+    if (line.find("REM_ACCESS_ERR") != std::string::npos) saw_rem_access = true;
+  }
+  EXPECT_TRUE(saw_rem_access);
+}
+
+// ---- determinism ------------------------------------------------------------
 
 std::vector<std::string> RunScenario(uint64_t seed, Host* client, Host* server,
                                      std::vector<uint32_t>* keys) {
@@ -1253,8 +1456,7 @@ TEST_F(FakeNicTest, SameSeedGivesIdenticalEventRecords) {
   EXPECT_NE(first, third);  // QP numbers differ
 }
 
-// ---- personalities
-// ---------------------------------------------------------------
+// ---- personalities ----------------------------------------------------------
 
 TEST_F(FakeNicTest, SpecRequesterCqeOfWriteWithImmHasNoImmFlagNorByteLen) {
   ConnectHosts();
@@ -1308,8 +1510,7 @@ TEST_F(FakeNicTest, SiwReturnsNegativeErrnoFromPosts) {
   EXPECT_EQ(Write(2, 8, 0), -ENOMEM);
 }
 
-// ---- fault hooks
-// -----------------------------------------------------------------
+// ---- fault hooks ------------------------------------------------------------
 
 TEST_F(FakeNicTest, FailNextPostSendFailsOnePostOnly) {
   ConnectHosts();
@@ -1339,8 +1540,7 @@ TEST_F(FakeNicTest, CompleteNextWrWithStatusForcesTheStatus) {
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
 }
 
-// ---- background progress
-// ------------------------------------------------------------
+// ---- background progress ----------------------------------------------------
 
 TEST_F(FakeNicTest, BackgroundProgressWakesABlockingGetCqEvent) {
   ConnectHosts();
