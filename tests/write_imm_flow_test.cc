@@ -4,8 +4,9 @@
 // the descriptor and writes with immediate data.
 
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <librpma.h>
-
 #include <poll.h>
 
 #include <cstring>
@@ -14,9 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "mock/fake_nic.h"
 #include "mock/matchers.h"
@@ -71,17 +69,17 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
   std::promise<void> listening;
   std::thread server([&] {
     ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(kAddr, RPMA_UTIL_IBV_CONTEXT_LOCAL,
-                                         &dev),
-              0);
+    ASSERT_EQ(
+        rpma_utils_get_ibv_context(kAddr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
+        0);
     rpma_peer* peer = nullptr;
     ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
     std::vector<char> dst(kDstSize, 0);
     std::vector<char> recv_buf(64, 0x5a);
     rpma_mr_local* dst_mr = nullptr;
     rpma_mr_local* recv_mr = nullptr;
-    ASSERT_EQ(rpma_mr_reg(peer, dst.data(), dst.size(),
-                          RPMA_MR_USAGE_WRITE_DST, &dst_mr),
+    ASSERT_EQ(rpma_mr_reg(peer, dst.data(), dst.size(), RPMA_MR_USAGE_WRITE_DST,
+                          &dst_mr),
               0);
     ASSERT_EQ(rpma_mr_reg(peer, recv_buf.data(), recv_buf.size(),
                           RPMA_MR_USAGE_RECV, &recv_mr),
@@ -92,9 +90,8 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
 
     rpma_conn_req* req = nullptr;
     ASSERT_EQ(rpma_ep_next_conn_req(ep, nullptr, &req), 0);
-    ASSERT_EQ(rpma_conn_req_recv(req, recv_mr, 0, recv_buf.size(),
-                                 kRecvContext),
-              0);
+    ASSERT_EQ(
+        rpma_conn_req_recv(req, recv_mr, 0, recv_buf.size(), kRecvContext), 0);
     uint8_t desc[21];
     ASSERT_EQ(rpma_mr_get_descriptor(dst_mr, desc), 0);
     rpma_conn_private_data pdata{desc, sizeof(desc)};
@@ -130,15 +127,15 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
   std::thread client([&] {
     listening.get_future().wait();
     ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(kAddr, RPMA_UTIL_IBV_CONTEXT_REMOTE,
-                                         &dev),
-              0);
+    ASSERT_EQ(
+        rpma_utils_get_ibv_context(kAddr, RPMA_UTIL_IBV_CONTEXT_REMOTE, &dev),
+        0);
     rpma_peer* peer = nullptr;
     ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
     std::vector<char> src(payload.begin(), payload.end());
     rpma_mr_local* src_mr = nullptr;
-    ASSERT_EQ(rpma_mr_reg(peer, src.data(), src.size(),
-                          RPMA_MR_USAGE_WRITE_SRC, &src_mr),
+    ASSERT_EQ(rpma_mr_reg(peer, src.data(), src.size(), RPMA_MR_USAGE_WRITE_SRC,
+                          &src_mr),
               0);
     rpma_conn_req* req = nullptr;
     ASSERT_EQ(rpma_conn_req_new(peer, kAddr, kPort, nullptr, &req), 0);
@@ -150,10 +147,10 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
     rpma_mr_remote* dst = nullptr;
     ASSERT_EQ(rpma_mr_remote_from_descriptor(pdata.ptr, pdata.len, &dst), 0);
 
-    ASSERT_EQ(rpma_write_with_imm(conn, dst, 128, src_mr, 0, src.size(),
-                                  RPMA_F_COMPLETION_ALWAYS, kImm,
-                                  kWriteContext),
-              0);
+    ASSERT_EQ(
+        rpma_write_with_imm(conn, dst, 128, src_mr, 0, src.size(),
+                            RPMA_F_COMPLETION_ALWAYS, kImm, kWriteContext),
+        0);
     rpma_cq* cq = nullptr;
     ASSERT_EQ(rpma_conn_get_cq(conn, &cq), 0);
     ibv_wc wc = WaitForCompletion(cq);
@@ -179,9 +176,9 @@ class ConnectedPairTest : public WriteImmFlowTest {
   void SetUp() override {
     WriteImmFlowTest::SetUp();
     ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(kAddr, RPMA_UTIL_IBV_CONTEXT_LOCAL,
-                                         &dev),
-              0);
+    ASSERT_EQ(
+        rpma_utils_get_ibv_context(kAddr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
+        0);
     ASSERT_EQ(rpma_peer_new(dev, &peer_), 0);
     dst_.assign(kDstSize, 0);
     src_.assign(kDstSize, 0);
@@ -194,8 +191,7 @@ class ConnectedPairTest : public WriteImmFlowTest {
               0);
     ASSERT_EQ(rpma_ep_listen(peer_, kAddr, kPort, &ep_), 0);
     rpma_conn_req* client_req = nullptr;
-    ASSERT_EQ(rpma_conn_req_new(peer_, kAddr, kPort, nullptr, &client_req),
-              0);
+    ASSERT_EQ(rpma_conn_req_new(peer_, kAddr, kPort, nullptr, &client_req), 0);
     ASSERT_EQ(rpma_conn_req_connect(&client_req, nullptr, &client_), 0);
     rpma_conn_req* server_req = nullptr;
     ASSERT_EQ(rpma_ep_next_conn_req(ep_, nullptr, &server_req), 0);
@@ -267,10 +263,10 @@ TEST_F(ConnectedPairTest, ZeroByteWriteWithImmDeliversOnlyTheImm) {
 }
 
 TEST_F(ConnectedPairTest, OnErrorSuccessHasNoRequesterCompletion) {
-  ASSERT_EQ(rpma_write_with_imm(client_, remote_, 0, src_mr_, 0, 512,
-                                RPMA_F_COMPLETION_ON_ERROR, kImm,
-                                kWriteContext),
-            0);
+  ASSERT_EQ(
+      rpma_write_with_imm(client_, remote_, 0, src_mr_, 0, 512,
+                          RPMA_F_COMPLETION_ON_ERROR, kImm, kWriteContext),
+      0);
   ibv_wc wc = WaitForCompletion(server_cq_);
   EXPECT_THAT(wc, IsRecvRdmaWithImm(kImm));
   EXPECT_EQ(wc.byte_len, 512u);
@@ -280,10 +276,10 @@ TEST_F(ConnectedPairTest, OnErrorSuccessHasNoRequesterCompletion) {
 }
 
 TEST_F(ConnectedPairTest, OnErrorFailureHasAnErrorCompletion) {
-  ASSERT_EQ(rpma_write_with_imm(client_, remote_, kDstSize, src_mr_, 0, 8,
-                                RPMA_F_COMPLETION_ON_ERROR, kImm,
-                                kWriteContext),
-            0);
+  ASSERT_EQ(
+      rpma_write_with_imm(client_, remote_, kDstSize, src_mr_, 0, 8,
+                          RPMA_F_COMPLETION_ON_ERROR, kImm, kWriteContext),
+      0);
   ibv_wc wc = WaitForCompletion(client_cq_);
   EXPECT_THAT(wc, HasWcStatus(IBV_WC_REM_ACCESS_ERR));
   EXPECT_EQ(wc.wr_id, reinterpret_cast<uint64_t>(kWriteContext));
@@ -291,9 +287,8 @@ TEST_F(ConnectedPairTest, OnErrorFailureHasAnErrorCompletion) {
 
 TEST_F(ConnectedPairTest, WritePastTheEndOfTheRemoteMrIsRemoteAccessError) {
   // Starts inside the region and runs 1 byte past its end.
-  ASSERT_EQ(rpma_write_with_imm(client_, remote_, kDstSize - 63, src_mr_, 0,
-                                64, RPMA_F_COMPLETION_ALWAYS, kImm,
-                                kWriteContext),
+  ASSERT_EQ(rpma_write_with_imm(client_, remote_, kDstSize - 63, src_mr_, 0, 64,
+                                RPMA_F_COMPLETION_ALWAYS, kImm, kWriteContext),
             0);
   ibv_wc wc = WaitForCompletion(client_cq_);
   EXPECT_THAT(wc, HasWcStatus(IBV_WC_REM_ACCESS_ERR));

@@ -94,8 +94,7 @@ ibv_wc NextCompletion(rpma_cq* cq) {
 void ExpectEvent(rpma_conn* conn, rpma_conn_event expected, const char* who) {
   rpma_conn_event event = RPMA_CONN_UNDEFINED;
   Check(rpma_conn_next_event(conn, &event), "rpma_conn_next_event");
-  std::printf("%-6s connection: %s\n", who,
-              rpma_utils_conn_event_2str(event));
+  std::printf("%-6s connection: %s\n", who, rpma_utils_conn_event_2str(event));
   if (event != expected) {
     std::fprintf(stderr, "write_imm_demo: expected %s\n",
                  rpma_utils_conn_event_2str(expected));
@@ -170,8 +169,8 @@ bool Server(const Options& o, std::promise<void>* listening) {
 bool Client(const Options& o) {
   ibv_context* dev;
   rpma_peer* peer;
-  Check(rpma_utils_get_ibv_context(o.addr.c_str(),
-                                   RPMA_UTIL_IBV_CONTEXT_REMOTE, &dev),
+  Check(rpma_utils_get_ibv_context(o.addr.c_str(), RPMA_UTIL_IBV_CONTEXT_REMOTE,
+                                   &dev),
         "rpma_utils_get_ibv_context (client)");
   Check(rpma_peer_new(dev, &peer), "rpma_peer_new");
   std::vector<char> src(o.size * o.count);
@@ -201,9 +200,10 @@ bool Client(const Options& o) {
   bool ok = true;
   for (int i = 0; i < o.count; ++i) {
     const size_t offset = static_cast<size_t>(i) * o.size;
-    std::printf("client post  : write_with_imm %zu bytes to offset %zu, "
-                "imm 0x%08x\n",
-                o.size, offset, o.imm + i);
+    std::printf(
+        "client post  : write_with_imm %zu bytes to offset %zu, "
+        "imm 0x%08x\n",
+        o.size, offset, o.imm + i);
     Check(rpma_write_with_imm(conn, dst, offset, src_mr, offset, o.size,
                               RPMA_F_COMPLETION_ALWAYS, o.imm + i,
                               reinterpret_cast<void*>(uintptr_t{0x100} + i)),
@@ -269,12 +269,12 @@ int main(int argc, char** argv) {
   const char* backend = std::getenv("RPMA_HARNESS_BACKEND");
   std::printf("backend: %s\n", backend ? backend : "fake (default)");
   std::promise<void> listening;
-  auto server = std::async(std::launch::async, Server, std::cref(o), &listening);
+  auto server =
+      std::async(std::launch::async, Server, std::cref(o), &listening);
   listening.get_future().wait();
   bool client_ok = Client(o);
   bool server_ok = server.get();
   std::printf("%d writes with imm of %zu bytes: %s\n", o.count, o.size,
-              client_ok && server_ok ? "all completed and verified"
-                                     : "FAILED");
+              client_ok && server_ok ? "all completed and verified" : "FAILED");
   return client_ok && server_ok ? 0 : 1;
 }

@@ -1,0 +1,297 @@
+#include "tests/conformance_fixture.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "mock/fake_nic.h"
+#include "verbs_backend/rdma_core_backend.h"
+
+namespace rpma_harness {
+namespace {
+
+// Inside the soft-RoCE VM the rxe device owns this address; the fake NIC
+// takes any.
+std::string TestAddress() {
+  const char* addr = std::getenv("RPMA_HARNESS_VM_ADDR");
+  return addr ? addr : "192.168.77.1";
+}
+
+bool OnRdmaCore() {
+  const char* backend = std::getenv("RPMA_HARNESS_BACKEND");
+  return backend != nullptr && std::strcmp(backend, "rdma-core") == 0;
+}
+
+// Each connection takes a fresh port: a real CM keeps a port busy for a
+// while after its ids are gone.
+int NextPort() {
+  static int port = 17000 + (static_cast<int>(getpid()) % 1000) * 20;
+  return port++;
+}
+
+std::string CaseName() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  // Drop the parameter suffix: the stream names the case, not the backend.
+  auto slash = name.rfind('/');
+  return slash == std::string::npos ? name : name.substr(0, slash);
+}
+
+}  // namespace
+
+std::vector<BackendUnderTest> BackendsUnderTest() {
+  if (OnRdmaCore()) {
+    // rxe in Linux 6.1, rxe_comp.c make_send_cqe(): the requester CQE of a
+    // write with imm has IB_WC_WITH_IMM and byte_len = the WR's length.
+    return {BackendUnderTest{"rdma_core", true}};
+  }
+  return {BackendUnderTest{"fake_spec", false},
+          BackendUnderTest{"fake_rxe", true}};
+}
+
+void ConformanceTest::SetUp() {
+  const BackendUnderTest& param = GetParam();
+  if (param.name == "rdma_core") {
+    backend_ = std::make_shared<RdmaCoreBackend>();
+  } else {
+    FakeNicConfig config;
+    config.personality =
+        param.name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
+    auto fake = std::make_shared<FakeNic>(config);
+    fake->StartBackgroundProgress();
+    fake_ = fake.get();
+    backend_ = fake;
+  }
+}
+
+void ConformanceTest::TearDown() {
+  TearDownEndpoint(client_);
+  TearDownEndpoint(server_);
+  if (listen_id_ != nullptr) nic().DestroyId(listen_id_);
+  if (listen_channel_ != nullptr) nic().DestroyEventChannel(listen_channel_);
+  if (fake_ != nullptr) fake_->StopBackgroundProgress();
+
+  // The completion stream: printed for the differential test to collect
+  // (inside the VM), and compared with rxe's recorded stream when this is the
+  // fake's rxe personality.
+  const std::string name = CaseName();
+  if (std::getenv("RPMA_HARNESS_PRINT_STREAMS") != nullptr) {
+    for (const std::string& line : stream_) {
+      std::printf("STREAM %s %s\n", name.c_str(), line.c_str());
+    }
+  }
+  if (GetParam().name == "fake_rxe" && !stream_.empty()) {
+    std::ifstream golden("tests/testdata/rxe_streams.txt");
+    if (!golden) return;  // no recording yet (see tools/softroce_vm)
+    std::vector<std::string> expected;
+    std::string line;
+    const std::string prefix = "STREAM " + name + " ";
+    while (std::getline(golden, line)) {
+      if (line.rfind(prefix, 0) == 0)
+        expected.push_back(line.substr(prefix.size()));
+    }
+    if (expected.empty()) return;  // this case was not recorded on rxe
+    std::ostringstream diff;
+    for (size_t i = 0; i < std::max(expected.size(), stream_.size()); ++i) {
+      std::string want = i < expected.size() ? expected[i] : "<none>";
+      std::string got = i < stream_.size() ? stream_[i] : "<none>";
+      if (want != got)
+        diff << "\n  #" << i << " rxe:  " << want << "\n  #" << i
+             << " fake: " << got;
+    }
+    EXPECT_TRUE(diff.str().empty())
+        << "the fake (rxe personality) disagrees with rxe:" << diff.str();
+  }
+}
+
+rdma_cm_event_type ConformanceTest::NextCmEvent(rdma_event_channel* channel) {
+  rdma_cm_event* event = nullptr;
+  if (nic().GetCmEvent(channel, &event) != 0) {
+    ADD_FAILURE() << "GetCmEvent failed: " << std::strerror(errno);
+    return RDMA_CM_EVENT_ADDR_ERROR;
+  }
+  rdma_cm_event_type type = event->event;
+  nic().AckCmEvent(event);
+  return type;
+}
+
+void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
+                                          const QpOptions& options) {
+  side.pd = nic().AllocPd(side.id->verbs);
+  ASSERT_NE(side.pd, nullptr);
+  side.cq = nic().CreateCq(side.id->verbs, 256, nullptr, nullptr, 0);
+  ASSERT_NE(side.cq, nullptr);
+  ibv_qp_init_attr attr{};
+  attr.send_cq = side.cq;
+  attr.recv_cq = side.cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.sq_sig_all = options.sq_sig_all;
+  attr.cap.max_send_wr = options.max_send_wr;
+  attr.cap.max_recv_wr = options.max_recv_wr;
+  attr.cap.max_send_sge = options.max_send_sge;
+  attr.cap.max_recv_sge = options.max_recv_sge;
+  attr.cap.max_inline_data = options.max_inline_data;
+  ASSERT_EQ(nic().CreateQp(side.id, side.pd, &attr), 0) << std::strerror(errno);
+  side.qp = side.id->qp;
+  side.buffer.assign(kBufferSize, 0);
+  side.mr = nic().RegMr(side.pd, side.buffer.data(), side.buffer.size(),
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(side.mr, nullptr);
+}
+
+void ConformanceTest::Connect(const QpOptions& options,
+                              const std::function<void()>& before_accept) {
+  const std::string addr = TestAddress();
+  const std::string port = std::to_string(NextPort());
+  listen_channel_ = nic().CreateEventChannel();
+  ASSERT_NE(listen_channel_, nullptr);
+  ASSERT_EQ(nic().CreateId(listen_channel_, &listen_id_, nullptr), 0);
+  ASSERT_EQ(nic().BindAddr(listen_id_, addr.c_str(), port.c_str()), 0)
+      << addr << ":" << port << ": " << std::strerror(errno);
+  ASSERT_EQ(nic().Listen(listen_id_, 8), 0);
+
+  ASSERT_EQ(nic().CreateId(nullptr, &client_.id, nullptr), 0);
+  ASSERT_EQ(nic().ResolveAddr(client_.id, addr.c_str(), port.c_str(), 2000), 0);
+  ASSERT_EQ(nic().ResolveRoute(client_.id, 2000), 0);
+  ASSERT_NO_FATAL_FAILURE(SetUpEndpointQueues(client_, options));
+  client_.channel = nic().CreateEventChannel();
+  ASSERT_EQ(nic().MigrateId(client_.id, client_.channel), 0);
+  rdma_conn_param param{};
+  param.responder_resources = 1;
+  param.initiator_depth = 1;
+  param.retry_count = options.retry_count;
+  param.rnr_retry_count = options.rnr_retry_count;
+  ASSERT_EQ(nic().Connect(client_.id, &param), 0);
+
+  rdma_cm_event* request = nullptr;
+  ASSERT_EQ(nic().GetCmEvent(listen_channel_, &request), 0);
+  ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+  server_.id = request->id;
+  ASSERT_EQ(nic().AckCmEvent(request), 0);
+  ASSERT_NO_FATAL_FAILURE(SetUpEndpointQueues(server_, options));
+  server_.channel = nic().CreateEventChannel();
+  ASSERT_EQ(nic().MigrateId(server_.id, server_.channel), 0);
+  if (before_accept) before_accept();
+  ASSERT_EQ(nic().Accept(server_.id, &param), 0);
+  ASSERT_EQ(NextCmEvent(server_.channel), RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_EQ(NextCmEvent(client_.channel), RDMA_CM_EVENT_ESTABLISHED);
+}
+
+void ConformanceTest::TearDownEndpoint(Endpoint& side) {
+  if (side.id == nullptr) return;
+  if (side.qp != nullptr) nic().DestroyQp(side.id);
+  if (side.mr != nullptr) nic().DeregMr(side.mr);
+  if (side.cq != nullptr) nic().DestroyCq(side.cq);
+  if (side.pd != nullptr) nic().DeallocPd(side.pd);
+  nic().DestroyId(side.id);
+  if (side.channel != nullptr) nic().DestroyEventChannel(side.channel);
+  side = Endpoint{};
+}
+
+int ConformanceTest::PostRecv(Endpoint& side, uint64_t wr_id, size_t offset,
+                              uint32_t len) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(side.buffer.data()) + offset, len,
+              side.mr->lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  if (len > 0) {
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+  }
+  ibv_recv_wr* bad = nullptr;
+  return nic().PostRecv(side.qp, &wr, &bad);
+}
+
+ibv_send_wr ConformanceTest::WriteWr(uint64_t wr_id, size_t src_offset,
+                                     size_t dst_offset, uint32_t len,
+                                     bool with_imm, uint32_t imm_host,
+                                     bool signaled, ibv_sge* sge) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+  if (with_imm) wr.imm_data = htonl(imm_host);
+  if (len > 0) {
+    *sge =
+        ibv_sge{reinterpret_cast<uint64_t>(client_.buffer.data()) + src_offset,
+                len, client_.mr->lkey};
+    wr.sg_list = sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr =
+        reinterpret_cast<uint64_t>(server_.buffer.data()) + dst_offset;
+    wr.wr.rdma.rkey = server_.mr->rkey;
+  }
+  return wr;
+}
+
+int ConformanceTest::PostSend(Endpoint& side, ibv_send_wr* wr,
+                              ibv_send_wr** bad_wr) {
+  return nic().PostSend(side.qp, wr, bad_wr);
+}
+
+bool ConformanceTest::WaitCompletion(Endpoint& side, ibv_wc* wc,
+                                     int timeout_ms) {
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int n = nic().PollCq(side.cq, 1, wc);
+    if (n == 1) {
+      Record(&side == &client_ ? "client" : "server", *wc);
+      return true;
+    }
+    if (n < 0) {
+      ADD_FAILURE() << "PollCq failed with " << n;
+      return false;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+bool ConformanceTest::NoCompletionPending(Endpoint& side) {
+  if (fake_ != nullptr) {
+    fake_->RunUntilIdle();
+  } else {
+    // A kernel driver finishes a loopback WR well within this.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ibv_wc wc;
+  int n = nic().PollCq(side.cq, 1, &wc);
+  if (n == 1) Record(&side == &client_ ? "client" : "server", wc);
+  return n == 0;
+}
+
+ibv_qp_state ConformanceTest::QpState(Endpoint& side) {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  EXPECT_EQ(nic().QueryQp(side.qp, &attr, IBV_QP_STATE, &init), 0);
+  return attr.qp_state;
+}
+
+void ConformanceTest::Record(const char* side_name, const ibv_wc& wc) {
+  // Fields the spec defines for this completion; qp numbers and addresses
+  // differ between runs and NICs by nature and are left out.
+  std::ostringstream line;
+  line << side_name << " wr_id=" << wc.wr_id << " status=" << wc.status;
+  if (wc.status == IBV_WC_SUCCESS) {
+    line << " opcode=" << wc.opcode << " byte_len=" << wc.byte_len
+         << " flags=" << wc.wc_flags;
+    if (wc.wc_flags & IBV_WC_WITH_IMM) line << " imm=" << ntohl(wc.imm_data);
+  }
+  stream_.push_back(line.str());
+}
+
+void ConformanceTest::RecordPost(const char* what, int ret) {
+  stream_.push_back(std::string("post ") + what +
+                    " ret=" + std::to_string(ret < 0 ? -ret : ret));
+}
+
+}  // namespace rpma_harness

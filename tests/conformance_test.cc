@@ -1,0 +1,353 @@
+// The write-with-imm rules every backend must follow, one test per rule,
+// run on the fake NIC (both personalities) on any host and on the real
+// rdma-core backend over soft-RoCE inside the VM (tools/softroce_vm).
+// Sources: ibv_post_send(3), ibv_poll_cq(3), IB spec vol. 1 ch. 9-11.
+
+#include <arpa/inet.h>
+#include <errno.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tests/conformance_fixture.h"
+
+namespace rpma_harness {
+namespace {
+
+constexpr uint32_t kImm = 0x01020304;
+
+class WriteImmConformance : public ConformanceTest {
+ protected:
+  void Fill(Endpoint& side, size_t offset, size_t len, uint8_t seed) {
+    for (size_t i = 0; i < len; ++i) {
+      side.buffer[offset + i] = static_cast<uint8_t>(seed + i * 7);
+    }
+  }
+  bool Landed(size_t src_offset, size_t dst_offset, size_t len) {
+    return std::memcmp(client().buffer.data() + src_offset,
+                       server().buffer.data() + dst_offset, len) == 0;
+  }
+};
+
+TEST_P(WriteImmConformance, WriteImmDeliversDataImmAndBothCompletions) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 500), 0); });
+  Fill(client(), 0, 1000, 3);
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(1, 0, 4096, 1000, true, kImm, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.qp_num, client().qp->qp_num);
+  if (quirks().send_cqe_has_imm_and_byte_len) {
+    EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+    EXPECT_EQ(wc.byte_len, 1000u);
+  }
+
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wc.wr_id, 500u);
+  EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(wc.imm_data), kImm);
+  EXPECT_EQ(wc.byte_len, 1000u);
+  EXPECT_EQ(wc.qp_num, server().qp->qp_num);
+  EXPECT_TRUE(Landed(0, 4096, 1000));
+}
+
+TEST_P(WriteImmConformance, ZeroByteWriteImmDeliversOnlyTheImm) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 7), 0); });
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(2, 0, 0, 0, true, kImm, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wc.byte_len, 0u);
+  EXPECT_EQ(ntohl(wc.imm_data), kImm);
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 2u);
+}
+
+TEST_P(WriteImmConformance, UnsignaledSuccessHasNoRequesterCompletion) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 8), 0); });
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(3, 0, 0, 64, true, kImm, false, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(NoCompletionPending(client()));
+}
+
+TEST_P(WriteImmConformance, SqSigAllSignalsAnUnsignaledWr) {
+  QpOptions options;
+  options.sq_sig_all = 1;
+  Connect(options, [&] { ASSERT_EQ(PostRecv(server(), 8), 0); });
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(4, 0, 0, 64, true, kImm, false, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 4u);
+}
+
+TEST_P(WriteImmConformance, UnsignaledFailureStillCompletes) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 8), 0); });
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(5, 0, 0, 64, true, kImm, false, &sge);
+  wr.wr.rdma.rkey ^= 0x5a5a;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc.wr_id, 5u);
+}
+
+TEST_P(WriteImmConformance,
+       BadRkeyIsRemoteAccessErrorAndTheRequesterGoesToErr) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 9), 0); });
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(6, 0, 0, 64, true, kImm, true, &sge);
+  wr.wr.rdma.rkey ^= 0x5a5a;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(QpState(client()), IBV_QPS_ERR);
+  EXPECT_EQ(server().buffer, std::vector<uint8_t>(kBufferSize, 0));
+}
+
+TEST_P(WriteImmConformance, RemoteRangeOutsideTheMrIsRemoteAccessError) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 9), 0); });
+  ibv_sge sge;
+  // The last 32 bytes of the region and 32 beyond it.
+  ibv_send_wr wr = WriteWr(7, 0, kBufferSize - 32, 64, true, kImm, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc.wr_id, 7u);
+}
+
+TEST_P(WriteImmConformance, ErrorFlushesTheWrsPostedAfterIt) {
+  Connect(QpOptions{}, [&] {
+    ASSERT_EQ(PostRecv(server(), 10), 0);
+    ASSERT_EQ(PostRecv(server(), 11), 0);
+  });
+  ibv_sge sge[3];
+  ibv_send_wr wr[3];
+  wr[0] = WriteWr(20, 0, 0, 64, true, kImm, true, &sge[0]);
+  wr[0].wr.rdma.rkey ^= 0x5a5a;
+  wr[1] = WriteWr(21, 0, 0, 64, true, kImm, true, &sge[1]);
+  wr[2] = WriteWr(22, 0, 0, 64, false, 0, true, &sge[2]);
+  wr[0].next = &wr[1];
+  wr[1].next = &wr[2];
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr[0], &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc.wr_id, 20u);
+  for (uint64_t id : {21u, 22u}) {
+    ASSERT_TRUE(WaitCompletion(client(), &wc));
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.wr_id, id);
+  }
+  // A WR posted to the QP in ERR completes with a flush error too.
+  ibv_sge later_sge;
+  ibv_send_wr later = WriteWr(23, 0, 0, 8, true, kImm, false, &later_sge);
+  ASSERT_EQ(PostSend(client(), &later, &bad), 0);
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wc.wr_id, 23u);
+}
+
+TEST_P(WriteImmConformance, NoReceiveWithRnrRetryZeroIsRnrRetryExceeded) {
+  QpOptions options;
+  options.rnr_retry_count = 0;
+  Connect(options);
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(30, 0, 0, 64, true, kImm, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(wc.wr_id, 30u);
+}
+
+TEST_P(WriteImmConformance, NoReceiveWithRnrRetrySevenWaitsForAReceive) {
+  QpOptions options;
+  options.rnr_retry_count = 7;
+  Connect(options);
+  Fill(client(), 0, 128, 9);
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(31, 0, 0, 128, true, kImm, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  EXPECT_TRUE(NoCompletionPending(client()));
+  EXPECT_TRUE(NoCompletionPending(server()));
+  ASSERT_EQ(PostRecv(server(), 32), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 32u);
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(Landed(0, 0, 128));
+}
+
+TEST_P(WriteImmConformance, PlainWriteConsumesNoReceive) {
+  Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 40), 0); });
+  ibv_sge sge[2];
+  ibv_send_wr plain = WriteWr(41, 0, 0, 16, false, 0, true, &sge[0]);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &plain, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(NoCompletionPending(server()));
+  ibv_send_wr imm = WriteWr(42, 0, 16, 16, true, kImm, true, &sge[1]);
+  ASSERT_EQ(PostSend(client(), &imm, &bad), 0);
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.wr_id, 40u);  // the one receive is still there for it
+}
+
+TEST_P(WriteImmConformance,
+       SendQueueOverflowIsEnomemAtTheFirstWrThatDoesNotFit) {
+  QpOptions options;
+  options.max_send_wr = 4;
+  Connect(options);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  const uint32_t depth = init.cap.max_send_wr;
+  EXPECT_GE(depth, 4u);
+  // One chain longer than the queue: nothing can complete while it is
+  // being posted, on any NIC.
+  std::vector<ibv_sge> sges(depth + 8);
+  std::vector<ibv_send_wr> wrs(depth + 8);
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    wrs[i] = WriteWr(100 + i, 0, 8 * i, 8, false, 0, true, &sges[i]);
+    if (i > 0) wrs[i - 1].next = &wrs[i];
+  }
+  ibv_send_wr* bad = nullptr;
+  int ret = PostSend(client(), &wrs[0], &bad);
+  RecordPost("overflow", ret);
+  EXPECT_EQ(ret < 0 ? -ret : ret, ENOMEM);
+  ASSERT_NE(bad, nullptr);
+  const size_t posted = static_cast<size_t>(bad - wrs.data());
+  EXPECT_GE(posted, depth);
+  for (size_t i = 0; i < posted; ++i) {
+    ibv_wc wc{};
+    ASSERT_TRUE(WaitCompletion(client(), &wc)) << i;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, 100 + i);
+  }
+  EXPECT_TRUE(NoCompletionPending(client()));
+}
+
+TEST_P(WriteImmConformance, NumSgeAboveTheQpsMaxIsEinval) {
+  Connect(QpOptions{});
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  std::vector<ibv_sge> sges(init.cap.max_send_sge + 1);
+  for (size_t i = 0; i < sges.size(); ++i) {
+    sges[i] = ibv_sge{reinterpret_cast<uint64_t>(client().buffer.data()) + i, 1,
+                      client().mr->lkey};
+  }
+  ibv_sge unused;
+  ibv_send_wr wr = WriteWr(50, 0, 0, 1, true, kImm, true, &unused);
+  wr.sg_list = sges.data();
+  wr.num_sge = static_cast<int>(sges.size());
+  ibv_send_wr* bad = nullptr;
+  int ret = PostSend(client(), &wr, &bad);
+  RecordPost("num_sge", ret);
+  EXPECT_EQ(ret < 0 ? -ret : ret, EINVAL);
+  EXPECT_EQ(bad, &wr);
+  EXPECT_TRUE(NoCompletionPending(client()));
+}
+
+TEST_P(WriteImmConformance, InlineAboveTheQpsMaxIsEinval) {
+  QpOptions options;
+  options.max_inline_data = 64;
+  Connect(options);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  ASSERT_GE(init.cap.max_inline_data, 64u);
+  ibv_sge sge;
+  ibv_send_wr wr =
+      WriteWr(51, 0, 0, init.cap.max_inline_data + 1, true, kImm, true, &sge);
+  wr.send_flags |= IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  int ret = PostSend(client(), &wr, &bad);
+  RecordPost("inline", ret);
+  EXPECT_EQ(ret < 0 ? -ret : ret, EINVAL);
+  EXPECT_EQ(bad, &wr);
+}
+
+TEST_P(WriteImmConformance, InlineWithinTheMaxIsCopiedAtPostTime) {
+  QpOptions options;
+  options.max_inline_data = 64;
+  Connect(options, [&] { ASSERT_EQ(PostRecv(server(), 52), 0); });
+  Fill(client(), 0, 32, 1);
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(53, 0, 0, 32, true, kImm, true, &sge);
+  wr.send_flags |= IBV_SEND_INLINE;
+  sge.lkey = 0;  // ignored for inline data (ibv_post_send(3))
+  ibv_send_wr* bad = nullptr;
+  std::vector<uint8_t> expected(client().buffer.begin(),
+                                client().buffer.begin() + 32);
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  std::memset(client().buffer.data(), 0xff, 32);  // after the post: no effect
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(server().buffer.data(), expected.data(), 32), 0);
+}
+
+TEST_P(WriteImmConformance, CompletionsOfOneQpArriveInPostingOrder) {
+  Connect(QpOptions{}, [&] {
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(server(), 200 + i), 0);
+  });
+  ibv_sge sges[8];
+  ibv_send_wr wrs[8];
+  for (int i = 0; i < 8; ++i) {
+    wrs[i] = WriteWr(300 + i, 0, 64 * i, 64, true, kImm + i, true, &sges[i]);
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(PostSend(client(), &wrs[i], &bad), 0);
+  }
+  for (int i = 0; i < 8; ++i) {
+    ibv_wc wc{};
+    ASSERT_TRUE(WaitCompletion(client(), &wc));
+    EXPECT_EQ(wc.wr_id, 300u + i);
+    ASSERT_TRUE(WaitCompletion(server(), &wc));
+    EXPECT_EQ(wc.wr_id, 200u + i);
+    EXPECT_EQ(ntohl(wc.imm_data), kImm + i);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, WriteImmConformance, ::testing::ValuesIn(BackendsUnderTest()),
+    [](const ::testing::TestParamInfo<BackendUnderTest>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace rpma_harness
