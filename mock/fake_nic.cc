@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "mock/fake_nic_internal.h"
@@ -101,6 +102,28 @@ ibv_wc_opcode WcOpcodeFor(ibv_wr_opcode op) {
   }
 }
 
+FakeNic* NicOf(ibv_context* context) {
+  static_assert(std::is_standard_layout<fake_nic_internal::DeviceContext>(),
+                "DeviceContext must start with its ibv_context");
+  return reinterpret_cast<fake_nic_internal::DeviceContext*>(context)->nic;
+}
+
+int TrampolinePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  return NicOf(qp->context)->PostSend(qp, wr, bad_wr);
+}
+
+int TrampolinePostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  return NicOf(qp->context)->PostRecv(qp, wr, bad_wr);
+}
+
+int TrampolinePollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  return NicOf(cq->context)->PollCq(cq, num_entries, wc);
+}
+
+int TrampolineReqNotifyCq(ibv_cq* cq, int solicited_only) {
+  return NicOf(cq->context)->ReqNotifyCq(cq, solicited_only);
+}
+
 }  // namespace
 
 uint64_t fake_nic_internal::SendWqe::total_length() const {
@@ -128,10 +151,15 @@ FakeNic::FakeNic(FakeNicConfig config)
              dc.name.c_str());
     device->device.node_type = IBV_NODE_CA;
     device->device.transport_type = IBV_TRANSPORT_IB;
-    device->context.device = &device->device;
-    device->context.cmd_fd = -1;
-    device->context.async_fd = -1;
-    device->context.num_comp_vectors = 1;
+    device->context.base.device = &device->device;
+    device->context.base.cmd_fd = -1;
+    device->context.base.async_fd = -1;
+    device->context.base.num_comp_vectors = 1;
+    device->context.base.ops.post_send = TrampolinePostSend;
+    device->context.base.ops.post_recv = TrampolinePostRecv;
+    device->context.base.ops.poll_cq = TrampolinePollCq;
+    device->context.base.ops.req_notify_cq = TrampolineReqNotifyCq;
+    device->context.nic = this;
     device->config = dc;
     devices_.push_back(std::move(device));
   }
@@ -188,7 +216,7 @@ uint32_t FakeNic::NewQpNum() {
 
 FakeNic::Device* FakeNic::FindDevice(ibv_context* ctx) {
   for (auto& device : devices_) {
-    if (&device->context == ctx) return device.get();
+    if (&device->context.base == ctx) return device.get();
   }
   return nullptr;
 }
@@ -259,7 +287,7 @@ int FakeNic::GetContextByAddress(const char* addr, bool local,
     errno = ENODEV;
     return -1;
   }
-  *ctx = &device->context;
+  *ctx = &device->context.base;
   return 0;
 }
 
@@ -414,7 +442,7 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
   // ibv_create_cq(3): cqe in [1, max_cqe], comp_vector < num_comp_vectors.
   if (device == nullptr || (channel != nullptr && ch == nullptr) || cqe < 1 ||
       cqe > config_.caps.max_cqe || comp_vector < 0 ||
-      comp_vector >= device->context.num_comp_vectors) {
+      comp_vector >= device->context.base.num_comp_vectors) {
     errno = EINVAL;
     return nullptr;
   }
@@ -1196,6 +1224,41 @@ size_t FakeNic::RunUntilIdle(size_t max_steps) {
   return steps;
 }
 
+std::string FakeNic::DebugString() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DebugStringLocked();
+}
+
+std::string FakeNic::DebugStringLocked() {
+  using fake_nic_internal::QpStateName;
+  std::string out = "fake_nic state (" + config_.personality.name + "):\n";
+  char line[256];
+  for (Qp* qp : qp_order_) {
+    snprintf(line, sizeof(line),
+             "  qp 0x%06x %s peer 0x%06x sq %zu/%u rq %zu/%u%s\n",
+             qp->base.qp_num, QpStateName(qp->base.state),
+             qp->peer ? qp->peer->base.qp_num : 0, qp->sq.size(),
+             qp->cap.max_send_wr, qp->rq.size(), qp->cap.max_recv_wr,
+             !qp->sq.empty() && qp->sq.front().waiting_for_receive
+                 ? " (head waits for a receive: RNR, rnr_retry 7)"
+                 : "");
+    out += line;
+  }
+  for (auto& [key, cq] : cqs_) {
+    snprintf(line, sizeof(line), "  cq %p %zu/%d entries%s%s\n", key,
+             cq->entries.size(), cq->depth, cq->armed ? " armed" : "",
+             cq->overrun ? " OVERRUN" : "");
+    out += line;
+  }
+  for (const CmWork& work : cm_work_) out += "  cm work: " + work.what + "\n";
+  for (auto& [key, channel] : event_channels_) {
+    snprintf(line, sizeof(line), "  cm channel fd %d: %zu queued events\n",
+             channel->base.fd, channel->queue.size());
+    out += line;
+  }
+  return out;
+}
+
 bool FakeNic::Idle() {
   std::lock_guard<std::mutex> lock(mu_);
   return !HasReadyWork();
@@ -1243,9 +1306,24 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(config_.idle_block_timeout_ms);
+  const int bg_timeout_ms = config_.background_block_timeout_ms;
+  const auto bg_deadline = std::chrono::steady_clock::now() +
+                           std::chrono::milliseconds(bg_timeout_ms);
   while (!ready()) {
     if (background_running_) {
-      event_cv_.wait(lock);
+      if (bg_timeout_ms <= 0) {
+        event_cv_.wait(lock);
+      } else if (event_cv_.wait_until(lock, bg_deadline) ==
+                     std::cv_status::timeout &&
+                 !ready()) {
+        fprintf(stderr,
+                "fake_nic: %s got no event within "
+                "background_block_timeout_ms (%d); failing with ETIMEDOUT\n"
+                "%s",
+                what, bg_timeout_ms, DebugStringLocked().c_str());
+        errno = ETIMEDOUT;
+        return -1;
+      }
       continue;
     }
     if (StepLocked()) continue;

@@ -114,6 +114,10 @@ struct FakeNicConfig {
   // runs the NIC until an event arrives or it is idle; then it waits this
   // long for another thread to make work before failing with ETIMEDOUT.
   int idle_block_timeout_ms = 0;
+  // With background progress a blocking getter waits like rdma-core's, that
+  // is forever by default (0). A positive value makes it fail with ETIMEDOUT
+  // after that long, so a test with a lost event fails instead of hanging.
+  int background_block_timeout_ms = 0;
 };
 
 // One observable thing the NIC did. Later work builds trace/replay on this.
@@ -222,6 +226,9 @@ class FakeNic final : public VerbsBackend {
   size_t RunUntilIdle(size_t max_steps = 1000000);
   // True when Step() would return false.
   bool Idle();
+  // A human-readable snapshot for a hung test: every QP (state, queue
+  // occupancy, peer), CQ occupancy, pending CM work and queued CM events.
+  std::string DebugString();
   // A thread that steps whenever work is pending (it sleeps on a condition
   // variable otherwise). Blocking GetCqEvent / GetCmEvent then wait like
   // their rdma-core counterparts.
@@ -311,6 +318,7 @@ class FakeNic final : public VerbsBackend {
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
   void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
   void WakeWaiters();
+  std::string DebugStringLocked();
   int BlockUntil(std::unique_lock<std::mutex>& lock,
                  const std::function<bool()>& ready, const char* what);
 

@@ -348,7 +348,7 @@ int FakeNic::DestroyId(rdma_cm_id* id) {
 void FakeNic::SetLocalAddress(CmId* id, Device* device, const std::string& addr,
                               uint16_t port) {
   id->device = device;
-  id->base.verbs = &device->context;
+  id->base.verbs = &device->context.base;
   id->base.port_num = 1;
   id->local_addr = addr;
   id->local_port = port;
@@ -549,7 +549,7 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
   qp->id = c;
-  qp->base.context = &c->device->context;
+  qp->base.context = &c->device->context.base;
   qp->base.qp_context = init_attr->qp_context;
   qp->base.pd = pd;
   qp->base.send_cq = init_attr->send_cq;

@@ -26,9 +26,19 @@
 namespace rpma_harness {
 namespace fake_nic_internal {
 
+// The context handed out, with a way back to its FakeNic: the data-path ops
+// in base.ops (post_send, post_recv, poll_cq, req_notify_cq) are trampolines,
+// so rdma-core's inline ibv_post_send() & co. on fake objects reach the fake
+// instead of a null pointer. A standard-layout struct is
+// pointer-interconvertible with its first member.
+struct DeviceContext {
+  ibv_context base;
+  FakeNic* nic;
+};
+
 struct Device {
   ibv_device device;  // ibv_context::device points here
-  ibv_context context;
+  DeviceContext context;
   FakeDeviceConfig config;
   bool up = true;
   int num_pds = 0;
