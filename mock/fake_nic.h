@@ -22,6 +22,26 @@
 // Behaviour that differs between real NICs is data, not code paths: a
 // Personality (Spec, Rxe, Siw) selects it.
 //
+// Decisions worth knowing (each is cited where it is implemented):
+//   - PostSend below RTS is EINVAL; in ERR posts are accepted and flushed.
+//     PostRecv works from INIT on. Unmodelled RC opcodes (LOCAL_INV,
+//     BIND_MW, SEND_WITH_INV) are EOPNOTSUPP; non-RC opcodes EINVAL.
+//   - A send-queue slot frees when the NIC executes the WR, not at poll.
+//   - Completion errors move the QP to ERR; its other WRs then flush. A
+//     responder-side error (bad rkey, short receive) moves the responder QP
+//     to ERR too. A responder that is gone / not RTR gives RETRY_EXC_ERR.
+//   - rnr_retry N: N + 1 attempts, then RNR_RETRY_EXC_ERR; 7: the WR waits
+//     (and the NIC is idle) until the responder posts a receive.
+//   - A CQ overrun loses the CQE and PollCq returns -EOVERFLOW from then on.
+//   - Without background progress a blocking GetCqEvent / GetCmEvent runs
+//     the NIC itself and fails with ETIMEDOUT (and says why on stderr) if
+//     the NIC goes idle with no event for it.
+//   - CM: Connect with no listener -> REJECTED, status 8; Reject -> REJECTED,
+//     status 28; a device that is down -> UNREACHABLE, status -ETIMEDOUT;
+//     resolving an address nobody owns -> EHOSTUNREACH (sync) or
+//     ADDR_ERROR (async); LoseConnection -> CONNECT_ERROR at both ends.
+//     Connect needs an id with an event channel (migrate a sync id first).
+//
 // Thread safety: every public method may be called from any thread; one
 // mutex serialises them. Observers run with that mutex held.
 //
@@ -73,6 +93,14 @@ struct Personality {
   // roundup_pow_of_two(n + 1) slots and reports one less as its capacity;
   // the QP caps and cq->cqe written back are that real depth.
   bool round_queues_to_power_of_two_minus_one = false;
+  // On IB and RoCE the CM messages have fixed-size private-data fields, and
+  // rdma_cm reports the whole field: CONNECT_REQUEST 56 bytes, the active
+  // side's ESTABLISHED (REP) 196, REJECTED 148, the bytes after the sender's
+  // being zero (kernel cma.c cma_set_req_event_data / cma_set_rep_event_data
+  // set private_data_len to the field size). iWARP's MPA carries the exact
+  // length. Code that trusts private_data_len to be what the peer sent works
+  // on siw and breaks on IB; this flag makes the fake break it too.
+  bool cm_private_data_padded_to_field_size = true;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).
@@ -323,9 +351,12 @@ class FakeNic final : public VerbsBackend {
                  const std::function<bool()>& ready, const char* what);
 
   void QueueCmWork(std::string what, std::function<void()> run);
+  // `ib_cm_field_size`: the private-data field of the IB CM message that
+  // carried the event (0: none); see Personality.
   void DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type, int status,
                       const void* private_data, size_t private_data_len,
-                      uint64_t listen_handle, uint32_t remote_qp_num);
+                      uint64_t listen_handle, uint32_t remote_qp_num,
+                      size_t ib_cm_field_size = 0);
   void DetachFromPeer(Qp* qp);
   void SetLocalAddress(CmId* id, Device* device, const std::string& addr,
                        uint16_t port);

@@ -175,7 +175,7 @@ void FakeNic::QueueCmWork(std::string what, std::function<void()> run) {
 void FakeNic::DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
                              int status, const void* private_data,
                              size_t private_data_len, uint64_t listen_handle,
-                             uint32_t remote_qp_num) {
+                             uint32_t remote_qp_num, size_t ib_cm_field_size) {
   auto it = ids_by_handle_.find(id_handle);
   if (it == ids_by_handle_.end()) return;  // the id is gone
   CmId* id = it->second;
@@ -204,9 +204,15 @@ void FakeNic::DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
   if (private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(private_data);
     event->private_data.assign(p, p + private_data_len);
+  }
+  if (config_.personality.cm_private_data_padded_to_field_size &&
+      ib_cm_field_size > event->private_data.size()) {
+    event->private_data.resize(ib_cm_field_size, 0);
+  }
+  if (!event->private_data.empty()) {
     event->base.param.conn.private_data = event->private_data.data();
     event->base.param.conn.private_data_len =
-        static_cast<uint8_t>(private_data_len);
+        static_cast<uint8_t>(event->private_data.size());
   }
   event->base.param.conn.qp_num = remote_qp_num;
   event->base.param.conn.retry_count = id->req_retry_count;
@@ -670,7 +676,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
       // reason 8, IB_CM_REJ_INVALID_SERVICE_ID.
       active->state = CmState::kRejected;
       DeliverCmEvent(handle, RDMA_CM_EVENT_REJECTED, kRejectInvalidServiceId,
-                     nullptr, 0, 0, 0);
+                     nullptr, 0, 0, 0, kMaxRejectPrivateData);
       return;
     }
     // The new id shares the listener's channel and context (rdma_cm(7),
@@ -701,7 +707,8 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     ids_[&child->base] = std::move(child);
     DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
                    private_data.data(), private_data.size(), listener->handle,
-                   active->qp ? active->qp->base.qp_num : 0);
+                   active->qp ? active->qp->base.qp_num : 0,
+                   kMaxConnectPrivateData);
   });
   return 0;
 }
@@ -770,7 +777,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
       SetQpState(qp, IBV_QPS_RTS, "REP received");
     }
     DeliverCmEvent(active_handle, RDMA_CM_EVENT_ESTABLISHED, 0,
-                   private_data.data(), private_data.size(), 0, passive_qp_num);
+                   private_data.data(), private_data.size(), 0, passive_qp_num,
+                   kMaxAcceptPrivateData);
     const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num : 0;
     QueueCmWork("RTU", [this, passive_handle, active_qp_num] {
       auto it = ids_by_handle_.find(passive_handle);
@@ -811,7 +819,7 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
     }
     it->second->state = CmState::kRejected;
     DeliverCmEvent(active_handle, RDMA_CM_EVENT_REJECTED, kRejectConsumer,
-                   data.data(), data.size(), 0, 0);
+                   data.data(), data.size(), 0, 0, kMaxRejectPrivateData);
   });
   return 0;
 }

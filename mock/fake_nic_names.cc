@@ -38,6 +38,8 @@ Personality Personality::Siw() {
   // The siw provider returns negative errno values from its post functions;
   // verbs_backend.h warns callers to treat any non-zero value as failure.
   p.negative_errno = true;
+  // iWARP's MPA request/reply carry the private data's exact length.
+  p.cm_private_data_padded_to_field_size = false;
   return p;
 }
 

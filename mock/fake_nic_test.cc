@@ -936,9 +936,39 @@ TEST_F(FakeNicTest, ConnectionMovesBothQpsToRts) {
   EXPECT_EQ(init.cap.max_send_wr, 16u);
 }
 
-TEST_F(FakeNicTest, PrivateDataTravelsBothWays) {
+TEST_F(FakeNicTest, PrivateDataTravelsBothWaysPaddedToTheIbCmFieldSize) {
   PrepareHosts();
   const char hello[] = "hello from the client";
+  SendConnect(hello, sizeof(hello));
+  std::vector<uint8_t> received;
+  TakeConnectRequest(&received);
+  // IB CM: the REQ's private-data field minus the rdma_cm header is 56
+  // bytes, and rdma_cm reports all of it.
+  ASSERT_EQ(received.size(), 56u);
+  EXPECT_EQ(memcmp(received.data(), hello, sizeof(hello)), 0);
+  EXPECT_EQ(received[sizeof(hello)], 0);
+  const char welcome[] = "welcome";
+  SendAccept(welcome, sizeof(welcome));
+  rdma_cm_event* event =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(event, nullptr);
+  ASSERT_EQ(event->param.conn.private_data_len, 196);
+  EXPECT_EQ(memcmp(event->param.conn.private_data, welcome, sizeof(welcome)),
+            0);
+  EXPECT_EQ(event->param.conn.qp_num, server_.qp->qp_num);
+  AckEvent(event);
+  event = ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->param.conn.private_data_len, 0);  // the RTU carries none
+  AckEvent(event);
+}
+
+TEST_F(FakeNicTest, SiwPrivateDataHasTheExactLength) {
+  FakeNicConfig config;
+  config.personality = Personality::Siw();
+  MakeNic(config);
+  PrepareHosts();
+  const char hello[] = "hello";
   SendConnect(hello, sizeof(hello));
   std::vector<uint8_t> received;
   TakeConnectRequest(&received);
@@ -949,11 +979,8 @@ TEST_F(FakeNicTest, PrivateDataTravelsBothWays) {
   rdma_cm_event* event =
       ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ESTABLISHED);
   ASSERT_NE(event, nullptr);
-  ASSERT_EQ(event->param.conn.private_data_len, sizeof(welcome));
-  EXPECT_EQ(memcmp(event->param.conn.private_data, welcome, sizeof(welcome)),
-            0);
+  EXPECT_EQ(event->param.conn.private_data_len, sizeof(welcome));
   AckEvent(event);
-  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
 }
 
 TEST_F(FakeNicTest, ConnectPrivateDataAbove56FailsWithEinval) {
@@ -997,7 +1024,7 @@ TEST_F(FakeNicTest, RejectDeliversRejectedWithStatus28AndPrivateData) {
       ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_REJECTED);
   ASSERT_NE(event, nullptr);
   EXPECT_EQ(event->status, 28);
-  ASSERT_EQ(event->param.conn.private_data_len, sizeof(no));
+  ASSERT_EQ(event->param.conn.private_data_len, 148);  // the REJ's field
   EXPECT_EQ(memcmp(event->param.conn.private_data, no, sizeof(no)), 0);
   AckEvent(event);
 }
