@@ -633,8 +633,12 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR) {
     return refuse(wr, EINVAL, "qp not in RTS");
   }
+  const auto& refused = config_.personality.opcodes_refused_at_post;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     const ibv_wr_opcode op = w->opcode;
+    if (std::find(refused.begin(), refused.end(), op) != refused.end()) {
+      return refuse(w, EINVAL, "opcode not supported by this personality");
+    }
     switch (op) {
       // The RC column of the opcode table in ibv_post_send(3).
       case IBV_WR_SEND:
@@ -747,6 +751,9 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_recv_sge) ||
         (w->num_sge > 0 && w->sg_list == nullptr)) {
       return refuse(w, EINVAL, "num_sge above max_recv_sge");
+    }
+    if (w->num_sge == 0 && config_.personality.refuses_receive_without_sge) {
+      return refuse(w, EINVAL, "receive without SGE refused by personality");
     }
     if (q->rq.size() >= q->cap.max_recv_wr) {
       return refuse(w, ENOMEM, "receive queue full");
@@ -1074,19 +1081,22 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       for (const Sge& sge : recv.sges) capacity += sge.length;
       if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
         // The responder cannot write its own buffer: its receive completes
-        // with LOC_PROT_ERR and the requester sees a remote operational
-        // error (rxe_resp.c: a malformed receive WQE NAKs with "remote
-        // operational error").
-        respond_cqe(recv, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0);
+        // with an error (see Personality) and the requester sees a remote
+        // operational error (rxe_resp.c: a malformed receive WQE NAKs with
+        // "remote operational error").
+        respond_cqe(recv, config_.personality.recv_status_on_bad_recv_sge,
+                    IBV_WC_RECV, 0);
         nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
         return;
       }
       if (length > capacity) {
         // rxe_resp.c (send_data_in -ENOSPC -> RESPST_ERR_LENGTH): the
-        // responder completes the receive with LOC_LEN_ERR and NAKs with
-        // "invalid request", which the requester reports as REM_INV_REQ_ERR
-        // (rxe_comp.c check_ack AETH_NAK_INVALID_REQ).
-        respond_cqe(recv, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0);
+        // responder completes the receive with an error (LOC_LEN_ERR by
+        // ibv_poll_cq(3); see Personality) and NAKs with "invalid request",
+        // which the requester reports as REM_INV_REQ_ERR (rxe_comp.c
+        // check_ack AETH_NAK_INVALID_REQ).
+        respond_cqe(recv, config_.personality.recv_status_on_short_buffer,
+                    IBV_WC_RECV, 0);
         nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
         return;
       }
@@ -1111,6 +1121,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       if (length > 0) {
         if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
                         IBV_ACCESS_REMOTE_WRITE)) {
+          if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+            // The receive was already taken (rxe_resp.c: check_resource
+            // runs before check_rkey), so it completes with the error.
+            RecvWqe recv = std::move(responder->rq.front());
+            responder->rq.pop_front();
+            respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
+                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
+          }
           nak(IBV_WC_REM_ACCESS_ERR,
               "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
           return;

@@ -101,6 +101,23 @@ struct Personality {
   // length. Code that trusts private_data_len to be what the peer sent works
   // on siw and breaks on IB; this flag makes the fake break it too.
   bool cm_private_data_padded_to_field_size = true;
+  // The responder's receive completion when a request that consumed it
+  // fails at the responder. Spec values: ibv_poll_cq(3) (LOC_ACCESS_ERR is
+  // "a protection error on a local data buffer during an RDMA Write with
+  // Immediate", LOC_LEN_ERR a receive buffer too small, LOC_PROT_ERR an SGE
+  // that names no valid MR). rxe's: rxe_resp.c rxe_receiver, the status
+  // passed to do_class_ac_error for RKEY_VIOLATION, LENGTH, MALFORMED_WQE.
+  ibv_wc_status recv_status_on_rkey_violation = IBV_WC_LOC_ACCESS_ERR;
+  ibv_wc_status recv_status_on_short_buffer = IBV_WC_LOC_LEN_ERR;
+  ibv_wc_status recv_status_on_bad_recv_sge = IBV_WC_LOC_PROT_ERR;
+  // Opcodes the provider refuses at post time with EINVAL although the
+  // ibv_post_send(3) table allows them on RC. siw (rdma-core
+  // providers/siw/siw.c map_send_opcode) has no immediate data and no
+  // atomics.
+  std::vector<ibv_wr_opcode> opcodes_refused_at_post;
+  // siw's push_recv_wqe refuses a receive with no SGE (EINVAL); the spec and
+  // rxe accept one (useful for RDMA_WRITE_WITH_IMM, which writes no SGE).
+  bool refuses_receive_without_sge = false;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).

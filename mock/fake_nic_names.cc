@@ -29,6 +29,12 @@ Personality Personality::Rxe() {
   // rxe_queue.c rxe_queue_init: num_slots = roundup_pow_of_two(n + 1),
   // capacity reported back = num_slots - 1 (rxe_qp.c writes it to the caps).
   p.round_queues_to_power_of_two_minus_one = true;
+  // rxe_resp.c rxe_receiver: do_class_ac_error(.., IB_WC_REM_ACCESS_ERR)
+  // for an rkey violation, IB_WC_REM_INV_REQ_ERR for a length error,
+  // IB_WC_LOC_QP_OP_ERR for a malformed receive WQE.
+  p.recv_status_on_rkey_violation = IBV_WC_REM_ACCESS_ERR;
+  p.recv_status_on_short_buffer = IBV_WC_REM_INV_REQ_ERR;
+  p.recv_status_on_bad_recv_sge = IBV_WC_LOC_QP_OP_ERR;
   return p;
 }
 
@@ -40,6 +46,14 @@ Personality Personality::Siw() {
   p.negative_errno = true;
   // iWARP's MPA request/reply carry the private data's exact length.
   p.cm_private_data_padded_to_field_size = false;
+  // providers/siw/siw.c: map_send_opcode maps these to "unsupported" and
+  // push_send_wqe returns -EINVAL; push_recv_wqe returns -EINVAL for
+  // num_sge == 0.
+  p.opcodes_refused_at_post = {
+      IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND_WITH_IMM,
+      IBV_WR_ATOMIC_CMP_AND_SWP,  IBV_WR_ATOMIC_FETCH_AND_ADD,
+      IBV_WR_LOCAL_INV,           IBV_WR_BIND_MW};
+  p.refuses_receive_without_sge = true;
   return p;
 }
 

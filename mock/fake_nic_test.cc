@@ -832,6 +832,57 @@ TEST_F(FakeNicTest, SendLargerThanReceiveBufferIsLocLenErrAndRemInvReqErr) {
   EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
 }
 
+TEST_F(FakeNicTest, WriteWithImmBadRkeyCompletesTheReceiveWithLocAccessErr) {
+  ConnectHosts();
+  ASSERT_EQ(PostRecv(server_, 61, 0, 8), 0);
+  ASSERT_EQ(PostRecv(server_, 62, 0, 8), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 1, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey ^ 1, 0),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(server_.cq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 61u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_ACCESS_ERR);  // ibv_poll_cq(3)
+  EXPECT_EQ(wcs[1].wr_id, 62u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(FakeNicTest, RxeResponderErrorStatusesFollowRxeResp) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  ConnectHosts();
+  ASSERT_EQ(PostRecv(server_, 61, 0, 8), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 1, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey ^ 1, 0),
+            0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(FakeNicTest, RxeShortReceiveCompletesWithRemInvReqErr) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  ConnectHosts();
+  ASSERT_EQ(PostRecv(server_, 3, 0, 4), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 8, 0, 0, 0), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_REM_INV_REQ_ERR);
+}
+
+TEST_F(FakeNicTest, ReceiveWithBadLkeyCompletesWithLocProtErrAndRemOpErr) {
+  ConnectHosts();
+  ASSERT_EQ(PostRecv(server_, 3, 0, 64, /*lkey_override=*/12345), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 8, 0, 0, 0), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_REM_OP_ERR);
+}
+
 TEST_F(FakeNicTest, CompletionsOfOneQpAppearInPostingOrder) {
   ConnectHosts();
   for (uint64_t i = 0; i < 6; ++i) {
@@ -1535,6 +1586,34 @@ TEST_F(FakeNicTest, SiwReturnsNegativeErrnoFromPosts) {
   ConnectHosts(options);
   EXPECT_EQ(Write(1, 8, 0), 0);
   EXPECT_EQ(Write(2, 8, 0), -ENOMEM);
+}
+
+TEST_F(FakeNicTest, SiwRefusesImmediateDataAndAtomicsAtPostTime) {
+  FakeNicConfig config;
+  config.personality = Personality::Siw();
+  MakeNic(config);
+  ConnectHosts();
+  EXPECT_EQ(Write(1, 8, 0, IBV_WR_RDMA_WRITE_WITH_IMM), -EINVAL);
+  EXPECT_EQ(
+      PostRdma(client_.qp, IBV_WR_SEND_WITH_IMM, 2, client_, 0, 8, 0, 0, 0),
+      -EINVAL);
+  EXPECT_EQ(Write(3, 8, 0), 0);
+  ibv_recv_wr recv;
+  memset(&recv, 0, sizeof(recv));
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(nic_->PostRecv(server_.qp, &recv, &bad), -EINVAL);
+}
+
+TEST_F(FakeNicTest, SpecAcceptsAReceiveWithoutSge) {
+  ConnectHosts();
+  ibv_recv_wr recv;
+  memset(&recv, 0, sizeof(recv));
+  recv.wr_id = 4;
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(nic_->PostRecv(server_.qp, &recv, &bad), 0);
+  ASSERT_EQ(Write(1, 8, 0, IBV_WR_RDMA_WRITE_WITH_IMM), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(PollAll(server_.cq).at(0).wr_id, 4u);
 }
 
 // ---- fault hooks ------------------------------------------------------------
