@@ -380,6 +380,7 @@ ibv_mr* FakeNic::RegMr(ibv_pd* pd, void* addr, size_t length, int access) {
   } while (mr->base.rkey == mr->base.lkey);
   mr->pd = p;
   mr->access = access;
+  mr->ordinal = next_mr_ordinal_++;
   p->num_users++;
   p->device->num_mrs++;
   mrs_by_lkey_[mr->base.lkey] = mr.get();
@@ -714,8 +715,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     event.wr_id = wqe.wr_id;
     event.opcode = op;
     event.byte_len = length;
-    event.local_addr = wqe.sges.empty() ? 0 : wqe.sges[0].addr;
-    event.remote_addr = wqe.remote_addr;
+    DescribeAddresses(&event, wqe.sges, wqe.rkey, wqe.remote_addr);
     q->sq.push_back(std::move(wqe));
     Record(std::move(event));
   }
@@ -768,7 +768,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     event.kind = FakeNicEvent::Kind::kPostRecv;
     event.qp_num = q->base.qp_num;
     event.wr_id = wqe.wr_id;
-    event.local_addr = wqe.sges.empty() ? 0 : wqe.sges[0].addr;
+    DescribeAddresses(&event, wqe.sges, 0, 0);
     q->rq.push_back(std::move(wqe));
     Record(std::move(event));
   }
@@ -1024,8 +1024,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   executed.wr_id = wqe.wr_id;
   executed.opcode = wqe.opcode;
   executed.byte_len = length;
-  executed.local_addr = wqe.sges.empty() ? 0 : wqe.sges[0].addr;
-  executed.remote_addr = wqe.remote_addr;
+  DescribeAddresses(&executed, wqe.sges, wqe.rkey, wqe.remote_addr);
 
   // A responder-detected error NAKs the request: the requester completes
   // with `requester_status`, and the responder QP goes to ERR too (rxe_resp.c
@@ -1200,6 +1199,28 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     default:
       fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
       return;
+  }
+}
+
+void FakeNic::DescribeAddresses(FakeNicEvent* event,
+                                const std::vector<Sge>& sges, uint32_t rkey,
+                                uint64_t remote_addr) {
+  if (!sges.empty()) {
+    const Sge& first = sges.front();
+    event->local_addr = first.addr;
+    auto it = mrs_by_lkey_.find(first.lkey);
+    if (it != mrs_by_lkey_.end() &&
+        first.addr >= Address(it->second->base.addr)) {
+      event->local_mr = it->second->ordinal;
+      event->local_offset = first.addr - Address(it->second->base.addr);
+    }
+  }
+  event->remote_addr = remote_addr;
+  auto it = mrs_by_rkey_.find(rkey);
+  if (rkey != 0 && it != mrs_by_rkey_.end() &&
+      remote_addr >= Address(it->second->base.addr)) {
+    event->remote_mr = it->second->ordinal;
+    event->remote_offset = remote_addr - Address(it->second->base.addr);
   }
 }
 

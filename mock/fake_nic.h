@@ -186,8 +186,15 @@ struct FakeNicEvent {
   int opcode = 0;
   int status = 0;  // ibv_wc_status, errno or rdma_cm_event status
   uint64_t byte_len = 0;
-  uint64_t local_addr = 0;
-  uint64_t remote_addr = 0;
+  uint64_t local_addr = 0;   // first local SGE, as posted
+  uint64_t remote_addr = 0;  // as posted
+  // The same addresses as (MR, offset): MRs are numbered 1, 2, ... in
+  // registration order (0: no live MR matched the key), so records compare
+  // equal across processes even though heap addresses move (ASLR).
+  uint32_t local_mr = 0;
+  uint64_t local_offset = 0;
+  uint32_t remote_mr = 0;
+  uint64_t remote_offset = 0;
   std::string text;
 };
 
@@ -357,6 +364,8 @@ class FakeNic final : public VerbsBackend {
   void ExecuteSendWqe(Qp* qp);
   void CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                     uint32_t byte_len);
+  void DescribeAddresses(FakeNicEvent* event, const std::vector<Sge>& sges,
+                         uint32_t rkey, uint64_t remote_addr);
   bool LocalSgesOk(Qp* qp, const std::vector<Sge>& sges, int needed_access);
   bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
                   int needed_access);
@@ -386,6 +395,7 @@ class FakeNic final : public VerbsBackend {
   uint64_t rng_state_;
   uint64_t next_seq_ = 1;
   uint64_t next_handle_ = 1;
+  uint32_t next_mr_ordinal_ = 1;
   size_t qp_cursor_ = 0;
   int next_observer_ = 1;
   uint16_t next_ephemeral_port_ = 40000;

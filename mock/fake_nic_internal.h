@@ -57,6 +57,7 @@ struct Mr {
   ibv_mr base;
   Pd* pd = nullptr;
   int access = 0;
+  uint32_t ordinal = 0;  // 1, 2, ... in registration order (FakeNicEvent)
 };
 
 // A pending event is counted on the fd (an eventfd in semaphore mode) so the

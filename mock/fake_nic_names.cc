@@ -269,14 +269,26 @@ std::string ToString(const FakeNicEvent& event) {
     default:
       break;
   }
+  // Addresses print as MR ordinal + offset when an MR matched, so the text
+  // is the same in every run of the same program.
+  auto where = [](uint32_t mr, uint64_t offset, uint64_t raw) {
+    char text[64];
+    if (mr != 0) {
+      snprintf(text, sizeof(text), "mr%u+0x%" PRIx64, mr, offset);
+    } else {
+      snprintf(text, sizeof(text), "0x%" PRIx64, raw);
+    }
+    return std::string(text);
+  };
   char buf[512];
-  snprintf(buf, sizeof(buf),
-           "#%" PRIu64 " %s qp=0x%06x wr_id=%" PRIu64
-           " op=%s status=%d%s%s len=%" PRIu64 " laddr=0x%" PRIx64
-           " raddr=0x%" PRIx64,
-           event.seq, ToString(event.kind), event.qp_num, event.wr_id, opcode,
-           event.status, *status ? "/" : "", status, event.byte_len,
-           event.local_addr, event.remote_addr);
+  snprintf(
+      buf, sizeof(buf),
+      "#%" PRIu64 " %s qp=0x%06x wr_id=%" PRIu64
+      " op=%s status=%d%s%s len=%" PRIu64 " laddr=%s raddr=%s",
+      event.seq, ToString(event.kind), event.qp_num, event.wr_id, opcode,
+      event.status, *status ? "/" : "", status, event.byte_len,
+      where(event.local_mr, event.local_offset, event.local_addr).c_str(),
+      where(event.remote_mr, event.remote_offset, event.remote_addr).c_str());
   std::string out = buf;
   if (!event.text.empty()) out += " " + event.text;
   return out;
