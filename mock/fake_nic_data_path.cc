@@ -1,0 +1,726 @@
+// fake_nic_data_path.cc: the fake NIC's data path: PostSend / PostRecv with
+// their post-time rules, QueryQp, and the execution of one WR per Step
+// (memory protection, RNR, data movement, completions, flushes).
+//
+// Every behaviour the fake decides is cited beside the code: an rdma-core man
+// page, an InfiniBand Architecture Specification (vol. 1) rule, or the Linux
+// soft-RoCE driver (drivers/infiniband/sw/rxe/*.c).
+//
+// Example:
+//   nic.PostSend(qp, &wr, &bad_wr);  // validated and queued (ibv_post_send(3))
+//   nic.Step();                      // the NIC executes the WR
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mock/fake_nic.h"
+#include "mock/fake_nic_internal.h"
+
+namespace rpma_harness {
+
+using fake_nic_internal::RecvWqe;
+using fake_nic_internal::Sge;
+
+namespace {
+
+uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// True when [addr, addr + len) lies inside the MR (ibv_reg_mr(3): an MR
+// covers exactly [mr->addr, mr->addr + mr->length)).
+bool InsideMr(const ibv_mr& mr, uint64_t addr, uint64_t len) {
+  const uint64_t start = Address(mr.addr);
+  if (addr < start) return false;
+  const uint64_t offset = addr - start;
+  return offset <= mr.length && len <= mr.length - offset;
+}
+
+bool IsImmOpcode(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+bool IsAtomic(ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+// The requester's work-completion opcode for a send WR (ibv_poll_cq(3)).
+ibv_wc_opcode WcOpcodeFor(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+}  // namespace
+
+uint64_t fake_nic_internal::SendWqe::total_length() const {
+  if (is_inline) return inline_data.size();
+  uint64_t total = 0;
+  for (const Sge& sge : sges) total += sge.length;
+  return total;
+}
+
+// ---- data path: posting -----------------------------------------------------
+
+int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Qp* q = FindQp(qp);
+  if (q == nullptr || bad_wr == nullptr) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return PostErrno(EINVAL);
+  }
+  auto refuse = [&](ibv_send_wr* w, int err, const char* why) {
+    *bad_wr = w;
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostFailed;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = w ? w->wr_id : 0;
+    event.opcode = w ? w->opcode : 0;
+    event.status = err;
+    event.text = why;
+    Record(std::move(event));
+    return PostErrno(err);
+  };
+  for (auto it = post_faults_.begin(); it != post_faults_.end(); ++it) {
+    if (it->qp_num == 0 || it->qp_num == q->base.qp_num) {
+      const int err = it->errno_value;
+      post_faults_.erase(it);
+      return refuse(wr, err, "fault: FailNextPostSend");
+    }
+  }
+  // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
+  // sends with EINVAL. A QP in ERR accepts them and completes them with
+  // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
+  // QP in Error state" fix; rxe only refuses state < RTS).
+  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR) {
+    return refuse(wr, EINVAL, "qp not in RTS");
+  }
+  const auto& refused = config_.personality.opcodes_refused_at_post;
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    const ibv_wr_opcode op = w->opcode;
+    if (std::find(refused.begin(), refused.end(), op) != refused.end()) {
+      return refuse(w, EINVAL, "opcode not supported by this personality");
+    }
+    switch (op) {
+      // The RC column of the opcode table in ibv_post_send(3).
+      case IBV_WR_SEND:
+      case IBV_WR_SEND_WITH_IMM:
+      case IBV_WR_RDMA_WRITE:
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+      case IBV_WR_RDMA_READ:
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        break;
+      case IBV_WR_LOCAL_INV:
+      case IBV_WR_BIND_MW:
+      case IBV_WR_SEND_WITH_INV:
+        // Valid on RC, but memory windows are not modelled.
+        return refuse(w, EOPNOTSUPP, "opcode not modelled by the fake");
+      default:
+        return refuse(w, EINVAL, "opcode not valid on an RC QP");
+    }
+    if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_send_sge) ||
+        (w->num_sge > 0 && w->sg_list == nullptr)) {
+      return refuse(w, EINVAL, "num_sge above max_send_sge");
+    }
+    SendWqe wqe;
+    wqe.wr_id = w->wr_id;
+    wqe.opcode = op;
+    wqe.send_flags = w->send_flags;
+    wqe.imm_data = w->imm_data;
+    for (int i = 0; i < w->num_sge; ++i) {
+      wqe.sges.push_back(
+          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
+    }
+    const uint64_t length = wqe.total_length();
+    if (w->send_flags & IBV_SEND_INLINE) {
+      // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
+      // copied now, so the lkey is not checked and the buffer may be reused.
+      if (op == IBV_WR_RDMA_READ || IsAtomic(op)) {
+        return refuse(w, EINVAL, "inline on a read/atomic");
+      }
+      if (length > q->cap.max_inline_data) {
+        return refuse(w, EINVAL, "inline data above max_inline_data");
+      }
+      wqe.is_inline = true;
+      for (const Sge& sge : wqe.sges) {
+        const auto* p = reinterpret_cast<const uint8_t*>(sge.addr);
+        wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
+      }
+    }
+    if (IsAtomic(op)) {
+      // Atomics operate on one 64-bit quantity (ibv_post_send(3): the local
+      // SGE receives the original 8-byte value).
+      if (w->num_sge != 1 || length != 8) {
+        return refuse(w, EINVAL, "atomic needs one 8-byte SGE");
+      }
+      wqe.compare_add = w->wr.atomic.compare_add;
+      wqe.swap = w->wr.atomic.swap;
+      wqe.remote_addr = w->wr.atomic.remote_addr;
+      wqe.rkey = w->wr.atomic.rkey;
+    } else {
+      wqe.remote_addr = w->wr.rdma.remote_addr;
+      wqe.rkey = w->wr.rdma.rkey;
+    }
+    // rxe_verbs.c post_one_send: a full send queue is ENOMEM. A slot is
+    // taken until the NIC executes (or flushes) the WR.
+    if (q->sq.size() >= q->cap.max_send_wr) {
+      return refuse(w, ENOMEM, "send queue full");
+    }
+    // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): a success
+    // completion only if the WR is signaled or the QP has sq_sig_all.
+    wqe.signaled = q->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED);
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostSend;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = op;
+    event.byte_len = length;
+    DescribeAddresses(&event, wqe.sges, wqe.rkey, wqe.remote_addr);
+    q->sq.push_back(std::move(wqe));
+    Record(std::move(event));
+  }
+  return 0;
+}
+
+int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Qp* q = FindQp(qp);
+  if (q == nullptr || bad_wr == nullptr) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return PostErrno(EINVAL);
+  }
+  auto refuse = [&](ibv_recv_wr* w, int err, const char* why) {
+    *bad_wr = w;
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostFailed;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = w ? w->wr_id : 0;
+    event.status = err;
+    event.text = why;
+    Record(std::move(event));
+    return PostErrno(err);
+  };
+  // Receives may be posted from INIT on, so they are ready before the peer's
+  // first send; in RESET they are refused (rxe_verbs.c rxe_post_recv:
+  // state < INIT is EINVAL). In ERR they are accepted and flushed (IB spec
+  // C10-42; rdmavt's "post receive for QP in ERR state" fix).
+  if (q->base.state == IBV_QPS_RESET) {
+    return refuse(wr, EINVAL, "qp in RESET");
+  }
+  for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
+    if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_recv_sge) ||
+        (w->num_sge > 0 && w->sg_list == nullptr)) {
+      return refuse(w, EINVAL, "num_sge above max_recv_sge");
+    }
+    if (w->num_sge == 0 && config_.personality.refuses_receive_without_sge) {
+      return refuse(w, EINVAL, "receive without SGE refused by personality");
+    }
+    if (q->rq.size() >= q->cap.max_recv_wr) {
+      return refuse(w, ENOMEM, "receive queue full");
+    }
+    RecvWqe wqe;
+    wqe.wr_id = w->wr_id;
+    for (int i = 0; i < w->num_sge; ++i) {
+      wqe.sges.push_back(
+          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
+    }
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostRecv;
+    event.qp_num = q->base.qp_num;
+    event.wr_id = wqe.wr_id;
+    DescribeAddresses(&event, wqe.sges, 0, 0);
+    q->rq.push_back(std::move(wqe));
+    Record(std::move(event));
+  }
+  return 0;
+}
+
+int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
+                     ibv_qp_init_attr* init_attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Qp* q = FindQp(qp);
+  if (q == nullptr || attr == nullptr) return EINVAL;
+  // ibv_query_qp(3) may fill more than attr_mask asks for; we fill it all.
+  memset(attr, 0, sizeof(*attr));
+  attr->qp_state = q->base.state;
+  attr->cur_qp_state = q->base.state;
+  attr->path_mtu = IBV_MTU_1024;
+  attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  attr->cap = q->cap;
+  attr->dest_qp_num = q->dest_qp_num;
+  attr->sq_draining = 0;
+  attr->max_rd_atomic = 16;
+  attr->max_dest_rd_atomic = 16;
+  attr->min_rnr_timer = q->min_rnr_timer;
+  attr->port_num = 1;
+  attr->retry_cnt = q->retry_cnt;
+  attr->rnr_retry = q->rnr_retry;
+  if (init_attr != nullptr) {
+    memset(init_attr, 0, sizeof(*init_attr));
+    init_attr->qp_context = q->base.qp_context;
+    init_attr->send_cq = q->base.send_cq;
+    init_attr->recv_cq = q->base.recv_cq;
+    init_attr->cap = q->cap;
+    init_attr->qp_type = IBV_QPT_RC;
+    init_attr->sq_sig_all = q->sq_sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+// ---- data path: execution ---------------------------------------------------
+
+namespace {
+
+// Responder-side states that accept requests: RTR and RTS (a QP's receive
+// side works from RTR on; INIT, ERR and RESET drop incoming packets).
+bool CanRespond(const ibv_qp& qp) {
+  return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS;
+}
+
+bool NeedsReceive(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+}  // namespace
+
+bool FakeNic::QpHasReadyWork(Qp* qp) {
+  if (qp->base.state == IBV_QPS_ERR) return !qp->sq.empty() || !qp->rq.empty();
+  if (qp->base.state != IBV_QPS_RTS || qp->sq.empty()) return false;
+  const SendWqe& head = qp->sq.front();
+  if (!head.waiting_for_receive) return true;
+  // Parked by an RNR NAK with rnr_retry 7: ready again once the responder
+  // has a receive, or once the responder can no longer answer at all.
+  Qp* peer = qp->peer;
+  return peer == nullptr || !CanRespond(peer->base) || !peer->rq.empty();
+}
+
+bool FakeNic::HasReadyWork() {
+  if (!cm_work_.empty()) return true;
+  for (Qp* qp : qp_order_) {
+    if (QpHasReadyWork(qp)) return true;
+  }
+  return false;
+}
+
+bool FakeNic::StepLocked() {
+  if (!cm_work_.empty()) {
+    CmWork work = std::move(cm_work_.front());
+    cm_work_.pop_front();
+    work.run();
+    return true;
+  }
+  const size_t n = qp_order_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t index = (qp_cursor_ + i) % n;
+    Qp* qp = qp_order_[index];
+    if (QpHasReadyWork(qp)) {
+      qp_cursor_ = index + 1;
+      ExecuteOrFlushOne(qp);
+      return true;
+    }
+  }
+  return false;
+}
+
+void FakeNic::ExecuteOrFlushOne(Qp* qp) {
+  if (qp->base.state != IBV_QPS_ERR) {
+    ExecuteSendWqe(qp);
+    return;
+  }
+  // Error state (IB spec C10-42): outstanding and later WRs complete
+  // with IBV_WC_WR_FLUSH_ERR, send queue first, in posting order. The
+  // opcode is undefined for error CQEs (ibv_poll_cq(3)); we report the
+  // WR's own opcode so traces stay readable.
+  if (!qp->sq.empty()) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    CompleteSend(qp, wqe, IBV_WC_WR_FLUSH_ERR, 0);
+    return;
+  }
+  RecvWqe wqe = std::move(qp->rq.front());
+  qp->rq.pop_front();
+  ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  wc.wr_id = wqe.wr_id;
+  wc.status = IBV_WC_WR_FLUSH_ERR;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = qp->base.qp_num;
+  AddCqe(qp->recv_cq, wc, false);
+}
+
+void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                           uint32_t byte_len) {
+  // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
+  // always generated, even for an unsignaled WR.
+  if (!wqe.signaled && status == IBV_WC_SUCCESS) return;
+  ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.opcode = WcOpcodeFor(wqe.opcode);
+  wc.qp_num = qp->base.qp_num;
+  if (status == IBV_WC_SUCCESS) {
+    if (config_.personality.send_cqe_has_imm_flag_and_byte_len) {
+      wc.byte_len = static_cast<uint32_t>(wqe.total_length());
+      if (IsImmOpcode(wqe.opcode)) wc.wc_flags |= IBV_WC_WITH_IMM;
+    } else if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
+      wc.byte_len = byte_len;
+    }
+  }
+  AddCqe(qp->send_cq, wc, false);
+}
+
+// One send WR at the head of `qp`'s send queue meets the responder. The
+// checks follow the order of rxe's responder state machine (rxe_resp.c:
+// check_resource (RNR) before check_length before check_rkey).
+void FakeNic::ExecuteSendWqe(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  const uint32_t qp_num = qp->base.qp_num;
+
+  auto fail = [&](ibv_wc_status status, const char* why) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kExecute;
+    event.qp_num = qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = wqe.opcode;
+    event.status = status;
+    event.text = why;
+    Record(std::move(event));
+    CompleteSend(qp, wqe, status, 0);
+    // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
+    // do_complete, then rxe_qp_error); the rest of the queue then flushes.
+    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+  };
+
+  for (auto it = status_faults_.begin(); it != status_faults_.end(); ++it) {
+    if (it->wr_id == head.wr_id && (it->qp_num == 0 || it->qp_num == qp_num)) {
+      const ibv_wc_status status = it->status;
+      status_faults_.erase(it);
+      FakeNicEvent event;
+      event.kind = FakeNicEvent::Kind::kFault;
+      event.qp_num = qp_num;
+      event.wr_id = head.wr_id;
+      event.status = status;
+      event.text = "fault: CompleteNextWrWithStatus";
+      Record(std::move(event));
+      if (status == IBV_WC_SUCCESS) {
+        SendWqe wqe = std::move(qp->sq.front());
+        qp->sq.pop_front();
+        CompleteSend(qp, wqe, status, 0);
+      } else {
+        fail(status, "fault: forced completion status");
+      }
+      return;
+    }
+  }
+
+  // Local protection (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR; rxe copy_data
+  // fails the same way): every non-empty SGE must name a live MR of this
+  // QP's PD and lie inside it, and a destination the NIC writes (RDMA_READ
+  // data, atomic result) needs LOCAL_WRITE. Inline data was copied at post
+  // time: nothing to check.
+  const bool local_is_destination =
+      head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode);
+  if (!head.is_inline &&
+      !LocalSgesOk(qp, head.sges,
+                   local_is_destination ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+    fail(IBV_WC_LOC_PROT_ERR, "local SGE fails lkey/PD/bounds/access check");
+    return;
+  }
+
+  // The responder must exist and answer; a QP that is gone, in ERR or not
+  // yet RTR drops requests, so the requester exhausts its transport retries
+  // (rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR).
+  // The retries are not modelled as separate steps.
+  Qp* responder = qp->peer;
+  if (responder == nullptr || !CanRespond(responder->base)) {
+    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer");
+    return;
+  }
+
+  // Receiver not ready: the responder answers with an RNR NAK and the
+  // requester retries. rnr_retry 7 means retry forever (IB spec; rxe_comp.c
+  // COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
+  // that finds no retries left completes the WR with
+  // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
+  // attempt is one Step(); the RNR timer is not modelled.
+  if (NeedsReceive(head.opcode) && responder->rq.empty()) {
+    if (!head.rnr_started) {
+      head.rnr_started = true;
+      head.rnr_retries_left = qp->rnr_retry;
+    }
+    if (qp->rnr_retry != 7) {
+      if (head.rnr_retries_left == 0) {
+        fail(IBV_WC_RNR_RETRY_EXC_ERR, "RNR retries exhausted");
+        return;
+      }
+      head.rnr_retries_left--;
+    } else {
+      head.waiting_for_receive = true;
+    }
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kRnrNak;
+    event.qp_num = qp_num;
+    event.wr_id = head.wr_id;
+    event.opcode = head.opcode;
+    event.text = qp->rnr_retry == 7
+                     ? "waiting for a receive (rnr_retry 7)"
+                     : "retries left: " + std::to_string(head.rnr_retries_left);
+    Record(std::move(event));
+    return;
+  }
+  head.waiting_for_receive = false;
+
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  const uint64_t length = wqe.total_length();
+  FakeNicEvent executed;
+  executed.kind = FakeNicEvent::Kind::kExecute;
+  executed.qp_num = qp_num;
+  executed.wr_id = wqe.wr_id;
+  executed.opcode = wqe.opcode;
+  executed.byte_len = length;
+  DescribeAddresses(&executed, wqe.sges, wqe.rkey, wqe.remote_addr);
+
+  // A responder-detected error NAKs the request: the requester completes
+  // with `requester_status`, and the responder QP goes to ERR too (rxe_resp.c
+  // do_class_ac_error sets resp.goto_error, then rxe_qp_error).
+  auto nak = [&](ibv_wc_status requester_status, const char* why) {
+    executed.status = requester_status;
+    executed.text = why;
+    Record(std::move(executed));
+    SetQpState(responder, IBV_QPS_ERR, why);
+    CompleteSend(qp, wqe, requester_status, 0);
+    SetQpState(qp, IBV_QPS_ERR, why);
+  };
+
+  auto respond_cqe = [&](const RecvWqe& recv, ibv_wc_status status,
+                         ibv_wc_opcode opcode, uint32_t byte_len) {
+    ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = recv.wr_id;
+    wc.status = status;
+    wc.opcode = opcode;
+    wc.byte_len = byte_len;
+    wc.qp_num = responder->base.qp_num;
+    if (status == IBV_WC_SUCCESS && IsImmOpcode(wqe.opcode)) {
+      // ibv_poll_cq(3): imm_data is in network byte order, passed through.
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = wqe.imm_data;
+    }
+    AddCqe(responder->recv_cq, wc, wqe.send_flags & IBV_SEND_SOLICITED);
+  };
+
+  std::vector<uint8_t> payload;
+  auto gather = [&] {
+    if (wqe.is_inline) {
+      payload = wqe.inline_data;
+      return;
+    }
+    payload.resize(length);
+    size_t offset = 0;
+    for (const Sge& sge : wqe.sges) {
+      if (sge.length == 0) continue;
+      memcpy(payload.data() + offset, reinterpret_cast<const void*>(sge.addr),
+             sge.length);
+      offset += sge.length;
+    }
+  };
+
+  switch (wqe.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: {
+      RecvWqe recv = std::move(responder->rq.front());
+      responder->rq.pop_front();
+      uint64_t capacity = 0;
+      for (const Sge& sge : recv.sges) capacity += sge.length;
+      if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
+        // The responder cannot write its own buffer: its receive completes
+        // with an error (see Personality) and the requester sees a remote
+        // operational error (rxe_resp.c: a malformed receive WQE NAKs with
+        // "remote operational error").
+        respond_cqe(recv, config_.personality.recv_status_on_bad_recv_sge,
+                    IBV_WC_RECV, 0);
+        nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
+        return;
+      }
+      if (length > capacity) {
+        // rxe_resp.c (send_data_in -ENOSPC -> RESPST_ERR_LENGTH): the
+        // responder completes the receive with an error (LOC_LEN_ERR by
+        // ibv_poll_cq(3); see Personality) and NAKs with "invalid request",
+        // which the requester reports as REM_INV_REQ_ERR (rxe_comp.c
+        // check_ack AETH_NAK_INVALID_REQ).
+        respond_cqe(recv, config_.personality.recv_status_on_short_buffer,
+                    IBV_WC_RECV, 0);
+        nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
+        return;
+      }
+      gather();
+      size_t offset = 0;
+      for (const Sge& sge : recv.sges) {
+        if (offset == payload.size()) break;
+        const size_t n = std::min<size_t>(sge.length, payload.size() - offset);
+        memcpy(reinterpret_cast<void*>(sge.addr), payload.data() + offset, n);
+        offset += n;
+      }
+      Record(std::move(executed));
+      respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV,
+                  static_cast<uint32_t>(length));
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: {
+      // IB spec C9-88 / rxe_resp.c check_rkey: a zero-length RDMA is not
+      // required to carry a valid R_Key or VA, so they are not checked.
+      if (length > 0) {
+        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
+                        IBV_ACCESS_REMOTE_WRITE)) {
+          if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+            // The receive was already taken (rxe_resp.c: check_resource
+            // runs before check_rkey), so it completes with the error.
+            RecvWqe recv = std::move(responder->rq.front());
+            responder->rq.pop_front();
+            respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
+                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
+          }
+          nak(IBV_WC_REM_ACCESS_ERR,
+              "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
+          return;
+        }
+        gather();
+        memcpy(reinterpret_cast<void*>(wqe.remote_addr), payload.data(),
+               length);
+      }
+      Record(std::move(executed));
+      if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+        // The receive is consumed but its SGEs are not touched; byte_len is
+        // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
+        RecvWqe recv = std::move(responder->rq.front());
+        responder->rq.pop_front();
+        respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
+                    static_cast<uint32_t>(length));
+      }
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+    case IBV_WR_RDMA_READ: {
+      if (length > 0) {
+        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
+                        IBV_ACCESS_REMOTE_READ)) {
+          nak(IBV_WC_REM_ACCESS_ERR,
+              "rkey/PD/bounds/REMOTE_READ check failed at the responder");
+          return;
+        }
+        const auto* src = reinterpret_cast<const uint8_t*>(wqe.remote_addr);
+        size_t offset = 0;
+        for (const Sge& sge : wqe.sges) {
+          // memmove: in loopback, source and destination may overlap.
+          memmove(reinterpret_cast<void*>(sge.addr), src + offset, sge.length);
+          offset += sge.length;
+        }
+      }
+      Record(std::move(executed));
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      // The target must be 8-byte aligned (rxe_resp.c: misaligned atomic ->
+      // "invalid request" NAK) and the MR must allow REMOTE_ATOMIC.
+      if (wqe.remote_addr % 8 != 0) {
+        nak(IBV_WC_REM_INV_REQ_ERR, "misaligned atomic");
+        return;
+      }
+      if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, 8,
+                      IBV_ACCESS_REMOTE_ATOMIC)) {
+        nak(IBV_WC_REM_ACCESS_ERR,
+            "rkey/PD/bounds/REMOTE_ATOMIC check failed at the responder");
+        return;
+      }
+      uint64_t original;
+      memcpy(&original, reinterpret_cast<const void*>(wqe.remote_addr), 8);
+      uint64_t updated = original;
+      if (wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        updated = original + wqe.compare_add;
+      } else if (original == wqe.compare_add) {
+        updated = wqe.swap;
+      }
+      memcpy(reinterpret_cast<void*>(wqe.remote_addr), &updated, 8);
+      memcpy(reinterpret_cast<void*>(wqe.sges[0].addr), &original, 8);
+      Record(std::move(executed));
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, 8);
+      return;
+    }
+    default:
+      fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
+      return;
+  }
+}
+
+void FakeNic::DescribeAddresses(FakeNicEvent* event,
+                                const std::vector<Sge>& sges, uint32_t rkey,
+                                uint64_t remote_addr) {
+  if (!sges.empty()) {
+    const Sge& first = sges.front();
+    event->local_addr = first.addr;
+    auto it = mrs_by_lkey_.find(first.lkey);
+    if (it != mrs_by_lkey_.end() &&
+        first.addr >= Address(it->second->base.addr)) {
+      event->local_mr = it->second->ordinal;
+      event->local_offset = first.addr - Address(it->second->base.addr);
+    }
+  }
+  event->remote_addr = remote_addr;
+  auto it = mrs_by_rkey_.find(rkey);
+  if (rkey != 0 && it != mrs_by_rkey_.end() &&
+      remote_addr >= Address(it->second->base.addr)) {
+    event->remote_mr = it->second->ordinal;
+    event->remote_offset = remote_addr - Address(it->second->base.addr);
+  }
+}
+
+bool FakeNic::LocalSgesOk(Qp* qp, const std::vector<Sge>& sges,
+                          int needed_access) {
+  for (const Sge& sge : sges) {
+    if (sge.length == 0) continue;  // no memory is accessed
+    auto it = mrs_by_lkey_.find(sge.lkey);
+    if (it == mrs_by_lkey_.end()) return false;
+    const Mr* mr = it->second;
+    if (mr->pd != qp->pd) return false;
+    if ((mr->access & needed_access) != needed_access) return false;
+    if (!InsideMr(mr->base, sge.addr, sge.length)) return false;
+  }
+  return true;
+}
+
+// rxe_resp.c check_rkey: the R_Key must name a live MR of
+// the responder QP's PD that grants `needed_access` over the whole range.
+bool FakeNic::RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr,
+                         uint64_t length, int needed_access) {
+  auto it = mrs_by_rkey_.find(rkey);
+  if (it == mrs_by_rkey_.end()) return false;
+  const Mr* mr = it->second;
+  return mr->pd == responder->pd && (mr->access & needed_access) &&
+         InsideMr(mr->base, addr, length);
+}
+
+}  // namespace rpma_harness
