@@ -384,6 +384,7 @@ class FakeNic final : public VerbsBackend {
                       uint64_t listen_handle, uint32_t remote_qp_num,
                       size_t ib_cm_field_size = 0);
   void DetachFromPeer(Qp* qp);
+  void ReleaseId(CmId* id);  // REQUIRES: no QP, no unacked events
   void SetLocalAddress(CmId* id, Device* device, const std::string& addr,
                        uint16_t port);
   int CmFail(int errno_value);

@@ -69,6 +69,7 @@ constexpr size_t kMaxRejectPrivateData = 148;
 // IB CM reject reasons (include/rdma/ib_cm.h enum ib_cm_rej_reason),
 // delivered as rdma_cm_event.status of RDMA_CM_EVENT_REJECTED.
 constexpr int kRejectInvalidServiceId = 8;  // no listener on that port
+constexpr int kRejectTimeout = 4;           // the peer gave up
 constexpr int kRejectConsumer = 28;         // rdma_reject by the peer
 
 bool ParsePort(const char* text, uint16_t* port) {
@@ -308,13 +309,21 @@ int FakeNic::DestroyId(rdma_cm_id* id) {
             c->unacked_events);
     return CmFail(EBUSY);
   }
+  ReleaseId(c);
+  return 0;
+}
+
+void FakeNic::ReleaseId(CmId* c) {
   // Events queued but not yet got die with the id (the kernel's
-  // ucma_destroy_id drops them too).
+  // ucma_destroy_id drops them too); so do the ids of connection requests
+  // nobody took off a destroyed listener's channel.
+  std::vector<CmId*> orphans;
   if (c->channel != nullptr) {
     auto& queue = c->channel->queue;
     for (auto it = queue.begin(); it != queue.end();) {
       CmEvent* e = *it;
       if (e->base.id == &c->base || e->counted_on == c->handle) {
+        if (e->base.id != &c->base) orphans.push_back(FindId(e->base.id));
         fake_nic_internal::ConsumeFd(c->channel->base.fd);
         outstanding_events_.erase(&e->base);
         it = queue.erase(it);
@@ -324,11 +333,11 @@ int FakeNic::DestroyId(rdma_cm_id* id) {
     }
     c->channel->num_ids--;
   }
-  // Destroying a connected id sends a DREQ (cma.c rdma_destroy_id ->
-  // cma_cancel / ib_destroy_cm_id), so the peer sees DISCONNECTED.
+  const uint64_t peer = c->peer_handle;
   if ((c->state == CmState::kConnected || c->state == CmState::kAccepted) &&
-      c->peer_handle != 0) {
-    const uint64_t peer = c->peer_handle;
+      peer != 0) {
+    // Destroying a connected id sends a DREQ (cma.c rdma_destroy_id ->
+    // ib_destroy_cm_id), so the peer sees DISCONNECTED.
     QueueCmWork("DREQ (id destroyed)", [this, peer] {
       auto it = ids_by_handle_.find(peer);
       if (it == ids_by_handle_.end()) return;
@@ -344,11 +353,44 @@ int FakeNic::DestroyId(rdma_cm_id* id) {
                        0);
       }
     });
+  } else if (c->state == CmState::kRequestReceived && peer != 0) {
+    // A request dropped without rdma_accept / rdma_reject: the IB CM
+    // rejects it (cm.c cm_destroy_id, IB_CM_REQ_RCVD: REJ, consumer
+    // defined).
+    QueueCmWork("REJ (request dropped)", [this, peer] {
+      auto it = ids_by_handle_.find(peer);
+      if (it == ids_by_handle_.end() ||
+          it->second->state != CmState::kConnecting) {
+        return;
+      }
+      it->second->state = CmState::kRejected;
+      DeliverCmEvent(peer, RDMA_CM_EVENT_REJECTED, kRejectConsumer, nullptr, 0,
+                     0, 0, kMaxRejectPrivateData);
+    });
+  } else if (c->state == CmState::kConnecting && peer != 0) {
+    // The active side gives up mid-handshake: cm.c cm_destroy_id in
+    // IB_CM_REQ_SENT sends a REJ with reason IB_CM_REJ_TIMEOUT (4), which
+    // the passive id sees as REJECTED.
+    QueueCmWork("REJ (connect abandoned)", [this, peer] {
+      auto it = ids_by_handle_.find(peer);
+      if (it == ids_by_handle_.end()) return;
+      CmId* p = it->second;
+      if (p->state != CmState::kRequestReceived &&
+          p->state != CmState::kAccepted) {
+        return;
+      }
+      p->state = CmState::kRejected;
+      if (p->qp != nullptr) SetQpState(p->qp, IBV_QPS_ERR, "REJ received");
+      DeliverCmEvent(peer, RDMA_CM_EVENT_REJECTED, kRejectTimeout, nullptr, 0,
+                     0, 0, kMaxRejectPrivateData);
+    });
   }
   if (!c->bound_key.empty()) bound_.erase(c->bound_key);
   ids_by_handle_.erase(c->handle);
-  ids_.erase(id);
-  return 0;
+  ids_.erase(&c->base);
+  for (CmId* orphan : orphans) {
+    if (orphan != nullptr) ReleaseId(orphan);
+  }
 }
 
 void FakeNic::SetLocalAddress(CmId* id, Device* device, const std::string& addr,

@@ -1218,6 +1218,49 @@ TEST_F(FakeNicTest, DestroyIdWithUnackedEventOrQpFailsWithEbusy) {
   EXPECT_EQ(nic_->DestroyId(client_.id), 0);
 }
 
+TEST_F(FakeNicTest, DroppingAConnectRequestRejectsTheClient) {
+  PrepareHosts();
+  SendConnect();
+  TakeConnectRequest();
+  nic_->DestroyQp(server_.id);
+  ASSERT_EQ(nic_->DestroyId(server_.id), 0);
+  rdma_cm_event* event =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, 28);
+  AckEvent(event);
+}
+
+TEST_F(FakeNicTest, DestroyingAListenerRejectsTheRequestsQueuedOnIt) {
+  PrepareHosts();
+  SendConnect();
+  ASSERT_TRUE(nic_->Step());  // CONNECT_REQUEST queued, not taken
+  ASSERT_EQ(nic_->DestroyId(listen_id_), 0);
+  listen_id_ = nullptr;
+  pollfd pfd = {server_.cm_channel->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  rdma_cm_event* event =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, 28);
+  AckEvent(event);
+}
+
+TEST_F(FakeNicTest, AbandonedConnectRejectsTheServer) {
+  PrepareHosts();
+  SendConnect();
+  TakeConnectRequest();
+  SendAccept();
+  nic_->DestroyQp(client_.id);
+  ASSERT_EQ(nic_->DestroyId(client_.id), 0);
+  rdma_cm_event* event =
+      ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, 4);  // IB_CM_REJ_TIMEOUT
+  AckEvent(event);
+  EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
+}
+
 TEST_F(FakeNicTest, RetryCountsFollowTheConnParams) {
   QpOptions options;
   options.connect_rnr_retry = 3;
