@@ -16,8 +16,10 @@
 //   - StartBackgroundProgress() runs a thread that steps whenever work is
 //     pending, for programs written like real clients and servers that block
 //     in GetCqEvent / GetCmEvent.
-// With a fixed seed the sequence of FakeNicEvent records is identical run
-// after run; the seed only chooses keys and QP numbers.
+// With a fixed seed and the same calls, the sequence of FakeNicEvent records
+// is identical run after run (in manual mode; with background progress it
+// also depends on how threads interleave with the progress thread). The
+// seed only chooses keys and QP numbers; work is ordered deterministically.
 //
 // Behaviour that differs between real NICs is data, not code paths: a
 // Personality (Spec, Rxe, Siw) selects it.
@@ -121,7 +123,9 @@ struct Personality {
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).
-  static Personality Siw();   // soft-iWARP: negative errno from posts.
+  // soft-iWARP (rdma-core providers/siw): negative errno from posts, no
+  // immediate data or atomics, exact-length private data.
+  static Personality Siw();
 };
 
 // Device limits, reported by QueryDevice and enforced at creation time.

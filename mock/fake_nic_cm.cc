@@ -707,9 +707,10 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
           BoundKey("::", active->remote_port)}) {
       auto b = bound_.find(key);
       if (b == bound_.end()) continue;
-      CmId* candidate = ids_by_handle_[b->second];
-      if (candidate->state == CmState::kListening) {
-        listener = candidate;
+      auto candidate = ids_by_handle_.find(b->second);
+      if (candidate != ids_by_handle_.end() &&
+          candidate->second->state == CmState::kListening) {
+        listener = candidate->second;
         break;
       }
     }
@@ -931,7 +932,7 @@ bool FakeNic::LoseConnection(uint32_t qp_num) {
   auto peer = ids_by_handle_.find(local->peer_handle);
   if (peer != ids_by_handle_.end()) ends.push_back(peer->second->handle);
   for (uint64_t handle : ends) {
-    CmId* end = ids_by_handle_[handle];
+    CmId* end = ids_by_handle_.at(handle);
     end->state = CmState::kDisconnected;
     end->disconnect_seen = true;
     if (end->qp != nullptr) {
