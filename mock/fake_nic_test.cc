@@ -1806,5 +1806,43 @@ TEST_F(FakeNicTest, InlineDataPathVerbsOnFakeObjectsReachTheFake) {
   EXPECT_EQ(memcmp(server_.buf.data(), "verbs", 5), 0);
 }
 
+TEST_F(FakeNicTest, BackgroundProgressCarriesManyWritesBetweenTwoThreads) {
+  ConnectHosts();
+  constexpr int kWrites = 300;
+  nic_->StartBackgroundProgress();
+  ASSERT_EQ(nic_->ReqNotifyCq(server_.cq, 0), 0);
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(server_, i, 0, 8), 0);
+  std::atomic<int> received{0};
+  std::thread server([&] {
+    uint64_t next_recv = 8;
+    while (received < kWrites) {
+      ibv_cq* cq = nullptr;
+      void* context = nullptr;
+      if (nic_->GetCqEvent(server_.comp_channel, &cq, &context) != 0) break;
+      nic_->AckCqEvents(cq, 1);
+      nic_->ReqNotifyCq(cq, 0);
+      ibv_wc wc;
+      while (nic_->PollCq(cq, 1, &wc) == 1) {
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+        ++received;
+        PostRecv(server_, next_recv++, 0, 8);
+      }
+    }
+  });
+  int completed = 0;
+  for (int i = 0; i < kWrites; ++i) {
+    // Keep the send queue from overflowing: one signaled WR in flight.
+    ASSERT_EQ(Write(i, 8, IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE_WITH_IMM), 0);
+    ibv_wc wc;
+    while (nic_->PollCq(client_.cq, 1, &wc) == 0) std::this_thread::yield();
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    ++completed;
+  }
+  server.join();
+  nic_->StopBackgroundProgress();
+  EXPECT_EQ(completed, kWrites);
+  EXPECT_EQ(received, kWrites);
+}
+
 }  // namespace
 }  // namespace rpma_harness
