@@ -292,11 +292,14 @@ TEST_F(ConnectedPairTest, WritePastTheEndOfTheRemoteMrIsRemoteAccessError) {
             0);
   ibv_wc wc = WaitForCompletion(client_cq_);
   EXPECT_THAT(wc, HasWcStatus(IBV_WC_REM_ACCESS_ERR));
-  // Nothing landed, and the responder's receive was flushed, not consumed
-  // by a write with imm.
+  // Nothing landed. The write with imm had already taken the responder's
+  // receive, which completes with the responder's own error:
+  // IBV_WC_LOC_ACCESS_ERR, "a protection error occurred on a local data
+  // buffer during the processing of a RDMA Write with Immediate operation
+  // sent from the remote node" (ibv_poll_cq(3)).
   EXPECT_EQ(dst_, std::vector<char>(kDstSize, 0));
   ibv_wc server_wc = WaitForCompletion(server_cq_);
-  EXPECT_THAT(server_wc, HasWcStatus(IBV_WC_WR_FLUSH_ERR));
+  EXPECT_THAT(server_wc, HasWcStatus(IBV_WC_LOC_ACCESS_ERR));
   EXPECT_EQ(server_wc.wr_id, reinterpret_cast<uint64_t>(kRecvContext));
 }
 
