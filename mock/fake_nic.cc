@@ -712,6 +712,36 @@ void FakeNic::CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
   status_faults_.push_back({wr_id, status, qp_num});
 }
 
+void FakeNic::SetExecuteHook(
+    std::function<ExecuteVerdict(const ExecuteInfo&)> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  execute_hook_ = std::move(hook);
+}
+
+void FakeNic::RecordFault(uint32_t qp_num, uint64_t wr_id, int status,
+                          std::string text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FakeNicEvent event;
+  event.kind = FakeNicEvent::Kind::kFault;
+  event.qp_num = qp_num;
+  event.wr_id = wr_id;
+  event.status = status;
+  event.text = std::move(text);
+  Record(std::move(event));
+}
+
+bool FakeNic::OverrunCq(ibv_cq* cq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Cq* c = FindCq(cq);
+  if (c == nullptr) return false;
+  c->overrun = true;
+  FakeNicEvent event;
+  event.kind = FakeNicEvent::Kind::kCqOverrun;
+  event.text = "fault: cq overrun";
+  Record(std::move(event));
+  return true;
+}
+
 bool FakeNic::SetDeviceUp(const std::string& device_name, bool up) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& device : devices_) {

@@ -167,6 +167,40 @@ struct FakeNicConfig {
   // is forever by default (0). A positive value makes it fail with ETIMEDOUT
   // after that long, so a test with a lost event fails instead of hanging.
   int background_block_timeout_ms = 0;
+  // How Step() picks among QPs with work: in turn (creation order), or at
+  // random from the seed, which interleaves the completions of different
+  // QPs differently per seed (still the same order for the same seed).
+  bool random_schedule = false;
+};
+
+// A send WR about to be carried out (first attempt only), as a fault
+// injector sees it. imm_data is in network byte order, as posted.
+struct ExecuteInfo {
+  uint32_t qp_num = 0;
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  uint64_t length = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm_data = 0;
+  bool signaled = false;
+};
+
+// What the NIC does with that WR instead of (or before) carrying it out.
+struct ExecuteVerdict {
+  enum class Kind {
+    kProceed,         // execute normally
+    kFail,            // complete with `status`; no data moves; QP to ERR
+    kTear,            // `torn_bytes` land at the responder, then `status`
+    kDelay,           // wait `delay_steps` more steps, then execute
+    kLoseConnection,  // the connection dies first (both QPs to ERR)
+    kOverrunCq,       // execute, but the requester's CQ overruns
+  };
+  Kind kind = Kind::kProceed;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  uint64_t torn_bytes = 0;
+  int delay_steps = 0;
+  std::string reason;  // recorded with the kFault event
 };
 
 // One observable thing the NIC did. Later work builds trace/replay on this.
@@ -316,6 +350,18 @@ class FakeNic final : public VerbsBackend {
   // A device that is down keeps its addresses (they still resolve) but does
   // not answer: Connect to it ends in RDMA_CM_EVENT_UNREACHABLE.
   bool SetDeviceUp(const std::string& device_name, bool up);
+  // Consulted once for every send WR just before its first execution
+  // attempt; nullptr removes it. REQUIRES: the hook does not call back into
+  // this FakeNic (it runs with the NIC's mutex held).
+  void SetExecuteHook(std::function<ExecuteVerdict(const ExecuteInfo&)> hook);
+  // Adds a kFault record (a fault decided outside the NIC, e.g. by a
+  // wrapping backend) to the event stream, in order with the NIC's own.
+  void RecordFault(uint32_t qp_num, uint64_t wr_id, int status,
+                   std::string text);
+  // Marks the CQ overrun, as if a completion had been lost: PollCq fails
+  // from now on. False if `cq` is not this NIC's.
+  bool OverrunCq(ibv_cq* cq);
+  const FakeNicConfig& config() const { return config_; }
 
  private:
   using Device = fake_nic_internal::Device;
@@ -366,6 +412,10 @@ class FakeNic final : public VerbsBackend {
   bool HasReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
   void ExecuteSendWqe(Qp* qp);
+  // Applies execute_hook_ to the head WR; true when the verdict consumed
+  // this step (the WR failed, was torn, or waits).
+  bool ApplyExecuteHook(Qp* qp);
+  void LoseConnectionLocked(Qp* qp);
   void CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                     uint32_t byte_len);
   void DescribeAddresses(FakeNicEvent* event, const std::vector<Sge>& sges,
@@ -424,6 +474,7 @@ class FakeNic final : public VerbsBackend {
   std::map<int, std::function<void(const FakeNicEvent&)>> observers_;
   std::vector<PostFault> post_faults_;
   std::vector<StatusFault> status_faults_;
+  std::function<ExecuteVerdict(const ExecuteInfo&)> execute_hook_;
 
   bool background_running_ = false;
   bool stop_background_ = false;

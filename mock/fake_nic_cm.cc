@@ -928,6 +928,13 @@ bool FakeNic::LoseConnection(uint32_t qp_num) {
   event.qp_num = qp_num;
   event.text = "fault: LoseConnection";
   Record(std::move(event));
+  LoseConnectionLocked(qp);
+  return true;
+}
+
+void FakeNic::LoseConnectionLocked(Qp* qp) {
+  CmId* local = qp->id;
+  if (local == nullptr) return;
   std::vector<uint64_t> ends = {local->handle};
   auto peer = ids_by_handle_.find(local->peer_handle);
   if (peer != ids_by_handle_.end()) ends.push_back(peer->second->handle);
@@ -943,7 +950,6 @@ bool FakeNic::LoseConnection(uint32_t qp_num) {
                      0, 0, 0);
     });
   }
-  return true;
 }
 
 }  // namespace rpma_harness

@@ -326,6 +326,16 @@ bool FakeNic::StepLocked() {
     return true;
   }
   const size_t n = qp_order_.size();
+  if (config_.random_schedule) {
+    // Any QP with work may go next; the seed decides which.
+    std::vector<Qp*> ready;
+    for (Qp* qp : qp_order_) {
+      if (QpHasReadyWork(qp)) ready.push_back(qp);
+    }
+    if (ready.empty()) return false;
+    ExecuteOrFlushOne(ready[NextRandom32() % ready.size()]);
+    return true;
+  }
   for (size_t i = 0; i < n; ++i) {
     const size_t index = (qp_cursor_ + i) % n;
     Qp* qp = qp_order_[index];
@@ -390,6 +400,7 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 // checks follow the order of rxe's responder state machine (rxe_resp.c:
 // check_resource (RNR) before check_length before check_rkey).
 void FakeNic::ExecuteSendWqe(Qp* qp) {
+  if (ApplyExecuteHook(qp)) return;
   SendWqe& head = qp->sq.front();
   const uint32_t qp_num = qp->base.qp_num;
 
@@ -674,6 +685,123 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
       return;
   }
+}
+
+bool FakeNic::ApplyExecuteHook(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  if (head.delay_steps_left > 0) {
+    head.delay_steps_left--;
+    return true;
+  }
+  if (head.hook_consulted || !execute_hook_) return false;
+  head.hook_consulted = true;
+  ExecuteInfo info;
+  info.qp_num = qp->base.qp_num;
+  info.wr_id = head.wr_id;
+  info.opcode = head.opcode;
+  info.length = head.total_length();
+  info.remote_addr = head.remote_addr;
+  info.rkey = head.rkey;
+  info.imm_data = head.imm_data;
+  info.signaled = head.signaled;
+  const ExecuteVerdict verdict = execute_hook_(info);
+  if (verdict.kind == ExecuteVerdict::Kind::kProceed) return false;
+
+  FakeNicEvent fault;
+  fault.kind = FakeNicEvent::Kind::kFault;
+  fault.qp_num = info.qp_num;
+  fault.wr_id = info.wr_id;
+  fault.opcode = info.opcode;
+  fault.status = verdict.status;
+  fault.text = "fault: " + verdict.reason;
+  Record(std::move(fault));
+
+  // The requester's WR ends in `status` with no data moved, or (torn) with
+  // only part of it; a responder-detected error (the REM_* statuses) moves
+  // the responder QP to ERR as well, as a NAK would (rxe_resp.c
+  // do_class_ac_error); a link-level one (RETRY_EXC_ERR, ...) does not.
+  auto end_with = [&](ibv_wc_status status, const std::string& why) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    FakeNicEvent executed;
+    executed.kind = FakeNicEvent::Kind::kExecute;
+    executed.qp_num = info.qp_num;
+    executed.wr_id = wqe.wr_id;
+    executed.opcode = wqe.opcode;
+    executed.status = status;
+    executed.byte_len = verdict.kind == ExecuteVerdict::Kind::kTear
+                            ? std::min(verdict.torn_bytes, info.length)
+                            : 0;
+    executed.text = why;
+    DescribeAddresses(&executed, wqe.sges, wqe.rkey, wqe.remote_addr);
+    Record(std::move(executed));
+    CompleteSend(qp, wqe, status, 0);
+    if (status == IBV_WC_SUCCESS) return;
+    const bool remote = status == IBV_WC_REM_ACCESS_ERR ||
+                        status == IBV_WC_REM_OP_ERR ||
+                        status == IBV_WC_REM_INV_REQ_ERR;
+    if (remote && qp->peer != nullptr) {
+      SetQpState(qp->peer, IBV_QPS_ERR, why.c_str());
+    }
+    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+  };
+
+  switch (verdict.kind) {
+    case ExecuteVerdict::Kind::kProceed:
+      return false;
+    case ExecuteVerdict::Kind::kDelay:
+      head.delay_steps_left = std::max(0, verdict.delay_steps);
+      return true;
+    case ExecuteVerdict::Kind::kOverrunCq: {
+      qp->send_cq->overrun = true;
+      FakeNicEvent overrun;
+      overrun.kind = FakeNicEvent::Kind::kCqOverrun;
+      overrun.qp_num = info.qp_num;
+      overrun.wr_id = info.wr_id;
+      overrun.text = "fault: cq overrun";
+      Record(std::move(overrun));
+      return false;  // the WR still executes; its completion is lost
+    }
+    case ExecuteVerdict::Kind::kLoseConnection:
+      LoseConnectionLocked(qp);
+      return true;  // the QP is in ERR now: the WR flushes next
+    case ExecuteVerdict::Kind::kFail:
+      end_with(verdict.status, "fault: " + verdict.reason);
+      return true;
+    case ExecuteVerdict::Kind::kTear: {
+      // Only a write whose whole target is valid can tear (otherwise the
+      // normal checks decide); the first torn_bytes land, the message never
+      // completes at the responder (its receive stays posted).
+      Qp* responder = qp->peer;
+      const bool is_write = head.opcode == IBV_WR_RDMA_WRITE ||
+                            head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+      if (!is_write || responder == nullptr || !CanRespond(responder->base) ||
+          info.length == 0 ||
+          (!head.is_inline && !LocalSgesOk(qp, head.sges, 0)) ||
+          !RemoteMrOk(responder, head.rkey, head.remote_addr, info.length,
+                      IBV_ACCESS_REMOTE_WRITE)) {
+        return false;
+      }
+      uint64_t left = std::min(verdict.torn_bytes, info.length);
+      auto* dst = reinterpret_cast<uint8_t*>(head.remote_addr);
+      if (head.is_inline) {
+        memcpy(dst, head.inline_data.data(), left);
+      } else {
+        for (const Sge& sge : head.sges) {
+          const uint64_t n = std::min<uint64_t>(sge.length, left);
+          if (n == 0) break;
+          memcpy(dst, reinterpret_cast<const void*>(sge.addr), n);
+          dst += n;
+          left -= n;
+        }
+      }
+      end_with(verdict.status == IBV_WC_SUCCESS ? IBV_WC_RETRY_EXC_ERR
+                                                : verdict.status,
+               "fault: torn write: " + verdict.reason);
+      return true;
+    }
+  }
+  return false;
 }
 
 void FakeNic::DescribeAddresses(FakeNicEvent* event,

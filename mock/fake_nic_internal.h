@@ -107,6 +107,9 @@ struct SendWqe {
   bool rnr_started = false;
   int rnr_retries_left = 0;
   bool waiting_for_receive = false;
+  // Fault injection: the execute hook was asked, and steps left to wait.
+  bool hook_consulted = false;
+  int delay_steps_left = 0;
   uint64_t total_length() const;
 };
 

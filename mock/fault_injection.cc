@@ -1,0 +1,467 @@
+#include "mock/fault_injection.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+
+#include <cstring>
+#include <utility>
+
+namespace rpma_harness {
+
+const char* ToString(FaultCall call) {
+  switch (call) {
+    case FaultCall::kPostSend:
+      return "post_send";
+    case FaultCall::kPostRecv:
+      return "post_recv";
+    case FaultCall::kPollCq:
+      return "poll_cq";
+    case FaultCall::kRegMr:
+      return "reg_mr";
+    case FaultCall::kCreateQp:
+      return "create_qp";
+    case FaultCall::kConnect:
+      return "connect";
+    case FaultCall::kAccept:
+      return "accept";
+    case FaultCall::kCmEvent:
+      return "cm_event";
+    case FaultCall::kExecute:
+      return "execute";
+  }
+  return "?";
+}
+
+const char* ToString(FaultAction action) {
+  switch (action) {
+    case FaultAction::kFailCall:
+      return "fail";
+    case FaultAction::kCompleteWithStatus:
+      return "complete";
+    case FaultAction::kDelay:
+      return "delay";
+    case FaultAction::kLoseConnection:
+      return "lose_connection";
+    case FaultAction::kOverflowCq:
+      return "overflow_cq";
+    case FaultAction::kTearWrite:
+      return "tear";
+  }
+  return "?";
+}
+
+namespace {
+
+bool ActionFits(FaultCall call, FaultAction action) {
+  switch (action) {
+    case FaultAction::kFailCall:
+      return call != FaultCall::kExecute;
+    case FaultAction::kCompleteWithStatus:
+      return call == FaultCall::kExecute || call == FaultCall::kPostSend;
+    case FaultAction::kDelay:
+    case FaultAction::kTearWrite:
+      return call == FaultCall::kExecute;
+    case FaultAction::kLoseConnection:
+      return call == FaultCall::kExecute || call == FaultCall::kPostSend ||
+             call == FaultCall::kPostRecv || call == FaultCall::kPollCq ||
+             call == FaultCall::kCmEvent;
+    case FaultAction::kOverflowCq:
+      return call == FaultCall::kExecute || call == FaultCall::kPollCq;
+  }
+  return false;
+}
+
+uint64_t WrLength(const ibv_send_wr& wr) {
+  uint64_t length = 0;
+  for (int i = 0; wr.sg_list != nullptr && i < wr.num_sge; ++i) {
+    length += wr.sg_list[i].length;
+  }
+  return length;
+}
+
+bool HasImm(int opcode) {
+  return opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_IMM;
+}
+
+}  // namespace
+
+FaultInjector::FaultInjector(std::shared_ptr<FakeNic> nic, uint64_t seed)
+    : nic_(std::move(nic)), rng_(seed) {
+  nic_->SetExecuteHook(
+      [this](const ExecuteInfo& info) { return OnExecute(info); });
+}
+
+FaultInjector::~FaultInjector() { nic_->SetExecuteHook(nullptr); }
+
+bool FaultInjector::AddRule(const FaultRule& rule, std::string* why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto reject = [&](std::string reason) {
+    if (why != nullptr) *why = std::move(reason);
+    return false;
+  };
+  if (rule.name.empty()) return reject("a fault rule needs a name");
+  for (const Rule& r : rules_) {
+    if (r.spec.name == rule.name) {
+      return reject("two fault rules are named '" + rule.name + "'");
+    }
+  }
+  if (!ActionFits(rule.call, rule.action)) {
+    return reject(std::string("action '") + ToString(rule.action) +
+                  "' cannot apply to '" + ToString(rule.call) + "'");
+  }
+  if (rule.action == FaultAction::kFailCall && rule.error <= 0) {
+    return reject("action 'fail' needs a positive errno");
+  }
+  if (rule.probability < 0 || rule.probability > 1) {
+    return reject("probability must be within [0, 1]");
+  }
+  rules_.push_back(Rule{rule, 0, 0});
+  return true;
+}
+
+void FaultInjector::SetRuleQp(const std::string& name, uint32_t qp_num) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Rule& r : rules_) {
+    if (r.spec.name == name) r.spec.qp_num = qp_num;
+  }
+}
+
+std::vector<FiredFault> FaultInjector::Fired() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fired_;
+}
+
+uint64_t FaultInjector::TimesFired(const std::string& rule) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Rule& r : rules_) {
+    if (r.spec.name == rule) return r.fires;
+  }
+  return 0;
+}
+
+std::vector<std::string> FaultInjector::NeverFired() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (const Rule& r : rules_) {
+    if (r.fires == 0) names.push_back(r.spec.name);
+  }
+  return names;
+}
+
+std::optional<FaultRule> FaultInjector::Decide(const CallInfo& info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Rule& r : rules_) {
+    const FaultRule& s = r.spec;
+    if (s.call != info.call) continue;
+    if (s.qp_num != 0 && s.qp_num != info.qp_num) continue;
+    if (s.opcode && (!info.opcode || *s.opcode != *info.opcode)) continue;
+    if (s.min_length && info.length < *s.min_length) continue;
+    if (s.max_length && info.length > *s.max_length) continue;
+    if (s.imm && (!info.imm || *s.imm != *info.imm)) continue;
+    if (s.remote_addr_min && info.remote_addr < *s.remote_addr_min) continue;
+    if (s.remote_addr_max && info.remote_addr > *s.remote_addr_max) continue;
+    if (s.predicate && (info.execute == nullptr || !s.predicate(*info.execute)))
+      continue;
+    const uint64_t match = ++r.matches;
+    if (s.max_fires != 0 && r.fires >= s.max_fires) continue;
+    if (s.nth != 0 && match != s.nth) continue;
+    if (s.every != 0 && match % s.every != 0) continue;
+    if (s.probability < 1.0) {
+      // 53 random bits as a fraction in [0, 1): the same on every platform
+      // (std::uniform_real_distribution is not specified bit for bit).
+      const double draw = static_cast<double>(rng_() >> 11) * 0x1p-53;
+      if (draw >= s.probability) continue;
+    }
+    ++r.fires;
+    fired_.push_back(
+        FiredFault{s.name, info.call, info.qp_num, info.wr_id, match});
+    return s;
+  }
+  return std::nullopt;
+}
+
+ExecuteVerdict FaultInjector::OnExecute(const ExecuteInfo& info) {
+  // Runs with the NIC's mutex held: only the injector's own state is used.
+  CallInfo call(FaultCall::kExecute);
+  call.qp_num = info.qp_num;
+  call.wr_id = info.wr_id;
+  call.opcode = info.opcode;
+  call.length = info.length;
+  if (HasImm(info.opcode)) call.imm = ntohl(info.imm_data);
+  call.remote_addr = info.remote_addr;
+  call.execute = &info;
+  ExecuteVerdict verdict;
+  std::optional<FaultRule> rule = Decide(call);
+  if (!rule) return verdict;
+  verdict.reason = rule->name;
+  verdict.status = rule->status;
+  switch (rule->action) {
+    case FaultAction::kCompleteWithStatus:
+      verdict.kind = ExecuteVerdict::Kind::kFail;
+      break;
+    case FaultAction::kDelay:
+      verdict.kind = ExecuteVerdict::Kind::kDelay;
+      verdict.delay_steps = rule->delay_steps;
+      break;
+    case FaultAction::kLoseConnection:
+      verdict.kind = ExecuteVerdict::Kind::kLoseConnection;
+      break;
+    case FaultAction::kOverflowCq:
+      verdict.kind = ExecuteVerdict::Kind::kOverrunCq;
+      break;
+    case FaultAction::kTearWrite:
+      verdict.kind = ExecuteVerdict::Kind::kTear;
+      verdict.torn_bytes = rule->torn_bytes;
+      if (rule->status == IBV_WC_GENERAL_ERR) {
+        // Unless told otherwise, a torn write is what a link that dies
+        // mid-message produces: the requester runs out of transport retries.
+        verdict.status = IBV_WC_RETRY_EXC_ERR;
+      }
+      break;
+    case FaultAction::kFailCall:
+      break;  // rejected by AddRule
+  }
+  return verdict;
+}
+
+int FaultInjector::Sign(int error) const {
+  return nic_->config().personality.negative_errno ? -error : error;
+}
+
+void FaultInjector::Note(const FaultRule& rule, const CallInfo& info,
+                         const std::string& what) {
+  nic_->RecordFault(
+      info.qp_num, info.wr_id,
+      rule.action == FaultAction::kFailCall ? rule.error : 0,
+      "fault: " + rule.name + ": " + ToString(info.call) + " " + what);
+}
+
+void FaultInjector::ApplySideEffect(const FaultRule& rule, const CallInfo& info,
+                                    ibv_cq* cq) {
+  switch (rule.action) {
+    case FaultAction::kLoseConnection:
+      Note(rule, info, "loses the connection");
+      nic_->LoseConnection(info.qp_num);
+      break;
+    case FaultAction::kOverflowCq:
+      Note(rule, info, "overflows the CQ");
+      if (cq != nullptr) nic_->OverrunCq(cq);
+      break;
+    case FaultAction::kCompleteWithStatus:
+      Note(rule, info, "completes with a forced status");
+      nic_->CompleteNextWrWithStatus(info.wr_id, rule.status, info.qp_num);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- calls that rules can fail
+// -----------------------------------------------
+
+int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  // Rules see each WR of a chain; the first that fails stops the chain there
+  // and the WRs before it are posted, as a provider does.
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    CallInfo info(FaultCall::kPostSend);
+    info.qp_num = qp->qp_num;
+    info.wr_id = w->wr_id;
+    info.opcode = w->opcode;
+    info.length = WrLength(*w);
+    if (HasImm(w->opcode)) info.imm = ntohl(w->imm_data);
+    info.remote_addr = w->wr.rdma.remote_addr;
+    std::optional<FaultRule> rule = Decide(info);
+    if (!rule) continue;
+    if (rule->action != FaultAction::kFailCall) {
+      ApplySideEffect(*rule, info, nullptr);
+      continue;
+    }
+    int ret = 0;
+    if (w != wr) {
+      // Post the WRs before the failing one.
+      ibv_send_wr* prev = wr;
+      while (prev->next != w) prev = prev->next;
+      prev->next = nullptr;
+      ret = nic_->PostSend(qp, wr, bad_wr);
+      prev->next = w;
+      if (ret != 0) return ret;
+    }
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    *bad_wr = w;
+    return Sign(rule->error);
+  }
+  return nic_->PostSend(qp, wr, bad_wr);
+}
+
+int FaultInjector::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  CallInfo info(FaultCall::kPostRecv);
+  info.qp_num = qp->qp_num;
+  info.wr_id = wr != nullptr ? wr->wr_id : 0;
+  std::optional<FaultRule> rule = Decide(info);
+  if (rule && rule->action == FaultAction::kFailCall) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    *bad_wr = wr;
+    return Sign(rule->error);
+  }
+  if (rule) ApplySideEffect(*rule, info, nullptr);
+  return nic_->PostRecv(qp, wr, bad_wr);
+}
+
+int FaultInjector::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  CallInfo info(FaultCall::kPollCq);
+  std::optional<FaultRule> rule = Decide(info);
+  if (rule && rule->action == FaultAction::kFailCall) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    errno = rule->error;
+    return -rule->error;
+  }
+  if (rule) ApplySideEffect(*rule, info, cq);
+  return nic_->PollCq(cq, num_entries, wc);
+}
+
+ibv_mr* FaultInjector::RegMr(ibv_pd* pd, void* addr, size_t length,
+                             int access) {
+  CallInfo info(FaultCall::kRegMr);
+  info.length = length;
+  if (std::optional<FaultRule> rule = Decide(info)) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    errno = rule->error;
+    return nullptr;
+  }
+  return nic_->RegMr(pd, addr, length, access);
+}
+
+int FaultInjector::CreateQp(rdma_cm_id* id, ibv_pd* pd,
+                            ibv_qp_init_attr* init_attr) {
+  CallInfo info(FaultCall::kCreateQp);
+  if (std::optional<FaultRule> rule = Decide(info)) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    errno = rule->error;
+    return -1;
+  }
+  return nic_->CreateQp(id, pd, init_attr);
+}
+
+int FaultInjector::Connect(rdma_cm_id* id, rdma_conn_param* param) {
+  CallInfo info(FaultCall::kConnect);
+  if (id->qp != nullptr) info.qp_num = id->qp->qp_num;
+  if (std::optional<FaultRule> rule = Decide(info)) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    errno = rule->error;
+    return -1;
+  }
+  return nic_->Connect(id, param);
+}
+
+int FaultInjector::Accept(rdma_cm_id* id, rdma_conn_param* param) {
+  CallInfo info(FaultCall::kAccept);
+  if (id->qp != nullptr) info.qp_num = id->qp->qp_num;
+  if (std::optional<FaultRule> rule = Decide(info)) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    errno = rule->error;
+    return -1;
+  }
+  return nic_->Accept(id, param);
+}
+
+int FaultInjector::GetCmEvent(rdma_event_channel* channel,
+                              rdma_cm_event** event) {
+  int ret = nic_->GetCmEvent(channel, event);
+  if (ret != 0) return ret;
+  CallInfo info(FaultCall::kCmEvent);
+  info.opcode = (*event)->event;
+  if ((*event)->id != nullptr && (*event)->id->qp != nullptr) {
+    info.qp_num = (*event)->id->qp->qp_num;
+  }
+  std::optional<FaultRule> rule = Decide(info);
+  if (!rule) return 0;
+  if (rule->action == FaultAction::kFailCall) {
+    // The event was taken: give it back to the NIC as acknowledged, and
+    // report the failure the caller would have seen instead.
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    nic_->AckCmEvent(*event);
+    *event = nullptr;
+    errno = rule->error;
+    return -1;
+  }
+  ApplySideEffect(*rule, info, nullptr);
+  return 0;
+}
+
+// ---- everything else goes straight to the NIC
+// ---------------------------------
+
+int FaultInjector::GetContextByAddress(const char* addr, bool local,
+                                       ibv_context** ctx) {
+  return nic_->GetContextByAddress(addr, local, ctx);
+}
+int FaultInjector::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
+  return nic_->QueryDevice(ctx, attr);
+}
+ibv_pd* FaultInjector::AllocPd(ibv_context* ctx) { return nic_->AllocPd(ctx); }
+int FaultInjector::DeallocPd(ibv_pd* pd) { return nic_->DeallocPd(pd); }
+int FaultInjector::DeregMr(ibv_mr* mr) { return nic_->DeregMr(mr); }
+ibv_comp_channel* FaultInjector::CreateCompChannel(ibv_context* ctx) {
+  return nic_->CreateCompChannel(ctx);
+}
+int FaultInjector::DestroyCompChannel(ibv_comp_channel* channel) {
+  return nic_->DestroyCompChannel(channel);
+}
+ibv_cq* FaultInjector::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                                ibv_comp_channel* channel, int comp_vector) {
+  return nic_->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
+}
+int FaultInjector::DestroyCq(ibv_cq* cq) { return nic_->DestroyCq(cq); }
+int FaultInjector::ReqNotifyCq(ibv_cq* cq, int solicited_only) {
+  return nic_->ReqNotifyCq(cq, solicited_only);
+}
+int FaultInjector::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                              void** cq_context) {
+  return nic_->GetCqEvent(channel, cq, cq_context);
+}
+void FaultInjector::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
+  nic_->AckCqEvents(cq, nevents);
+}
+int FaultInjector::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+                           ibv_qp_init_attr* init_attr) {
+  return nic_->QueryQp(qp, attr, attr_mask, init_attr);
+}
+rdma_event_channel* FaultInjector::CreateEventChannel() {
+  return nic_->CreateEventChannel();
+}
+void FaultInjector::DestroyEventChannel(rdma_event_channel* channel) {
+  nic_->DestroyEventChannel(channel);
+}
+int FaultInjector::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+                            void* context) {
+  return nic_->CreateId(channel, id, context);
+}
+int FaultInjector::DestroyId(rdma_cm_id* id) { return nic_->DestroyId(id); }
+int FaultInjector::ResolveAddr(rdma_cm_id* id, const char* addr,
+                               const char* port, int timeout_ms) {
+  return nic_->ResolveAddr(id, addr, port, timeout_ms);
+}
+int FaultInjector::ResolveRoute(rdma_cm_id* id, int timeout_ms) {
+  return nic_->ResolveRoute(id, timeout_ms);
+}
+int FaultInjector::BindAddr(rdma_cm_id* id, const char* addr,
+                            const char* port) {
+  return nic_->BindAddr(id, addr, port);
+}
+int FaultInjector::Listen(rdma_cm_id* id, int backlog) {
+  return nic_->Listen(id, backlog);
+}
+int FaultInjector::AckCmEvent(rdma_cm_event* event) {
+  return nic_->AckCmEvent(event);
+}
+void FaultInjector::DestroyQp(rdma_cm_id* id) { nic_->DestroyQp(id); }
+int FaultInjector::Reject(rdma_cm_id* id, const void* private_data,
+                          uint8_t private_data_len) {
+  return nic_->Reject(id, private_data, private_data_len);
+}
+int FaultInjector::Disconnect(rdma_cm_id* id) { return nic_->Disconnect(id); }
+int FaultInjector::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
+  return nic_->MigrateId(id, channel);
+}
+
+}  // namespace rpma_harness

@@ -1,0 +1,208 @@
+// fault_injection.h: make the fake NIC fail on purpose, repeatably.
+//
+// A FaultInjector is a VerbsBackend that wraps a FakeNic (LevelDB's
+// FaultInjectionTestEnv idea: the fault layer wraps, it does not fork the
+// NIC). Rules match calls (post_send, post_recv, poll_cq, reg_mr, create_qp,
+// connect, accept, CM events) or the NIC's execution of a send WR, and then
+// act: fail the call with an errno, complete the WR with a status (with the
+// QP-to-ERR-and-flush consequences a real NIC has), delay it, tear it, lose
+// the connection, or overflow a CQ. Every fault that fires is recorded, in
+// the injector and in the NIC's event stream.
+//
+//   auto nic = std::make_shared<FakeNic>();
+//   auto faults = std::make_shared<FaultInjector>(nic, /*seed=*/42);
+//   FaultRule rule;
+//   rule.name = "second write is denied";
+//   rule.call = FaultCall::kExecute;
+//   rule.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+//   rule.nth = 2;
+//   rule.action = FaultAction::kCompleteWithStatus;
+//   rule.status = IBV_WC_REM_ACCESS_ERR;
+//   faults->AddRule(rule);
+//   rpma_harness::ScopedBackend use(faults);
+//   ...
+//   EXPECT_EQ(faults->TimesFired("second write is denied"), 1u);
+//
+// Thread-safe. Determinism: with the same rules, seed and call sequence the
+// same faults fire.
+
+#ifndef RPMA_HARNESS_MOCK_FAULT_INJECTION_H_
+#define RPMA_HARNESS_MOCK_FAULT_INJECTION_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mock/fake_nic.h"
+#include "verbs_backend/verbs_backend.h"
+
+namespace rpma_harness {
+
+enum class FaultCall {
+  kPostSend,
+  kPostRecv,
+  kPollCq,
+  kRegMr,
+  kCreateQp,
+  kConnect,
+  kAccept,
+  kCmEvent,  // a CM event handed out by GetCmEvent
+  kExecute,  // the NIC starting a send WR (not a call: the wire)
+};
+
+enum class FaultAction {
+  kFailCall,            // the call fails with `error`; nothing executes
+  kCompleteWithStatus,  // the WR completes with `status` (kExecute, kPostSend)
+  kDelay,               // the WR waits `delay_steps` progress steps
+  kLoseConnection,      // both QPs to ERR, RPMA_CONN_LOST at both ends
+  kOverflowCq,          // the CQ overruns (a lost completion)
+  kTearWrite,           // `torn_bytes` of the write land, then `status`
+};
+
+const char* ToString(FaultCall call);
+const char* ToString(FaultAction action);
+
+struct FaultRule {
+  std::string name;  // unique; how the rule is named in records
+  FaultCall call = FaultCall::kExecute;
+
+  // ---- what matches: every set field must hold ----
+  uint32_t qp_num = 0;                 // 0: any QP
+  std::optional<int> opcode;           // ibv_wr_opcode (post_send, execute) or
+                                       // rdma_cm_event_type (cm_event)
+  std::optional<uint64_t> min_length;  // WR length (post_send, execute)
+  std::optional<uint64_t> max_length;
+  std::optional<uint32_t> imm;  // host byte order
+  std::optional<uint64_t> remote_addr_min;
+  std::optional<uint64_t> remote_addr_max;
+  std::function<bool(const ExecuteInfo&)> predicate;  // any other condition
+
+  // ---- which matches fire ----
+  uint64_t nth = 0;          // only the nth match (1-based); 0: any
+  uint64_t every = 0;        // every k-th match; 0: each
+  double probability = 1.0;  // drawn from the injector's seeded generator
+  uint64_t max_fires = 0;    // 0: unlimited
+
+  // ---- what happens ----
+  FaultAction action = FaultAction::kFailCall;
+  int error = 0;  // errno for kFailCall, positive (the NIC's sign applies)
+  ibv_wc_status status = IBV_WC_GENERAL_ERR;
+  int delay_steps = 1;
+  uint64_t torn_bytes = 0;
+};
+
+struct FiredFault {
+  std::string rule;
+  FaultCall call = FaultCall::kExecute;
+  uint32_t qp_num = 0;
+  uint64_t wr_id = 0;
+  uint64_t match = 0;  // which match of the rule fired (1-based)
+};
+
+class FaultInjector final : public VerbsBackend {
+ public:
+  FaultInjector(std::shared_ptr<FakeNic> nic, uint64_t seed);
+  ~FaultInjector() override;
+  FaultInjector(const FaultInjector&) = delete;
+  FaultInjector& operator=(const FaultInjector&) = delete;
+
+  // Returns false (and adds nothing) when the rule cannot work: a duplicate
+  // name, or an action the call cannot take; *why says which.
+  bool AddRule(const FaultRule& rule, std::string* why = nullptr);
+  // Narrows every rule named `name` to one QP (e.g. once a connection
+  // exists and its QP number is known).
+  void SetRuleQp(const std::string& name, uint32_t qp_num);
+
+  std::vector<FiredFault> Fired() const;
+  uint64_t TimesFired(const std::string& rule) const;
+  // Rules that have not fired yet, for "did my fault really happen?".
+  std::vector<std::string> NeverFired() const;
+  FakeNic& nic() { return *nic_; }
+
+  const char* Name() const override { return "fake+faults"; }
+  int GetContextByAddress(const char* addr, bool local,
+                          ibv_context** ctx) override;
+  int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
+  ibv_pd* AllocPd(ibv_context* ctx) override;
+  int DeallocPd(ibv_pd* pd) override;
+  ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
+  int DeregMr(ibv_mr* mr) override;
+  ibv_comp_channel* CreateCompChannel(ibv_context* ctx) override;
+  int DestroyCompChannel(ibv_comp_channel* channel) override;
+  ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                   ibv_comp_channel* channel, int comp_vector) override;
+  int DestroyCq(ibv_cq* cq) override;
+  int ReqNotifyCq(ibv_cq* cq, int solicited_only) override;
+  int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                 void** cq_context) override;
+  void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
+  int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
+  int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+              ibv_qp_init_attr* init_attr) override;
+  rdma_event_channel* CreateEventChannel() override;
+  void DestroyEventChannel(rdma_event_channel* channel) override;
+  int CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+               void* context) override;
+  int DestroyId(rdma_cm_id* id) override;
+  int ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
+                  int timeout_ms) override;
+  int ResolveRoute(rdma_cm_id* id, int timeout_ms) override;
+  int BindAddr(rdma_cm_id* id, const char* addr, const char* port) override;
+  int Listen(rdma_cm_id* id, int backlog) override;
+  int GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) override;
+  int AckCmEvent(rdma_cm_event* event) override;
+  int CreateQp(rdma_cm_id* id, ibv_pd* pd,
+               ibv_qp_init_attr* init_attr) override;
+  void DestroyQp(rdma_cm_id* id) override;
+  int Connect(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Accept(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Reject(rdma_cm_id* id, const void* private_data,
+             uint8_t private_data_len) override;
+  int Disconnect(rdma_cm_id* id) override;
+  int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+
+ private:
+  struct Rule {
+    FaultRule spec;
+    uint64_t matches = 0;
+    uint64_t fires = 0;
+  };
+  // What a call looks like to the matcher.
+  struct CallInfo {
+    explicit CallInfo(FaultCall c) : call(c) {}
+    FaultCall call;
+    uint32_t qp_num = 0;
+    uint64_t wr_id = 0;
+    std::optional<int> opcode;
+    uint64_t length = 0;
+    std::optional<uint32_t> imm;
+    uint64_t remote_addr = 0;
+    const ExecuteInfo* execute = nullptr;
+  };
+
+  // The first rule that matches and fires for this call, if any; records it.
+  std::optional<FaultRule> Decide(const CallInfo& info);
+  ExecuteVerdict OnExecute(const ExecuteInfo& info);
+  int Sign(int error) const;
+  // Applies a fired rule to a call that is not failed outright (connection
+  // loss, CQ overrun, a status for a posted WR); records it in the NIC.
+  void ApplySideEffect(const FaultRule& rule, const CallInfo& info, ibv_cq* cq);
+  void Note(const FaultRule& rule, const CallInfo& info,
+            const std::string& what);
+
+  std::shared_ptr<FakeNic> nic_;
+  mutable std::mutex mu_;
+  std::vector<Rule> rules_;
+  std::vector<FiredFault> fired_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_MOCK_FAULT_INJECTION_H_
