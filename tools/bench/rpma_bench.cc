@@ -1,0 +1,555 @@
+// rpma_bench: what a write with immediate data costs on the fake NIC, through
+// the rpma C API, and what limits it.
+//
+//   bazel run -c opt //tools/bench:rpma_bench
+//   bazel run -c opt //tools/bench:rpma_bench -- --benchmark_filter=RoundTrip
+//
+// Every figure is reported with a baseline measured in the same run:
+//   BM_Memcpy/<size>           memcpy of the same size between the same
+//                              buffers: the bandwidth ceiling;
+//   BM_RoundTrip/<size>        rpma_write_with_imm posted, the NIC stepped
+//                              once (manual progress, FakeNic::Step), the
+//                              responder's RECV_RDMA_WITH_IMM and the
+//                              requester's RDMA_WRITE completions polled with
+//                              rpma_cq_get_wc, the receive re-posted with
+//                              rpma_recv. Counters: ns_per_op, memcpy_ratio
+//                              (our GB/s over memcpy's), target_ratio (the
+//                              64 B target, 100 ns, over ns_per_op: >= 1 met);
+//   BM_RpmaLayer vs BM_VerbsCalls: the same four calls through the rpma API
+//                              and straight to the backend, over a backend
+//                              whose data path does nothing;
+//   BM_Scaling/<pairs>         the same operation (VerbsBackend level) over
+//                              1..10 000 connected QP pairs in turn, with
+//                              bytes_per_qp (heap and RSS deltas);
+//   BM_Threads                 1, 2, 4 threads, each on its own rpma
+//                              connection, each driving FakeNic::Step itself
+//                              (no progress thread: the figure is the NIC and
+//                              its lock, not thread hand-offs).
+
+#include <arpa/inet.h>
+#include <benchmark/benchmark.h>
+#include <librpma.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mock/fake_nic.h"
+#include "rpma/harness.h"
+#include "tests/connected_qps.h"
+#include "tools/bench/forwarding_backend.h"
+
+namespace rpma_harness {
+namespace {
+
+constexpr size_t kMaxSize = size_t{1} << 20;
+constexpr double kTargetNsAt64 = 100.0;
+constexpr uint32_t kImm = 0x1234abcd;
+const void* const kWriteCtx = reinterpret_cast<const void*>(0x100);
+const void* const kRecvCtx = reinterpret_cast<const void*>(0x200);
+
+using Clock = std::chrono::steady_clock;
+
+double NsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+}
+
+// memcpy of `size` bytes from src to dst, ns per copy (best of 5 runs of
+// ~20 ms each), cached per (size, buffers).
+double MemcpyNs(void* dst, const void* src, size_t size) {
+  static std::mutex mu;
+  static std::map<std::pair<size_t, const void*>, double> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(size, src);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  double best = 1e30;
+  for (int run = 0; run < 5; ++run) {
+    size_t n = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      for (int i = 0; i < 64; ++i) {
+        std::memcpy(dst, src, size);
+        benchmark::ClobberMemory();
+      }
+      n += 64;
+      elapsed = NsSince(start);
+    } while (elapsed < 20e6);
+    best = std::min(best, elapsed / static_cast<double>(n));
+  }
+  cache[key] = best;
+  return best;
+}
+
+// A connected rpma pair (client writes into the server's dst) on one
+// process-wide backend, built through the rpma API like a librpma program.
+struct RpmaPair {
+  std::vector<char> src = std::vector<char>(kMaxSize, 'x');
+  std::vector<char> dst = std::vector<char>(kMaxSize, 0);
+  char recv_buf[64] = {};
+  rpma_peer* peer = nullptr;
+  rpma_ep* ep = nullptr;
+  rpma_conn* client = nullptr;
+  rpma_conn* server = nullptr;
+  rpma_cq* client_cq = nullptr;
+  rpma_cq* server_cq = nullptr;
+  rpma_mr_local* src_mr = nullptr;
+  rpma_mr_local* dst_mr = nullptr;
+  rpma_mr_local* recv_mr = nullptr;
+  rpma_mr_remote* remote = nullptr;
+  std::string error;
+
+  // REQUIRES: `backend` is installed (ScopedBackend).
+  bool Build(const char* addr, const char* port) {
+    ibv_context* dev = nullptr;
+    rpma_conn_req* req = nullptr;
+    rpma_conn_req* server_req = nullptr;
+    rpma_conn_event event = RPMA_CONN_UNDEFINED;
+    rpma_conn_private_data pdata{};
+    uint8_t desc[21];
+    if (rpma_utils_get_ibv_context(addr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev) ||
+        rpma_peer_new(dev, &peer) ||
+        rpma_mr_reg(peer, src.data(), src.size(), RPMA_MR_USAGE_WRITE_SRC,
+                    &src_mr) ||
+        rpma_mr_reg(peer, dst.data(), dst.size(), RPMA_MR_USAGE_WRITE_DST,
+                    &dst_mr) ||
+        rpma_mr_reg(peer, recv_buf, sizeof(recv_buf), RPMA_MR_USAGE_RECV,
+                    &recv_mr) ||
+        rpma_ep_listen(peer, addr, port, &ep) ||
+        rpma_conn_req_new(peer, addr, port, nullptr, &req) ||
+        rpma_conn_req_connect(&req, nullptr, &client) ||
+        rpma_ep_next_conn_req(ep, nullptr, &server_req) ||
+        rpma_conn_req_recv(server_req, recv_mr, 0, sizeof(recv_buf),
+                           kRecvCtx) ||
+        rpma_mr_get_descriptor(dst_mr, desc)) {
+      error = "set-up failed";
+      return false;
+    }
+    pdata = {desc, sizeof(desc)};
+    if (rpma_conn_req_connect(&server_req, &pdata, &server) ||
+        rpma_conn_next_event(server, &event) ||
+        event != RPMA_CONN_ESTABLISHED ||
+        rpma_conn_next_event(client, &event) ||
+        event != RPMA_CONN_ESTABLISHED ||
+        rpma_conn_get_private_data(client, &pdata) ||
+        rpma_mr_remote_from_descriptor(pdata.ptr, pdata.len, &remote) ||
+        rpma_conn_get_cq(client, &client_cq) ||
+        rpma_conn_get_cq(server, &server_cq)) {
+      error = "connect failed";
+      return false;
+    }
+    return true;
+  }
+
+  ~RpmaPair() {
+    if (client != nullptr) rpma_conn_disconnect(client);
+    rpma_conn_delete(&client);
+    rpma_conn_delete(&server);
+    rpma_ep_shutdown(&ep);
+    rpma_mr_remote_delete(&remote);
+    rpma_mr_dereg(&recv_mr);
+    rpma_mr_dereg(&dst_mr);
+    rpma_mr_dereg(&src_mr);
+    rpma_peer_delete(&peer);
+  }
+
+  // One round trip; `progress` runs the NIC until `cq` has a completion.
+  // Returns false (with `error`) on anything but the expected completions.
+  template <typename Progress>
+  bool RoundTrip(size_t len, Progress&& progress) {
+    if (rpma_write_with_imm(client, remote, 0, src_mr, 0, len,
+                            RPMA_F_COMPLETION_ALWAYS, kImm, kWriteCtx) != 0) {
+      error = "rpma_write_with_imm failed";
+      return false;
+    }
+    ibv_wc wc;
+    if (!Next(server_cq, &wc, progress) || wc.status != IBV_WC_SUCCESS ||
+        wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || wc.byte_len != len) {
+      error = "bad responder completion";
+      return false;
+    }
+    if (rpma_recv(server, recv_mr, 0, sizeof(recv_buf), kRecvCtx) != 0) {
+      error = "rpma_recv failed";
+      return false;
+    }
+    if (!Next(client_cq, &wc, progress) || wc.status != IBV_WC_SUCCESS ||
+        wc.opcode != IBV_WC_RDMA_WRITE) {
+      error = "bad requester completion";
+      return false;
+    }
+    return true;
+  }
+
+  template <typename Progress>
+  static bool Next(rpma_cq* cq, ibv_wc* wc, Progress& progress) {
+    for (int spins = 0; spins < 1000000; ++spins) {
+      const int ret = rpma_cq_get_wc(cq, 1, wc, nullptr);
+      if (ret == 0) return true;
+      if (ret != RPMA_E_NO_COMPLETION) return false;
+      progress();
+    }
+    return false;
+  }
+};
+
+void SetRateCounters(benchmark::State& state, size_t bytes, double ns_per_op) {
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(bytes));
+  state.counters["ns_per_op"] = ns_per_op;
+}
+
+// ---- baseline: memcpy -------------------------------------------------------
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  std::vector<char> src(kMaxSize, 'x');
+  std::vector<char> dst(kMaxSize, 0);
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), size);
+    benchmark::ClobberMemory();
+  }
+  SetRateCounters(state, size,
+                  NsSince(start) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_Memcpy)->Arg(64)->Arg(4096)->Arg(64 << 10)->Arg(1 << 20);
+
+// ---- the full round trip on the fake NIC through the rpma API ---------------
+
+// One fake NIC in manual progress mode and one rpma pair on it, shared by
+// every BM_RoundTrip run (built once).
+struct RoundTripWorld {
+  std::shared_ptr<FakeNic> nic = std::make_shared<FakeNic>();
+  RpmaPair pair;
+  bool ok = false;
+  RoundTripWorld() {
+    ScopedBackend use(nic);
+    ok = pair.Build("10.1.0.1", "7301");
+  }
+  static RoundTripWorld& Get() {
+    static RoundTripWorld* world = new RoundTripWorld();
+    return *world;
+  }
+};
+
+void BM_RoundTrip(benchmark::State& state) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  RoundTripWorld& world = RoundTripWorld::Get();
+  if (!world.ok) {
+    state.SkipWithError(world.pair.error.c_str());
+    return;
+  }
+  FakeNic* nic = world.nic.get();
+  auto step = [nic] { nic->Step(); };
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    if (!world.pair.RoundTrip(size, step)) {
+      state.SkipWithError(world.pair.error.c_str());
+      return;
+    }
+  }
+  const double ns = NsSince(start) / static_cast<double>(state.iterations());
+  SetRateCounters(state, size, ns);
+  const double memcpy_ns =
+      MemcpyNs(world.pair.dst.data(), world.pair.src.data(), size);
+  state.counters["memcpy_ns"] = memcpy_ns;
+  state.counters["memcpy_ratio"] = memcpy_ns / ns;
+  if (size == 64) state.counters["target_ratio"] = kTargetNsAt64 / ns;
+  if (std::memcmp(world.pair.dst.data(), world.pair.src.data(), size) != 0) {
+    state.SkipWithError("the data did not arrive");
+  }
+}
+BENCHMARK(BM_RoundTrip)->Arg(64)->Arg(4096)->Arg(64 << 10)->Arg(1 << 20);
+
+// ---- the rpma layer alone ---------------------------------------------------
+
+// Connections go through the fake NIC; the data path returns at once, and a
+// poll hands back one canned success completion.
+class NullDataPath : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  int PostSend(ibv_qp*, ibv_send_wr*, ibv_send_wr**) override { return 0; }
+  int PostRecv(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) override { return 0; }
+  int PollCq(ibv_cq*, int, ibv_wc* wc) override {
+    *wc = wc_;
+    return 1;
+  }
+  void set_next_wc(const ibv_wc& wc) { wc_ = wc; }
+
+ private:
+  ibv_wc wc_{};
+};
+
+struct NullWorld {
+  std::shared_ptr<FakeNic> nic = std::make_shared<FakeNic>();
+  std::shared_ptr<NullDataPath> backend = std::make_shared<NullDataPath>(nic);
+  RpmaPair pair;
+  bool ok = false;
+  NullWorld() {
+    ScopedBackend use(backend);
+    ok = pair.Build("10.2.0.1", "7302");
+  }
+  static NullWorld& Get() {
+    static NullWorld* world = new NullWorld();
+    return *world;
+  }
+};
+
+// The four rpma calls of a round trip (write_with_imm, get_wc, recv, get_wc).
+void BM_RpmaLayer(benchmark::State& state) {
+  NullWorld& world = NullWorld::Get();
+  if (!world.ok) {
+    state.SkipWithError(world.pair.error.c_str());
+    return;
+  }
+  RpmaPair& p = world.pair;
+  ibv_wc wc;
+  std::memset(&wc, 0, sizeof(wc));
+  world.backend->set_next_wc(wc);
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    int ret = rpma_write_with_imm(p.client, p.remote, 0, p.src_mr, 0, 64,
+                                  RPMA_F_COMPLETION_ALWAYS, kImm, kWriteCtx);
+    ret |= rpma_cq_get_wc(p.server_cq, 1, &wc, nullptr);
+    ret |= rpma_recv(p.server, p.recv_mr, 0, sizeof(p.recv_buf), kRecvCtx);
+    ret |= rpma_cq_get_wc(p.client_cq, 1, &wc, nullptr);
+    if (ret != 0) {
+      state.SkipWithError("an rpma call failed");
+      return;
+    }
+  }
+  SetRateCounters(state, 64,
+                  NsSince(start) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_RpmaLayer);
+
+// The baseline: the same four verbs calls made directly on the backend (a
+// virtual call each), with WRs built once.
+void BM_VerbsCalls(benchmark::State& state) {
+  NullWorld& world = NullWorld::Get();
+  if (!world.ok) {
+    state.SkipWithError(world.pair.error.c_str());
+    return;
+  }
+  RpmaPair& p = world.pair;
+  // Through an opaque base pointer, as the rpma layer holds it, so the
+  // compiler cannot resolve (and inline) the virtual calls.
+  VerbsBackend* backend = world.backend.get();
+  benchmark::DoNotOptimize(backend);
+  // The null data path ignores the QP and CQ; the calls are what is timed.
+  ibv_qp* client_qp = nullptr;
+  ibv_qp* server_qp = nullptr;
+  // Build the same WRs rpma builds.
+  ibv_sge sge{reinterpret_cast<uint64_t>(p.src.data()), 64, 0};
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(kImm);
+  ibv_sge rsge{reinterpret_cast<uint64_t>(p.recv_buf), 64, 0};
+  ibv_recv_wr rwr;
+  std::memset(&rwr, 0, sizeof(rwr));
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ibv_wc wc;
+  ibv_send_wr* bad = nullptr;
+  ibv_recv_wr* rbad = nullptr;
+  ibv_cq* cq = nullptr;
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    int ret = backend->PostSend(client_qp, &wr, &bad);
+    ret += backend->PollCq(cq, 1, &wc) - 1;
+    ret |= backend->PostRecv(server_qp, &rwr, &rbad);
+    ret += backend->PollCq(cq, 1, &wc) - 1;
+    benchmark::DoNotOptimize(ret);
+  }
+  SetRateCounters(state, 64,
+                  NsSince(start) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(BM_VerbsCalls);
+
+// ---- scaling with the number of connected QPs -------------------------------
+
+struct MemorySample {
+  size_t heap = 0;  // bytes in use by malloc
+  size_t rss = 0;
+};
+
+MemorySample SampleMemory() {
+  MemorySample s;
+  struct mallinfo2 info = mallinfo2();
+  s.heap = info.uordblks + info.hblkhd;
+  long pages = 0, resident = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  s.rss = static_cast<size_t>(resident) * static_cast<size_t>(getpagesize());
+  return s;
+}
+
+// N QP pairs on one fake NIC whose caps allow them, each with its own CQs
+// (as an rpma connection has), one receive posted on every server QP.
+struct ScalingWorld {
+  std::unique_ptr<FakeNic> nic;
+  std::unique_ptr<ConnectedQps> fabric;
+  std::vector<char> src = std::vector<char>(4096, 'y');
+  std::vector<char> dst = std::vector<char>(4096, 0);
+  ibv_mr* src_mr = nullptr;
+  ibv_mr* dst_mr = nullptr;
+  size_t pairs = 0;
+  double heap_per_qp = 0;
+  double rss_per_qp = 0;
+  std::string error;
+
+  explicit ScalingWorld(size_t n) : pairs(n) {
+    FakeNicConfig config;
+    config.caps.max_qp = static_cast<int>(2 * n + 16);
+    config.caps.max_cq = static_cast<int>(2 * n + 16);
+    nic = std::make_unique<FakeNic>(config);
+    fabric = std::make_unique<ConnectedQps>(nic.get(), "10.3.0.1", "7303");
+    src_mr = fabric->RegMr(fabric->client_pd(), src.data(), src.size(),
+                           IBV_ACCESS_LOCAL_WRITE);
+    dst_mr = fabric->RegMr(fabric->server_pd(), dst.data(), dst.size(),
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    const MemorySample before = SampleMemory();
+    QpPairOptions options;
+    options.cq_depth = 16;
+    for (size_t i = 0; i < n; ++i) {
+      if (fabric->Connect(options) == nullptr) {
+        error = fabric->error();
+        return;
+      }
+    }
+    const MemorySample after = SampleMemory();
+    heap_per_qp = static_cast<double>(after.heap - before.heap) / (2.0 * n);
+    rss_per_qp = static_cast<double>(after.rss - before.rss) / (2.0 * n);
+    for (auto& pair : fabric->pairs()) {
+      if (PostRecv(pair->server.qp) != 0) {
+        error = "PostRecv failed";
+        return;
+      }
+    }
+  }
+
+  int PostRecv(ibv_qp* qp) {
+    ibv_recv_wr wr;
+    std::memset(&wr, 0, sizeof(wr));
+    wr.wr_id = 2;
+    ibv_recv_wr* bad = nullptr;
+    return nic->PostRecv(qp, &wr, &bad);
+  }
+};
+
+void BM_Scaling(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  static std::unique_ptr<ScalingWorld> world;
+  if (world == nullptr || world->pairs != n) {
+    world.reset();
+    world = std::make_unique<ScalingWorld>(n);
+  }
+  if (!world->error.empty()) {
+    state.SkipWithError(world->error.c_str());
+    return;
+  }
+  FakeNic* nic = world->nic.get();
+  const auto& pairs = world->fabric->pairs();
+  ibv_sge sge{reinterpret_cast<uint64_t>(world->src.data()), 64,
+              world->src_mr->lkey};
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(kImm);
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(world->dst.data());
+  wr.wr.rdma.rkey = world->dst_mr->rkey;
+  size_t next = 0;
+  ibv_wc wc;
+  ibv_send_wr* bad = nullptr;
+  const auto start = Clock::now();
+  for (auto _ : state) {
+    // Pairs in turn, with a stride so consecutive ops hit far-apart QPs.
+    next = (next + 7919) % n;
+    const QpPair& pair = *pairs[next];
+    int ret = nic->PostSend(pair.client.qp, &wr, &bad);
+    nic->Step();
+    ret |=
+        nic->PollCq(pair.server.cq, 1, &wc) != 1 || wc.status != IBV_WC_SUCCESS;
+    ret |= world->PostRecv(pair.server.qp);
+    ret |=
+        nic->PollCq(pair.client.cq, 1, &wc) != 1 || wc.status != IBV_WC_SUCCESS;
+    if (ret != 0) {
+      state.SkipWithError("a verbs call failed");
+      return;
+    }
+  }
+  SetRateCounters(state, 64,
+                  NsSince(start) / static_cast<double>(state.iterations()));
+  state.counters["heap_bytes_per_qp"] = world->heap_per_qp;
+  state.counters["rss_bytes_per_qp"] = world->rss_per_qp;
+}
+BENCHMARK(BM_Scaling)->Arg(1)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000);
+
+// ---- threads, each on its own connection ------------------------------------
+
+struct ThreadsWorld {
+  static constexpr int kMaxThreads = 4;
+  std::shared_ptr<FakeNic> nic = std::make_shared<FakeNic>();
+  RpmaPair pairs[kMaxThreads];
+  bool ok = true;
+  std::string error;
+  ThreadsWorld() {
+    ScopedBackend use(nic);
+    for (int i = 0; i < kMaxThreads; ++i) {
+      const std::string port = std::to_string(7310 + i);
+      if (!pairs[i].Build("10.4.0.1", port.c_str())) {
+        ok = false;
+        error = pairs[i].error;
+        return;
+      }
+    }
+  }
+  static ThreadsWorld& Get() {
+    static ThreadsWorld* world = new ThreadsWorld();  // thread-safe init
+    return *world;
+  }
+};
+
+void BM_Threads(benchmark::State& state) {
+  ThreadsWorld& world = ThreadsWorld::Get();
+  if (!world.ok) {
+    state.SkipWithError(world.error.c_str());
+    return;
+  }
+  RpmaPair& pair = world.pairs[state.thread_index()];
+  FakeNic* nic = world.nic.get();
+  auto step = [nic] { nic->Step(); };
+  for (auto _ : state) {
+    if (!pair.RoundTrip(64, step)) {
+      state.SkipWithError(pair.error.c_str());
+      return;
+    }
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 64);
+}
+BENCHMARK(BM_Threads)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+}  // namespace
+}  // namespace rpma_harness
+
+BENCHMARK_MAIN();
