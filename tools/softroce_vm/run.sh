@@ -3,8 +3,9 @@
 # real software RDMA NIC (the Linux soft-RoCE driver, rdma_rxe), and brings
 # their gtest XML and exit codes back to the host.
 #
-#   tools/softroce_vm/run.sh [--timeout SECONDS] [--out DIR] [--env K=V]...
-#                            [--keep] BINARY [BINARY...]
+#   tools/softroce_vm/run.sh [--timeout SECONDS] [--binary-timeout SECONDS]
+#                            [--out DIR] [--env K=V]... [--keep]
+#                            BINARY [BINARY...]
 #
 # Inside the VM, rxe0 sits on dummy0 (192.168.77.1/24) and every binary runs
 # with RPMA_HARNESS_BACKEND=rdma-core, RPMA_HARNESS_VM_ADDR=192.168.77.1 and
@@ -39,13 +40,15 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
 # --- arguments ---------------------------------------------------------------
 
 timeout_s=480
+# A hung binary is killed after this long so the ones after it still run.
+binary_timeout_s=240
 out_dir=""
 keep=0
 extra_env=()
@@ -55,6 +58,11 @@ while (($#)); do
     --timeout)
       [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] || die "--timeout needs a number of seconds"
       timeout_s=$2
+      shift 2
+      ;;
+    --binary-timeout)
+      [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] || die "--binary-timeout needs a number of seconds"
+      binary_timeout_s=$2
       shift 2
       ;;
     --out)
@@ -249,6 +257,10 @@ copy_elf() {
       *) continue ;;   # linux-vdso, "statically linked"
     esac
     lib=${lib%% (*}
+    # A Bazel binary finds its own libraries through an $ORIGIN rpath, which
+    # ldd prints as ".../bin/tests/../_solib_k8/lib.so"; fold the ".." so
+    # install can make the directories.
+    lib=$(realpath -m -s "$lib")
     [[ -e "$root$lib" ]] || install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
   done <<<"$ldd_out"
 }
@@ -306,12 +318,18 @@ rdma link show
 report "=====RXE-UP====="
 
 mkdir -p /results
+BINARY_TIMEOUT=$(cat /etc/softroce/binary_timeout)
 . /etc/softroce/env
 for name in $(cat /etc/softroce/tests); do
   say "running $name"
   report "=====START $name====="
-  "/tests/$name" --gtest_output="xml:/results/$name.xml"
+  started=$(date +%s)
+  timeout -s TERM "$BINARY_TIMEOUT" "/tests/$name" --gtest_output="xml:/results/$name.xml"
   rc=$?
+  if [ "$rc" = 143 ] && [ $(($(date +%s) - started)) -ge "$BINARY_TIMEOUT" ]; then
+    say "$name killed after ${BINARY_TIMEOUT}s (--binary-timeout)"
+    report "=====TIMEOUT $name $BINARY_TIMEOUT====="
+  fi
   say "$name exited $rc"
   report "=====EXIT $name $rc====="
   if [ -f "/results/$name.xml" ]; then
@@ -366,10 +384,17 @@ build_initramfs() {
   local bin
   : >"$root/etc/softroce/tests"
   for bin in "${binaries[@]}"; do
-    copy_elf "$bin" "/tests/$(basename "$bin")"
+    # The binary keeps its real host path in the guest, so that an $ORIGIN
+    # rpath (Bazel's _solib_* libraries) points at the same files there;
+    # /tests/<name> is how /init finds it.
+    local real
+    real=$(readlink -f "$bin")
+    copy_elf "$real" "$real"
+    ln -s "$real" "$root/tests/$(basename "$bin")"
     basename "$bin" >>"$root/etc/softroce/tests"
   done
   echo "$VM_ADDR/$VM_PREFIX" >"$root/etc/softroce/addr"
+  echo "$binary_timeout_s" >"$root/etc/softroce/binary_timeout"
   # Sourced by /init; --env values come last so they can override ours.
   {
     echo "export RPMA_HARNESS_BACKEND=rdma-core"
@@ -415,6 +440,9 @@ collect_results() {
       else
         echo "softroce_vm: NOT RUN $name"
       fi
+      ok=1
+    elif grep -q "^=====TIMEOUT $name " "$clean"; then
+      echo "softroce_vm: TIMEOUT $name (killed after ${binary_timeout_s}s; see the console for the last test started)"
       ok=1
     elif [[ "$rc" == 0 ]]; then
       echo "softroce_vm: PASS $name (exit 0; ${counts:-no xml})"
@@ -469,7 +497,7 @@ timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
   </dev/null >"$work/qemu.out" 2>&1 &
 qemu_pid=$!
 # Show the console live; tail exits soon after qemu does.
-tail -n +1 -f --pid="$qemu_pid" "$console" &
+tail -s 0.2 -n +1 -f --pid="$qemu_pid" "$console" &
 tail_pid=$!
 qemu_status=0
 wait "$qemu_pid" || qemu_status=$?

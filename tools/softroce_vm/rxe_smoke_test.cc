@@ -213,8 +213,14 @@ class LoopbackRc {
       return ::testing::AssertionFailure()
              << "rdma_accept: " << std::strerror(errno);
     }
-    // librdmacm moves the client QP to RTS (and sends the RTU) inside the
-    // client's rdma_get_cm_event, so the server is established only after.
+    // librdmacm moves the client QP to RTR/RTS and sends the RTU inside the
+    // client's rdma_get_cm_event (the CONNECT_RESPONSE it turns into
+    // ESTABLISHED), so the server is established only after that: waiting
+    // for the server's event first would block for ever. Probed below.
+    if (probe_establish_order) {
+      pollfd pfd = {server.channel->fd, POLLIN, 0};
+      server_event_before_client_event = poll(&pfd, 1, 1000) == 1;
+    }
     r = WaitCmEvent(client.channel, RDMA_CM_EVENT_ESTABLISHED);
     if (!r) return r;
     return WaitCmEvent(server.channel, RDMA_CM_EVENT_ESTABLISHED);
@@ -237,6 +243,10 @@ class LoopbackRc {
 
   Side client;
   Side server;
+  // Set before Connect to learn whether the server's channel had an event
+  // within 1 s of rdma_accept, before the client's ESTABLISHED was read.
+  bool probe_establish_order = false;
+  bool server_event_before_client_event = false;
 
  private:
   ::testing::AssertionResult CreateQp(Side* side, const ibv_qp_cap& cap) {
@@ -348,6 +358,16 @@ TEST_F(RxeLoopback, DeviceAndPortAttributes) {
               rc_.client.id->verbs == rc_.server.id->verbs ? "yes" : "no");
   EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_ETHERNET);
   EXPECT_EQ(port.state, IBV_PORT_ACTIVE);
+}
+
+TEST_F(RxeLoopback, ServerIsEstablishedOnlyAfterClientReadsItsEvent) {
+  rc_.probe_establish_order = true;
+  ASSERT_TRUE(rc_.Connect(DefaultCap()));
+  std::printf(
+      "observed: server channel had an event within 1 s of rdma_accept, "
+      "before the client read its ESTABLISHED: %s\n",
+      rc_.server_event_before_client_event ? "yes" : "no");
+  EXPECT_FALSE(rc_.server_event_before_client_event);
 }
 
 TEST_F(RxeLoopback, WriteWithImmDeliversDataAndImmediate) {
