@@ -239,6 +239,14 @@ struct FakeNicEvent {
 const char* ToString(FakeNicEvent::Kind kind);
 std::string ToString(const FakeNicEvent& event);
 
+// rdma-core enum values by the names traces print ("SUCCESS",
+// "RDMA_WRITE_WITH_IMM", "RECV_RDMA_WITH_IMM", "ERR", "ESTABLISHED").
+const char* WcStatusName(int status);
+const char* WcOpcodeName(int opcode);
+const char* WrOpcodeName(int opcode);
+const char* QpStateName(int state);
+const char* CmEventName(int event);
+
 namespace fake_nic_internal {
 struct Device;
 struct Pd;

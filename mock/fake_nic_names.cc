@@ -218,6 +218,22 @@ const char* CmEventName(int event) {
 
 }  // namespace fake_nic_internal
 
+const char* WcStatusName(int status) {
+  return fake_nic_internal::WcStatusName(status);
+}
+const char* WcOpcodeName(int opcode) {
+  return fake_nic_internal::WcOpcodeName(opcode);
+}
+const char* WrOpcodeName(int opcode) {
+  return fake_nic_internal::WrOpcodeName(opcode);
+}
+const char* QpStateName(int state) {
+  return fake_nic_internal::QpStateName(state);
+}
+const char* CmEventName(int event) {
+  return fake_nic_internal::CmEventName(event);
+}
+
 const char* ToString(FakeNicEvent::Kind kind) {
   switch (kind) {
     case FakeNicEvent::Kind::kPostSend:
@@ -245,7 +261,6 @@ const char* ToString(FakeNicEvent::Kind kind) {
 }
 
 std::string ToString(const FakeNicEvent& event) {
-  using namespace fake_nic_internal;
   const char* opcode = "";
   const char* status = "";
   switch (event.kind) {

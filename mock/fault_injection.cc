@@ -93,18 +93,12 @@ FaultInjector::FaultInjector(std::shared_ptr<FakeNic> nic, uint64_t seed)
 
 FaultInjector::~FaultInjector() { nic_->SetExecuteHook(nullptr); }
 
-bool FaultInjector::AddRule(const FaultRule& rule, std::string* why) {
-  std::lock_guard<std::mutex> lock(mu_);
+bool FaultInjector::Validate(const FaultRule& rule, std::string* why) {
   auto reject = [&](std::string reason) {
     if (why != nullptr) *why = std::move(reason);
     return false;
   };
   if (rule.name.empty()) return reject("a fault rule needs a name");
-  for (const Rule& r : rules_) {
-    if (r.spec.name == rule.name) {
-      return reject("two fault rules are named '" + rule.name + "'");
-    }
-  }
   if (!ActionFits(rule.call, rule.action)) {
     return reject(std::string("action '") + ToString(rule.action) +
                   "' cannot apply to '" + ToString(rule.call) + "'");
@@ -114,6 +108,19 @@ bool FaultInjector::AddRule(const FaultRule& rule, std::string* why) {
   }
   if (rule.probability < 0 || rule.probability > 1) {
     return reject("probability must be within [0, 1]");
+  }
+  return true;
+}
+
+bool FaultInjector::AddRule(const FaultRule& rule, std::string* why) {
+  if (!Validate(rule, why)) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Rule& r : rules_) {
+    if (r.spec.name == rule.name) {
+      if (why != nullptr)
+        *why = "two fault rules are named '" + rule.name + "'";
+      return false;
+    }
   }
   rules_.push_back(Rule{rule, 0, 0});
   return true;

@@ -110,6 +110,9 @@ class FaultInjector final : public VerbsBackend {
   FaultInjector(const FaultInjector&) = delete;
   FaultInjector& operator=(const FaultInjector&) = delete;
 
+  // False when the rule cannot work (an action the call cannot take, a
+  // missing errno, a probability outside [0, 1]); *why says which.
+  static bool Validate(const FaultRule& rule, std::string* why);
   // Returns false (and adds nothing) when the rule cannot work: a duplicate
   // name, or an action the call cannot take; *why says which.
   bool AddRule(const FaultRule& rule, std::string* why = nullptr);

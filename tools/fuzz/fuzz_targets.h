@@ -1,0 +1,23 @@
+// fuzz_targets.h: the fuzz targets' entry points. Each takes one input and
+// returns 0; a broken invariant aborts. tools/fuzz/run.sh builds each with
+// libFuzzer (clang, -fsanitize=fuzzer,address,undefined); the corpus
+// regression test (fuzz_corpus_test.cc) replays the checked-in corpus through
+// the same functions under Bazel's gcc build.
+
+#ifndef RPMA_HARNESS_TOOLS_FUZZ_FUZZ_TARGETS_H_
+#define RPMA_HARNESS_TOOLS_FUZZ_FUZZ_TARGETS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rpma_harness {
+
+// Random WR chains against random MR layouts and QP states on the fake NIC.
+int FuzzFakeNicWr(const uint8_t* data, size_t size);
+// MR descriptor decoding: DecodeMrDescriptor and
+// rpma_mr_remote_from_descriptor, and a write through a decoded descriptor.
+int FuzzMrDescriptor(const uint8_t* data, size_t size);
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_TOOLS_FUZZ_FUZZ_TARGETS_H_

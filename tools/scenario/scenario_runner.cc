@@ -1,0 +1,771 @@
+#include "tools/scenario/scenario_runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <librpma.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <utility>
+
+#include "mock/fake_nic.h"
+#include "mock/fault_injection.h"
+#include "rpma/harness.h"
+#include "tools/scenario/scenario_parser.h"
+
+namespace rpma_harness {
+namespace {
+
+constexpr char kServerAddr[] = "10.0.0.2";
+constexpr int kBasePort = 7204;
+constexpr size_t kRecvSize = 64;
+
+std::string JsonEscape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+// A registered address as "mrN+0xOFF"; addresses outside every region have
+// no stable name (they differ per process), so they print as "unregistered".
+std::string Where(uint32_t mr, uint64_t offset, uint64_t raw) {
+  if (mr == 0) return raw == 0 ? "-" : "unregistered";
+  char text[48];
+  std::snprintf(text, sizeof(text), "mr%u+0x%" PRIx64, mr, offset);
+  return text;
+}
+
+// One connection of the scenario: both ends and their memory.
+struct Connection {
+  uint32_t index = 0;  // 1-based
+  std::vector<uint8_t> src, dst, recv;
+  rpma_mr_local *src_mr = nullptr, *dst_mr = nullptr, *recv_mr = nullptr;
+  rpma_mr_remote* remote = nullptr;
+  rpma_conn* client = nullptr;
+  rpma_conn* server = nullptr;
+  rpma_cq* client_cq = nullptr;
+  rpma_cq* server_cq = nullptr;
+  bool client_cq_dead = false;
+  bool server_cq_dead = false;
+  uint32_t client_qp = 0;
+  uint32_t server_qp = 0;
+  std::string state = "not_connected";
+  uint64_t posted = 0;
+  uint64_t finished = 0;  // executed or flushed send WRs
+  uint64_t next_recv = 0;
+};
+
+// Both sides of one write: where it reads and writes.
+struct PlannedWrite {
+  uint32_t connection = 0;
+  uint64_t id = 0;  // wr_id / op_context
+  uint64_t src_offset = 0, dst_offset = 0, size = 0;
+  int flags = RPMA_F_COMPLETION_ALWAYS;
+  uint32_t imm = 0;
+  bool zero_byte = false;
+};
+
+class Run {
+ public:
+  Run(const Scenario& s, uint64_t seed) : s_(s), seed_(seed) {}
+
+  ScenarioResult Go();
+
+ private:
+  // One entry of the run's history, in the order it happened.
+  struct Item {
+    bool app = false;
+    FakeNicEvent nic;
+    std::string side, call, result;
+    uint32_t connection = 0;
+    uint64_t wr_id = 0;
+  };
+
+  void App(const std::string& side, uint32_t connection,
+           const std::string& call, int ret, uint64_t wr_id = 0) {
+    Item item;
+    item.app = true;
+    item.side = side;
+    item.connection = connection;
+    item.call = call;
+    item.result = ret == 0 ? "ok" : rpma_err_2str(ret);
+    item.wr_id = wr_id;
+    items_.push_back(std::move(item));
+  }
+
+  bool SetUp(Connection& c);
+  // Calls `attempt` until it stops answering `not_yet`, stepping the NIC in
+  // between; gives up once the NIC is idle.
+  int Await(const std::function<int()>& attempt, int not_yet);
+  // Steps until `done` or idle (or out of steps); polls after every step.
+  void Drive(const std::function<bool()>& done);
+  void PollAll();
+  void Poll(Connection& c, bool client);
+  void Finish(Connection& c);
+  void Verify();
+  void Check();
+  void BuildTrace();
+
+  const Scenario& s_;
+  const uint64_t seed_;
+  std::shared_ptr<FakeNic> nic_;
+  std::shared_ptr<FaultInjector> faults_;
+  rpma_peer* client_peer_ = nullptr;
+  rpma_peer* server_peer_ = nullptr;
+  rpma_ep* ep_ = nullptr;
+  std::vector<Connection> conns_;
+  std::vector<PlannedWrite> writes_;
+  std::vector<Item> items_;
+  std::map<std::pair<uint32_t, uint64_t>, std::string> client_status_;
+  std::map<uint32_t, std::pair<std::string, uint32_t>> qp_owner_;
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> torn_;
+  std::map<std::pair<uint32_t, uint64_t>, bool> executed_ok_;
+  ScenarioResult r_;
+};
+
+int Run::Await(const std::function<int()>& attempt, int not_yet) {
+  while (true) {
+    int ret = attempt();
+    if (ret != not_yet) return ret;
+    if (r_.steps >= s_.max_steps || !nic_->Step()) return ret;
+    ++r_.steps;
+  }
+}
+
+void Run::Drive(const std::function<bool()>& done) {
+  while (true) {
+    PollAll();
+    if (done()) return;
+    if (r_.steps >= s_.max_steps) {
+      r_.stalled = !nic_->Idle();
+      return;
+    }
+    if (!nic_->Step()) return;
+    ++r_.steps;
+  }
+}
+
+void Run::PollAll() {
+  for (Connection& c : conns_) {
+    if (c.client != nullptr) Poll(c, true);
+    if (c.server != nullptr) Poll(c, false);
+  }
+}
+
+void Run::Poll(Connection& c, bool client) {
+  rpma_cq* cq = client ? c.client_cq : c.server_cq;
+  bool& dead = client ? c.client_cq_dead : c.server_cq_dead;
+  if (cq == nullptr || dead) return;
+  const std::string side = client ? "client" : "server";
+  while (true) {
+    ibv_wc wc;
+    int ret = rpma_cq_get_wc(cq, 1, &wc, nullptr);
+    if (ret == RPMA_E_NO_COMPLETION) return;
+    if (ret != 0) {
+      // An overrun CQ fails every poll from now on.
+      App(side, c.index, "rpma_cq_get_wc", ret);
+      r_.log.push_back(side + " " + std::to_string(c.index) +
+                       ": rpma_cq_get_wc failed: " + rpma_err_2str(ret));
+      (client ? r_.client_completions : r_.server_completions)["CQ_ERROR"]++;
+      dead = true;
+      return;
+    }
+    const std::string status =
+        WcStatusShortName(static_cast<ibv_wc_status>(wc.status));
+    (client ? r_.client_completions : r_.server_completions)[status]++;
+    if (client) {
+      client_status_[{c.index, wc.wr_id}] = status;
+    } else if (wc.status == IBV_WC_SUCCESS &&
+               s_.server.recv == RecvPolicy::kReplenish) {
+      int posted = rpma_recv(c.server, c.recv_mr, 0, kRecvSize,
+                             reinterpret_cast<void*>(c.next_recv));
+      App("server", c.index, "rpma_recv", posted, c.next_recv);
+      ++c.next_recv;
+    }
+  }
+}
+
+bool Run::SetUp(Connection& c) {
+  const std::string port = std::to_string(kBasePort);
+  c.src.assign(s_.client.mr_size, 0);
+  // A pattern that differs per connection and seed, so a byte in the wrong
+  // place cannot look right.
+  uint64_t x = seed_ * 0x9e3779b97f4a7c15ull + c.index;
+  for (uint8_t& b : c.src) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<uint8_t>(x);
+  }
+  c.dst.assign(s_.server.mr_size, 0);
+  c.recv.assign(kRecvSize, 0);
+  auto step = [&](const std::string& side, const char* call, int ret) {
+    App(side, c.index, call, ret);
+    if (ret != 0) {
+      r_.log.push_back(side + " " + std::to_string(c.index) + ": " + call +
+                       " failed: " + rpma_err_2str(ret));
+    }
+    return ret == 0;
+  };
+  if (!step("server", "rpma_mr_reg",
+            rpma_mr_reg(server_peer_, c.dst.data(), c.dst.size(),
+                        RPMA_MR_USAGE_WRITE_DST, &c.dst_mr)) ||
+      !step("server", "rpma_mr_reg",
+            rpma_mr_reg(server_peer_, c.recv.data(), c.recv.size(),
+                        RPMA_MR_USAGE_RECV, &c.recv_mr)) ||
+      !step("client", "rpma_mr_reg",
+            rpma_mr_reg(client_peer_, c.src.data(), c.src.size(),
+                        RPMA_MR_USAGE_WRITE_SRC, &c.src_mr))) {
+    return false;
+  }
+  rpma_conn_cfg *client_cfg = nullptr, *server_cfg = nullptr;
+  rpma_conn_cfg_new(&client_cfg);
+  rpma_conn_cfg_new(&server_cfg);
+  rpma_conn_cfg_set_sq_size(client_cfg, s_.client.sq_size);
+  rpma_conn_cfg_set_rq_size(client_cfg, s_.client.rq_size);
+  rpma_conn_cfg_set_cq_size(client_cfg, s_.client.cq_size);
+  rpma_conn_cfg_set_sq_size(server_cfg, s_.server.sq_size);
+  rpma_conn_cfg_set_rq_size(server_cfg, s_.server.rq_size);
+  rpma_conn_cfg_set_cq_size(server_cfg, s_.server.cq_size);
+  auto free_cfgs = [&] {
+    rpma_conn_cfg_delete(&client_cfg);
+    rpma_conn_cfg_delete(&server_cfg);
+  };
+
+  rpma_conn_req* req = nullptr;
+  if (!step("client", "rpma_conn_req_new",
+            rpma_conn_req_new(client_peer_, kServerAddr, port.c_str(),
+                              client_cfg, &req)) ||
+      !step("client", "rpma_conn_req_connect",
+            rpma_conn_req_connect(&req, nullptr, &c.client))) {
+    free_cfgs();
+    return false;
+  }
+  int fd = -1;
+  rpma_conn_get_event_fd(c.client, &fd);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  rpma_conn_get_cq(c.client, &c.client_cq);
+
+  rpma_conn_req* server_req = nullptr;
+  int ret =
+      Await([&] { return rpma_ep_next_conn_req(ep_, server_cfg, &server_req); },
+            RPMA_E_NO_EVENT);
+  free_cfgs();
+  if (!step("server", "rpma_ep_next_conn_req", ret)) return false;
+  for (uint32_t i = 0; i < s_.server.prepost; ++i) {
+    if (!step("server", "rpma_conn_req_recv",
+              rpma_conn_req_recv(server_req, c.recv_mr, 0, kRecvSize,
+                                 reinterpret_cast<void*>(c.next_recv++)))) {
+      rpma_conn_req_delete(&server_req);
+      return false;
+    }
+  }
+  uint8_t desc[21];
+  rpma_mr_get_descriptor(c.dst_mr, desc);
+  rpma_conn_private_data pdata{desc, sizeof(desc)};
+  if (!step("server", "rpma_conn_req_connect",
+            rpma_conn_req_connect(&server_req, &pdata, &c.server))) {
+    return false;
+  }
+  rpma_conn_get_event_fd(c.server, &fd);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  rpma_conn_get_cq(c.server, &c.server_cq);
+  rpma_conn_get_qp_num(c.client, &c.client_qp);
+  rpma_conn_get_qp_num(c.server, &c.server_qp);
+  qp_owner_[c.client_qp] = {"client", c.index};
+  qp_owner_[c.server_qp] = {"server", c.index};
+
+  for (rpma_conn* conn : {c.server, c.client}) {
+    const bool is_client = conn == c.client;
+    rpma_conn_event event = RPMA_CONN_UNDEFINED;
+    ret = Await([&] { return rpma_conn_next_event(conn, &event); },
+                RPMA_E_NO_EVENT);
+    App(is_client ? "client" : "server", c.index, "rpma_conn_next_event", ret);
+    if (ret != 0) return false;
+    if (is_client) {
+      switch (event) {
+        case RPMA_CONN_ESTABLISHED:
+          c.state = "established";
+          break;
+        case RPMA_CONN_LOST:
+          c.state = "lost";
+          break;
+        case RPMA_CONN_REJECTED:
+          c.state = "rejected";
+          break;
+        case RPMA_CONN_UNREACHABLE:
+          c.state = "unreachable";
+          break;
+        default:
+          c.state = "closed";
+      }
+    }
+  }
+  if (c.state != "established") return false;
+  rpma_conn_private_data got{};
+  rpma_conn_get_private_data(c.client, &got);
+  return step("client", "rpma_mr_remote_from_descriptor",
+              rpma_mr_remote_from_descriptor(got.ptr, got.len, &c.remote));
+}
+
+void Run::Finish(Connection& c) {
+  // Whatever the connection went through, its last event says how it ended.
+  for (rpma_conn* conn : {c.client, c.server}) {
+    if (conn == nullptr) continue;
+    while (true) {
+      rpma_conn_event event = RPMA_CONN_UNDEFINED;
+      int ret = rpma_conn_next_event(conn, &event);
+      if (ret != 0) break;
+      App(conn == c.client ? "client" : "server", c.index,
+          std::string("rpma_conn_next_event: ") +
+              rpma_utils_conn_event_2str(event),
+          0);
+      if (conn == c.client) {
+        c.state = event == RPMA_CONN_LOST ? "lost" : "closed";
+      }
+    }
+  }
+}
+
+void Run::Verify() {
+  for (const PlannedWrite& w : writes_) {
+    Connection& c = conns_[w.connection - 1];
+    if (w.zero_byte || w.size == 0) continue;
+    if (w.dst_offset + w.size > c.dst.size() ||
+        w.src_offset + w.size > c.src.size()) {
+      continue;  // deliberately out of bounds: nothing may land (checked below)
+    }
+    const uint8_t* got = c.dst.data() + w.dst_offset;
+    const uint8_t* want = c.src.data() + w.src_offset;
+    uint64_t expect_bytes = 0;
+    auto torn = torn_.find({w.connection, w.id});
+    if (torn != torn_.end()) {
+      expect_bytes = torn->second;
+      r_.bytes_torn += torn->second;
+    } else if (executed_ok_.count({w.connection, w.id})) {
+      expect_bytes = w.size;
+    }
+    bool ok = std::memcmp(got, want, expect_bytes) == 0;
+    for (uint64_t i = expect_bytes; ok && i < w.size; ++i) ok = got[i] == 0;
+    if (ok) {
+      if (torn == torn_.end()) r_.bytes_verified += expect_bytes;
+    } else {
+      r_.data_mismatches.push_back(
+          "connection " + std::to_string(w.connection) + " write " +
+          std::to_string(w.id) + ": the " + std::to_string(w.size) +
+          " bytes at server offset " + std::to_string(w.dst_offset) +
+          " are not what " +
+          (expect_bytes == w.size ? "the client wrote"
+           : expect_bytes == 0    ? "an unexecuted write leaves (zeros)"
+                                  : "a torn write leaves"));
+    }
+  }
+}
+
+void Run::Check() {
+  const Expectations& e = s_.expect;
+  auto expect = [&](bool ok, const std::string& what) {
+    r_.expectations.push_back((ok ? "ok: " : "FAILED: ") + what);
+    if (!ok) r_.failures.push_back(what);
+  };
+  auto counts = [](const CompletionCounts& want,
+                   const std::map<std::string, uint64_t>& got, bool* ok) {
+    std::string text;
+    std::map<std::string, uint64_t> expected;
+    for (const auto& [status, n] : want) {
+      if (n > 0) expected[WcStatusShortName(status)] = n;
+    }
+    *ok = expected == got;
+    for (const auto& [name, n] : expected) {
+      text += (text.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+    }
+    std::string seen;
+    for (const auto& [name, n] : got) {
+      seen += (seen.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+    }
+    return "{" + text + "} (got {" + seen + "})";
+  };
+  bool ok = false;
+  if (e.client) {
+    std::string text = counts(*e.client, r_.client_completions, &ok);
+    expect(ok, "client completions " + text);
+  }
+  if (e.server) {
+    std::string text = counts(*e.server, r_.server_completions, &ok);
+    expect(ok, "server completions " + text);
+  }
+  if (e.data) {
+    expect(r_.data_mismatches.empty(),
+           "data verified (" + std::to_string(r_.bytes_verified) + " bytes; " +
+               std::to_string(r_.data_mismatches.size()) + " mismatches)");
+  }
+  if (e.connection) {
+    expect(r_.connection == *e.connection,
+           "connection " + *e.connection + " (got " + r_.connection + ")");
+  }
+  for (const std::string& name : e.faults_fired) {
+    auto it = r_.faults_fired.find(name);
+    expect(it != r_.faults_fired.end() && it->second > 0,
+           "fault '" + name + "' fired");
+  }
+  if (e.post_errors) {
+    expect(r_.post_errors == *e.post_errors,
+           "post errors " + std::to_string(*e.post_errors) + " (got " +
+               std::to_string(r_.post_errors) + ")");
+  }
+  if (e.bytes_torn) {
+    expect(r_.bytes_torn == *e.bytes_torn,
+           "bytes torn " + std::to_string(*e.bytes_torn) + " (got " +
+               std::to_string(r_.bytes_torn) + ")");
+  }
+  expect(!r_.stalled, "the NIC finished its work within max_steps (" +
+                          std::to_string(s_.max_steps) + ")");
+}
+
+void Run::BuildTrace() {
+  uint64_t seq = 0;
+  for (const Item& item : items_) {
+    TraceEvent t;
+    t.seq = ++seq;
+    std::ostringstream json;
+    if (item.app) {
+      t.kind = "app";
+      t.side = item.side;
+      t.connection = item.connection;
+      t.what = item.call;
+      t.status = item.result;
+      t.wr_id = item.wr_id;
+      json << "{\"seq\":" << t.seq << ",\"kind\":\"app\",\"side\":\"" << t.side
+           << "\",\"conn\":" << t.connection << ",\"call\":\""
+           << JsonEscape(t.what) << "\",\"wr_id\":" << t.wr_id
+           << ",\"result\":\"" << JsonEscape(t.status) << "\"}";
+    } else {
+      const FakeNicEvent& e = item.nic;
+      t.kind = ToString(e.kind);
+      auto owner = qp_owner_.find(e.qp_num);
+      if (owner != qp_owner_.end()) {
+        t.side = owner->second.first;
+        t.connection = owner->second.second;
+      }
+      t.wr_id = e.wr_id;
+      t.bytes = e.byte_len;
+      t.text = e.text;
+      switch (e.kind) {
+        case FakeNicEvent::Kind::kPostSend:
+        case FakeNicEvent::Kind::kExecute:
+        case FakeNicEvent::Kind::kRnrNak:
+        case FakeNicEvent::Kind::kPostFailed:
+          t.what = WrOpcodeName(e.opcode);
+          t.status = e.kind == FakeNicEvent::Kind::kExecute
+                         ? WcStatusName(e.status)
+                         : std::to_string(e.status);
+          break;
+        case FakeNicEvent::Kind::kCompletion:
+        case FakeNicEvent::Kind::kCqOverrun:
+          t.what = WcOpcodeName(e.opcode);
+          t.status = WcStatusName(e.status);
+          break;
+        case FakeNicEvent::Kind::kQpState:
+          t.what = QpStateName(e.opcode);
+          break;
+        case FakeNicEvent::Kind::kCmEvent:
+          t.what = CmEventName(e.opcode);
+          t.status = std::to_string(e.status);
+          break;
+        case FakeNicEvent::Kind::kFault:
+          t.status = std::to_string(e.status);
+          break;
+        default:
+          break;
+      }
+      json << "{\"seq\":" << t.seq << ",\"kind\":\"" << t.kind
+           << "\",\"side\":\"" << t.side << "\",\"conn\":" << t.connection
+           << ",\"qp\":" << e.qp_num << ",\"wr_id\":" << t.wr_id
+           << ",\"what\":\"" << t.what << "\",\"status\":\"" << t.status
+           << "\",\"bytes\":" << t.bytes << ",\"local\":\""
+           << Where(e.local_mr, e.local_offset, e.local_addr)
+           << "\",\"remote\":\""
+           << Where(e.remote_mr, e.remote_offset, e.remote_addr)
+           << "\",\"text\":\"" << JsonEscape(t.text) << "\"}";
+    }
+    t.json = json.str();
+    std::string line = "#" + std::to_string(t.seq) + " ";
+    if (t.kind == "app") {
+      line += t.side + std::to_string(t.connection) + " " + t.what + " -> " +
+              t.status;
+      if (t.wr_id) line += " (wr_id " + std::to_string(t.wr_id) + ")";
+    } else {
+      line += (t.side.empty() ? std::string("nic")
+                              : t.side + std::to_string(t.connection)) +
+              " " + t.kind + " " + t.what;
+      if (!t.status.empty() && t.status != "0") line += " " + t.status;
+      if (t.kind != "qp_state" && t.kind != "cm_event") {
+        line += " wr_id " + std::to_string(t.wr_id);
+      }
+      if (t.bytes) line += " " + std::to_string(t.bytes) + " B";
+      if (!t.text.empty()) line += " (" + t.text + ")";
+    }
+    r_.log.push_back(line);
+    r_.trace.push_back(std::move(t));
+  }
+}
+
+ScenarioResult Run::Go() {
+  r_.name = s_.name;
+  r_.seed = seed_;
+  FakeNicConfig config;
+  config.seed = seed_;
+  config.personality = s_.personality == "rxe"   ? Personality::Rxe()
+                       : s_.personality == "siw" ? Personality::Siw()
+                                                 : Personality::Spec();
+  config.random_schedule = s_.random_schedule;
+  nic_ = std::make_shared<FakeNic>(config);
+  faults_ = std::make_shared<FaultInjector>(nic_, seed_);
+  for (const FaultRule& rule : s_.faults) faults_->AddRule(rule);
+  nic_->AddObserver([this](const FakeNicEvent& e) {
+    Item item;
+    item.nic = e;
+    items_.push_back(std::move(item));
+    if (e.kind == FakeNicEvent::Kind::kExecute ||
+        (e.kind == FakeNicEvent::Kind::kCompletion &&
+         e.status == IBV_WC_WR_FLUSH_ERR)) {
+      for (Connection& c : conns_) {
+        if (c.client_qp != 0 && c.client_qp == e.qp_num) {
+          // A send-queue slot frees when the NIC is done with the WR:
+          // executed (well or not) or flushed. The client posts no
+          // receives, so its flushes are all send WRs.
+          ++c.finished;
+          if (e.kind == FakeNicEvent::Kind::kExecute) {
+            if (e.status == IBV_WC_SUCCESS)
+              executed_ok_[{c.index, e.wr_id}] = true;
+            if (e.text.find("torn write") != std::string::npos) {
+              torn_[{c.index, e.wr_id}] = e.byte_len;
+            }
+          }
+        }
+      }
+    }
+  });
+  ScopedBackend use(faults_);
+
+  ibv_context* dev = nullptr;
+  bool ready = rpma_utils_get_ibv_context(
+                   kServerAddr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev) == 0 &&
+               rpma_peer_new(dev, &server_peer_) == 0 &&
+               rpma_peer_new(dev, &client_peer_) == 0 &&
+               rpma_ep_listen(server_peer_, kServerAddr,
+                              std::to_string(kBasePort).c_str(), &ep_) == 0;
+  if (ready) {
+    int fd = -1;
+    rpma_ep_get_fd(ep_, &fd);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  if (!ready) r_.log.push_back("set-up failed: no device, peer or endpoint");
+  // One endpoint takes every connection, as a server does; they connect
+  // one after the other so that each request is the one expected.
+  conns_.resize(s_.connections);
+  for (uint32_t i = 0; i < s_.connections; ++i) conns_[i].index = i + 1;
+  for (Connection& c : conns_) {
+    if (!ready) break;
+    SetUp(c);
+  }
+  // "side" rules target a QP; its number is known once the connection is.
+  for (size_t i = 0; i < s_.faults.size(); ++i) {
+    const std::string& side = s_.fault_sides[i];
+    if (side.empty()) continue;
+    const uint32_t k =
+        s_.fault_connections[i] == 0 ? 1 : s_.fault_connections[i];
+    if (k > conns_.size()) continue;
+    const Connection& c = conns_[k - 1];
+    faults_->SetRuleQp(s_.faults[i].name,
+                       side == "client" ? c.client_qp : c.server_qp);
+  }
+
+  // The workload: writes in order, connection by connection in turn.
+  uint64_t id = 0;
+  for (const WriteOp& op : s_.workload) {
+    const uint64_t stride = op.stride.value_or(op.size);
+    for (uint32_t i = 0; i < op.count; ++i) {
+      ++id;
+      for (Connection& c : conns_) {
+        PlannedWrite w;
+        w.connection = c.index;
+        w.id = id;
+        w.src_offset = op.src_offset + i * stride;
+        w.dst_offset = op.dst_offset + i * stride;
+        w.size = op.size;
+        w.flags = op.flags == 0 ? RPMA_F_COMPLETION_ALWAYS : op.flags;
+        w.imm = op.imm + i * op.imm_step;
+        w.zero_byte = op.zero_byte;
+        writes_.push_back(w);
+      }
+    }
+  }
+  for (const PlannedWrite& w : writes_) {
+    Connection& c = conns_[w.connection - 1];
+    if (c.client == nullptr || c.remote == nullptr) continue;
+    // Wait for a send-queue slot, as a careful application does.
+    Drive([&] { return c.posted - c.finished < s_.client.sq_size; });
+    int ret =
+        w.zero_byte
+            ? rpma_write_with_imm(c.client, nullptr, 0, nullptr, 0, 0, w.flags,
+                                  w.imm, reinterpret_cast<void*>(w.id))
+            : rpma_write_with_imm(c.client, c.remote, w.dst_offset, c.src_mr,
+                                  w.src_offset, w.size, w.flags, w.imm,
+                                  reinterpret_cast<void*>(w.id));
+    App("client", c.index, "rpma_write_with_imm", ret, w.id);
+    if (ret == 0) {
+      ++c.posted;
+      ++r_.posted;
+    } else {
+      ++r_.post_errors;
+    }
+  }
+  Drive([] { return false; });
+  for (Connection& c : conns_) Finish(c);
+  r_.connection = conns_.empty() ? "not_connected" : conns_[0].state;
+  for (const Connection& c : conns_) {
+    // Any connection that ended worse than the first decides the summary.
+    if (c.state != "established" && r_.connection == "established") {
+      r_.connection = c.state;
+    }
+  }
+  Verify();
+
+  for (const FiredFault& f : faults_->Fired()) r_.faults_fired[f.rule]++;
+  r_.faults_never_fired = faults_->NeverFired();
+
+  // The trace ends here: teardown is not part of what the scenario did.
+  const size_t traced = items_.size();
+  // Teardown: everything the run made is released, whatever happened.
+  for (Connection& c : conns_) {
+    if (c.client != nullptr) rpma_conn_disconnect(c.client);
+    nic_->RunUntilIdle();
+    rpma_conn_delete(&c.client);
+    rpma_conn_delete(&c.server);
+    rpma_mr_remote_delete(&c.remote);
+    rpma_mr_dereg(&c.src_mr);
+    rpma_mr_dereg(&c.dst_mr);
+    rpma_mr_dereg(&c.recv_mr);
+  }
+  rpma_ep_shutdown(&ep_);
+  rpma_peer_delete(&client_peer_);
+  rpma_peer_delete(&server_peer_);
+  items_.resize(traced);
+  BuildTrace();
+  Check();
+  return r_;
+}
+
+}  // namespace
+
+ScenarioResult RunScenario(const Scenario& scenario,
+                           const RunOptions& options) {
+  Run run(scenario, options.seed.value_or(scenario.seed));
+  return run.Go();
+}
+
+std::string Summary(const ScenarioResult& r) {
+  std::ostringstream out;
+  auto counts = [](const std::map<std::string, uint64_t>& m) {
+    std::string text;
+    for (const auto& [name, n] : m) {
+      text += (text.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+    }
+    return text.empty() ? std::string("none") : text;
+  };
+  out << "scenario:     " << r.name << " (seed " << r.seed << ", " << r.steps
+      << " NIC steps)\n";
+  out << "operations:   " << r.posted << " writes with imm posted, "
+      << r.post_errors << " refused at post\n";
+  out << "completions:  client " << counts(r.client_completions) << "\n";
+  out << "              server " << counts(r.server_completions) << "\n";
+  out << "bytes:        " << r.bytes_verified << " verified";
+  if (r.bytes_torn) out << ", " << r.bytes_torn << " landed from torn writes";
+  if (!r.data_mismatches.empty()) {
+    out << ", " << r.data_mismatches.size() << " MISMATCHES";
+  }
+  out << "\n";
+  out << "faults fired: " << counts(r.faults_fired) << "\n";
+  if (!r.faults_never_fired.empty()) {
+    std::string names;
+    for (const std::string& n : r.faults_never_fired) {
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    out << "never fired:  " << names << "\n";
+  }
+  out << "connection:   " << r.connection << (r.stalled ? " (STALLED)" : "")
+      << "\n";
+  out << "expectations: " << r.expectations.size() - r.failures.size()
+      << " met, " << r.failures.size() << " failed\n";
+  for (const std::string& e : r.expectations) out << "  " << e << "\n";
+  for (const std::string& m : r.data_mismatches) out << "  " << m << "\n";
+  return out.str();
+}
+
+bool WriteTrace(const ScenarioResult& result, const std::string& path,
+                std::string* error) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    *error = path + ": cannot write: " + std::strerror(errno);
+    return false;
+  }
+  for (const TraceEvent& e : result.trace) out << e.json << "\n";
+  out.close();
+  if (!out) {
+    *error = path + ": write failed: " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+std::string FirstDivergence(const ScenarioResult& result,
+                            const std::string& recorded_path) {
+  std::ifstream in(recorded_path);
+  if (!in) return recorded_path + ": cannot open: " + std::strerror(errno);
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) {
+    if (n >= result.trace.size()) {
+      return "line " + std::to_string(n + 1) + ": recorded " + line +
+             "\n  this run ended after " + std::to_string(n) + " events";
+    }
+    if (line != result.trace[n].json) {
+      return "line " + std::to_string(n + 1) + ":\n  recorded " + line +
+             "\n  this run " + result.trace[n].json;
+    }
+    ++n;
+  }
+  if (n < result.trace.size()) {
+    return "line " + std::to_string(n + 1) + ": the recording ended after " +
+           std::to_string(n) + " events\n  this run " + result.trace[n].json;
+  }
+  return "";
+}
+
+}  // namespace rpma_harness

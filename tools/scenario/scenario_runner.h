@@ -1,0 +1,82 @@
+// scenario_runner.h: plays a Scenario on the fake NIC through the rpma API
+// and says what happened.
+//
+// The run is single-threaded and drives the NIC one step at a time, so with
+// the same scenario and seed every event happens in the same order: the
+// trace (one JSON object per line) is byte-identical run after run.
+//
+//   Scenario s = ...;
+//   ScenarioResult r = RunScenario(s, RunOptions{});
+//   if (!r.failures.empty()) ...   // expectations not met
+//   WriteTrace(r, "run.jsonl");
+
+#ifndef RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_RUNNER_H_
+#define RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_RUNNER_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/scenario/scenario.h"
+
+namespace rpma_harness {
+
+struct RunOptions {
+  std::optional<uint64_t> seed;  // overrides the scenario's
+};
+
+// One line of the trace, kept structured for the timeline.
+struct TraceEvent {
+  uint64_t seq = 0;
+  std::string kind;  // post_send, post_recv, execute, completion, cm_event,
+                     // qp_state, fault, rnr_nak, cq_overrun, app
+  std::string side;  // "client" or "server" (or "" when neither)
+  uint32_t connection = 0;  // 1-based
+  uint64_t wr_id = 0;
+  std::string what;    // opcode / event / state / call name
+  std::string status;  // completion status, errno, or return code
+  uint64_t bytes = 0;
+  std::string text;
+  std::string json;  // the line as written to the trace file
+};
+
+struct ScenarioResult {
+  std::string name;
+  uint64_t seed = 0;
+  uint64_t posted = 0;
+  uint64_t post_errors = 0;
+  std::map<std::string, uint64_t> client_completions;  // by status name
+  std::map<std::string, uint64_t> server_completions;
+  uint64_t bytes_verified = 0;
+  uint64_t bytes_torn = 0;
+  std::vector<std::string> data_mismatches;
+  std::map<std::string, uint64_t> faults_fired;  // rule -> times
+  std::vector<std::string> faults_never_fired;
+  std::string connection;  // the client's final state (see Expectations)
+  bool stalled = false;    // max_steps reached with work left
+  uint64_t steps = 0;
+  std::vector<TraceEvent> trace;
+  std::vector<std::string> log;  // readable event log
+  std::vector<std::string>
+      expectations;  // each checked one, "ok: ..." or "FAILED: ..."
+  std::vector<std::string> failures;  // the failed ones
+};
+
+ScenarioResult RunScenario(const Scenario& scenario, const RunOptions& options);
+
+// The summary a person reads after a run.
+std::string Summary(const ScenarioResult& result);
+
+// Trace files: one JSON object per line.
+bool WriteTrace(const ScenarioResult& result, const std::string& path,
+                std::string* error);
+// Compares a run with a recorded trace; empty when identical, else where
+// they first differ ("line 17: recorded ... / this run ...").
+std::string FirstDivergence(const ScenarioResult& result,
+                            const std::string& recorded_path);
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_RUNNER_H_
