@@ -20,12 +20,9 @@
 #include <cstdint>
 #include <string>
 
-namespace rpma_harness {
+#include "mock/fake_nic.h"  // WcStatusName() and the other enum names
 
-// Readable names for rdma-core enums (for messages; "IBV_WC_SUCCESS").
-std::string WcStatusName(int status);
-std::string WcOpcodeName(int opcode);
-std::string WrOpcodeName(int opcode);
+namespace rpma_harness {
 
 // One line describing a WR / WC field by field.
 std::string Describe(const ibv_send_wr& wr);
@@ -62,7 +59,7 @@ MATCHER_P(IsRecvRdmaWithImm, imm,
 
 MATCHER_P(HasWcStatus, status,
           std::string(negation ? "does not have" : "has") + " status " +
-              WcStatusName(status)) {
+              std::string(WcStatusName(status))) {
   *result_listener << Describe(static_cast<const ibv_wc&>(arg));
   return arg.status == status;
 }
