@@ -106,7 +106,7 @@ for bin in "${binaries[@]}"; do
 done
 
 start_time=$(now)
-[[ -n "$out_dir" ]] || out_dir="${TMPDIR:-/tmp}/softroce_vm.$(date +%Y%m%d-%H%M%S)"
+[[ -n "$out_dir" ]] || out_dir=$(mktemp -d "${TMPDIR:-/tmp}/softroce_vm.$(date +%Y%m%d-%H%M%S).XXXX")
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 
@@ -202,6 +202,13 @@ prepare_kernel() {
   mv "$tmp" "$dir"
   touch "$dir/.ready"
   log "prepared $pkg ($release)"
+  # Each unpacked kernel is ~470 MB: drop the ones Debian has moved on from.
+  local old
+  for old in "$CACHE_DIR"/linux-image-*; do
+    [[ "$old" == "$dir" || ! -d "$old" ]] && continue
+    log "removing superseded $(basename "$old") from the cache"
+    rm -rf "$old"
+  done
 }
 
 # Copies WANTED_MODULES and their dependencies from kernel tree `$1` into
