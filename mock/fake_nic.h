@@ -441,10 +441,11 @@ class FakeNic final : public VerbsBackend {
   void QueueCmWork(std::string what, std::function<void()> run);
   // `ib_cm_field_size`: the private-data field of the IB CM message that
   // carried the event (0: none); see Personality.
-  void DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type, int status,
-                      const void* private_data, size_t private_data_len,
-                      uint64_t listen_handle, uint32_t remote_qp_num,
-                      size_t ib_cm_field_size = 0);
+  // Returns the queued event (nullptr if it was dropped).
+  CmEvent* DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
+                          int status, const void* private_data,
+                          size_t private_data_len, uint64_t listen_handle,
+                          uint32_t remote_qp_num, size_t ib_cm_field_size = 0);
   void DetachFromPeer(Qp* qp);
   void ReleaseId(CmId* id);  // REQUIRES: no QP, no unacked events
   void SetLocalAddress(CmId* id, Device* device, const std::string& addr,

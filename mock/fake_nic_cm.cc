@@ -173,17 +173,17 @@ void FakeNic::QueueCmWork(std::string what, std::function<void()> run) {
   WakeWaiters();
 }
 
-void FakeNic::DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
-                             int status, const void* private_data,
-                             size_t private_data_len, uint64_t listen_handle,
-                             uint32_t remote_qp_num, size_t ib_cm_field_size) {
+fake_nic_internal::CmEvent* FakeNic::DeliverCmEvent(
+    uint64_t id_handle, rdma_cm_event_type type, int status,
+    const void* private_data, size_t private_data_len, uint64_t listen_handle,
+    uint32_t remote_qp_num, size_t ib_cm_field_size) {
   auto it = ids_by_handle_.find(id_handle);
-  if (it == ids_by_handle_.end()) return;  // the id is gone
+  if (it == ids_by_handle_.end()) return nullptr;  // the id is gone
   CmId* id = it->second;
   CmId* listener = nullptr;
   if (listen_handle != 0) {
     auto lit = ids_by_handle_.find(listen_handle);
-    if (lit == ids_by_handle_.end()) return;
+    if (lit == ids_by_handle_.end()) return nullptr;
     listener = lit->second;
   }
   EventChannel* channel = id->channel;
@@ -191,7 +191,7 @@ void FakeNic::DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
     fprintf(stderr,
             "fake_nic: %s for a synchronous id (no event channel) dropped\n",
             fake_nic_internal::CmEventName(type));
-    return;
+    return nullptr;
   }
   auto event = std::make_unique<CmEvent>();
   memset(&event->base, 0, sizeof(event->base));
@@ -233,6 +233,7 @@ void FakeNic::DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
                 (id->local_addr.empty() ? "?" : id->local_addr) + ":" +
                 std::to_string(id->local_port);
   Record(std::move(record));
+  return raw;
 }
 
 int FakeNic::GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) {
@@ -250,6 +251,11 @@ int FakeNic::GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) {
   ch->queue.pop_front();
   fake_nic_internal::ConsumeFd(ch->base.fd);
   e->got = true;
+  if (e->on_get) {
+    std::function<void()> work = std::move(e->on_get);
+    e->on_get = nullptr;
+    work();
+  }
   auto it = ids_by_handle_.find(e->counted_on);
   if (it != ids_by_handle_.end()) it->second->unacked_events++;
   *event = &e->base;
@@ -800,39 +806,55 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     if (a == ids_by_handle_.end() || a->second->state != CmState::kConnecting) {
       return;
     }
-    CmId* active = a->second;
     CmId* passive = p == ids_by_handle_.end() ? nullptr : p->second;
-    active->state = CmState::kConnected;
     uint32_t passive_qp_num = 0;
     if (passive != nullptr && passive->qp != nullptr) {
       passive_qp_num = passive->qp->base.qp_num;
     }
-    if (active->qp != nullptr) {
-      Qp* qp = active->qp;
-      qp->retry_cnt = active->req_retry_count;
-      qp->rnr_retry = rep_rnr_retry;
-      qp->dest_qp_num = passive_qp_num;
-      if (passive != nullptr && passive->qp != nullptr) {
-        qp->peer = passive->qp;
-        passive->qp->peer = qp;
-      }
-      SetQpState(qp, IBV_QPS_RTR, "REP received");
-      SetQpState(qp, IBV_QPS_RTS, "REP received");
-    }
-    DeliverCmEvent(active_handle, RDMA_CM_EVENT_ESTABLISHED, 0,
-                   private_data.data(), private_data.size(), 0, passive_qp_num,
-                   kMaxAcceptPrivateData);
-    const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num : 0;
-    QueueCmWork("RTU", [this, passive_handle, active_qp_num] {
-      auto it = ids_by_handle_.find(passive_handle);
-      if (it == ids_by_handle_.end() ||
-          it->second->state != CmState::kAccepted) {
+    CmEvent* established = DeliverCmEvent(
+        active_handle, RDMA_CM_EVENT_ESTABLISHED, 0, private_data.data(),
+        private_data.size(), 0, passive_qp_num, kMaxAcceptPrivateData);
+    if (established == nullptr) return;
+    // librdmacm processes the REP inside rdma_get_cm_event on the active
+    // side (cma.c ucma_process_conn_resp): only then does the QP go to RTR
+    // and RTS and the RTU go out, so the passive side's ESTABLISHED waits
+    // for the active side to read its own (seen on rxe, see
+    // tools/softroce_vm/README.md).
+    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry] {
+      auto a = ids_by_handle_.find(active_handle);
+      if (a == ids_by_handle_.end() ||
+          a->second->state != CmState::kConnecting) {
         return;
       }
-      it->second->state = CmState::kConnected;
-      DeliverCmEvent(passive_handle, RDMA_CM_EVENT_ESTABLISHED, 0, nullptr, 0,
-                     0, active_qp_num);
-    });
+      CmId* active = a->second;
+      auto p = ids_by_handle_.find(passive_handle);
+      CmId* passive = p == ids_by_handle_.end() ? nullptr : p->second;
+      active->state = CmState::kConnected;
+      if (active->qp != nullptr) {
+        Qp* qp = active->qp;
+        qp->retry_cnt = active->req_retry_count;
+        qp->rnr_retry = rep_rnr_retry;
+        if (passive != nullptr && passive->qp != nullptr) {
+          qp->dest_qp_num = passive->qp->base.qp_num;
+          qp->peer = passive->qp;
+          passive->qp->peer = qp;
+        }
+        SetQpState(qp, IBV_QPS_RTR, "REP processed");
+        SetQpState(qp, IBV_QPS_RTS, "REP processed");
+      }
+      const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num : 0;
+      QueueCmWork("RTU", [this, passive_handle, active_qp_num] {
+        auto it = ids_by_handle_.find(passive_handle);
+        if (it == ids_by_handle_.end() ||
+            it->second->state != CmState::kAccepted) {
+          return;
+        }
+        it->second->state = CmState::kConnected;
+        DeliverCmEvent(passive_handle, RDMA_CM_EVENT_ESTABLISHED, 0, nullptr, 0,
+                       0, active_qp_num);
+      });
+      WakeWaiters();
+    };
   });
   return 0;
 }

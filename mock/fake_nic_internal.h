@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -184,6 +185,9 @@ struct CmEvent {
   std::vector<uint8_t> private_data;
   uint64_t counted_on = 0;  // handle of the id whose unacked_events counts it
   bool got = false;         // handed out by GetCmEvent, awaiting AckCmEvent
+  // Work librdmacm does inside rdma_get_cm_event when it hands this event
+  // out (the active side's REP processing); runs with the NIC's mutex held.
+  std::function<void()> on_get;
 };
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets

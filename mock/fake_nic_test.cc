@@ -1186,6 +1186,27 @@ TEST_F(FakeNicTest, DisconnectDeliversDisconnectedAtBothEndsOnce) {
   EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
 }
 
+// librdmacm processes the REP inside the active side's rdma_get_cm_event:
+// until the client reads its ESTABLISHED its QP is not RTS and the server
+// hears nothing (observed on rxe, tools/softroce_vm/README.md).
+TEST_F(FakeNicTest, ServerEstablishedWaitsForTheClientToReadItsOwn) {
+  PrepareHosts(QpOptions{});
+  SendConnect();
+  TakeConnectRequest();
+  SendAccept();
+  nic_->RunUntilIdle();
+  EXPECT_EQ(State(client_.qp), IBV_QPS_INIT);
+  int flags = fcntl(server_.cm_channel->fd, F_GETFL);
+  fcntl(server_.cm_channel->fd, F_SETFL, flags | O_NONBLOCK);
+  rdma_cm_event* event = nullptr;
+  EXPECT_EQ(nic_->GetCmEvent(server_.cm_channel, &event), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  fcntl(server_.cm_channel->fd, F_SETFL, flags);
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+  EXPECT_EQ(State(client_.qp), IBV_QPS_RTS);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+}
+
 TEST_F(FakeNicTest, LoseConnectionDeliversConnectErrorAtBothEnds) {
   ConnectHosts();
   ASSERT_EQ(Write(1, 8, 0), 0);

@@ -133,6 +133,11 @@ void FaultInjector::SetRuleQp(const std::string& name, uint32_t qp_num) {
   }
 }
 
+void FaultInjector::OverrideRnrRetry(uint8_t rnr_retry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rnr_retry_ = rnr_retry;
+}
+
 std::vector<FiredFault> FaultInjector::Fired() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fired_;
@@ -357,6 +362,15 @@ int FaultInjector::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     errno = rule->error;
     return -1;
   }
+  rdma_conn_param overridden{};
+  if (param != nullptr) overridden = *param;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rnr_retry_) {
+      overridden.rnr_retry_count = *rnr_retry_;
+      param = &overridden;
+    }
+  }
   return nic_->Connect(id, param);
 }
 
@@ -367,6 +381,15 @@ int FaultInjector::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
     errno = rule->error;
     return -1;
+  }
+  rdma_conn_param overridden{};
+  if (param != nullptr) overridden = *param;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rnr_retry_) {
+      overridden.rnr_retry_count = *rnr_retry_;
+      param = &overridden;
+    }
   }
   return nic_->Accept(id, param);
 }

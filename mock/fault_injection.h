@@ -120,6 +120,12 @@ class FaultInjector final : public VerbsBackend {
   // exists and its QP number is known).
   void SetRuleQp(const std::string& name, uint32_t qp_num);
 
+  // Every Connect / Accept from now on asks for this RNR retry count instead
+  // of the caller's (librpma always asks for 7, "retry forever"). Under the IB
+  // CM the requester's count comes from the other side's message, so this
+  // models a peer configured with fewer retries.
+  void OverrideRnrRetry(uint8_t rnr_retry);
+
   std::vector<FiredFault> Fired() const;
   uint64_t TimesFired(const std::string& rule) const;
   // Rules that have not fired yet, for "did my fault really happen?".
@@ -204,6 +210,7 @@ class FaultInjector final : public VerbsBackend {
   std::vector<Rule> rules_;
   std::vector<FiredFault> fired_;
   std::mt19937_64 rng_;
+  std::optional<uint8_t> rnr_retry_;
 };
 
 }  // namespace rpma_harness

@@ -100,8 +100,8 @@ class FaultInjectionTest : public ::testing::Test {
     rpma_mr_get_descriptor(p.dst_mr, desc);
     rpma_conn_private_data pdata{desc, sizeof(desc)};
     EXPECT_EQ(rpma_conn_req_connect(&server_req, &pdata, &p.server), 0);
-    EXPECT_EQ(NextEvent(p.server), RPMA_CONN_ESTABLISHED);
     EXPECT_EQ(NextEvent(p.client), RPMA_CONN_ESTABLISHED);
+    EXPECT_EQ(NextEvent(p.server), RPMA_CONN_ESTABLISHED);
     rpma_conn_private_data got{};
     rpma_conn_get_private_data(p.client, &got);
     EXPECT_EQ(rpma_mr_remote_from_descriptor(got.ptr, got.len, &p.remote), 0);

@@ -181,8 +181,8 @@ void ConformanceTest::Connect(const QpOptions& options,
   ASSERT_EQ(nic().MigrateId(server_.id, server_.channel), 0);
   if (before_accept) before_accept();
   ASSERT_EQ(nic().Accept(server_.id, &param), 0);
-  ASSERT_EQ(NextCmEvent(server_.channel), RDMA_CM_EVENT_ESTABLISHED);
   ASSERT_EQ(NextCmEvent(client_.channel), RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_EQ(NextCmEvent(server_.channel), RDMA_CM_EVENT_ESTABLISHED);
 }
 
 void ConformanceTest::TearDownEndpoint(Endpoint& side) {
