@@ -54,8 +54,10 @@ struct WriteOp {
   int line = 0;  // where it was written, for messages
 };
 
-// How many completions of a status one side must see (exactly).
-using CompletionCounts = std::map<ibv_wc_status, uint64_t>;
+// How many completions of each status one side must see (exactly), by the
+// status's short name ("SUCCESS", "REM_ACCESS_ERR", ...) or "CQ_ERROR" for a
+// poll that failed (an overrun CQ).
+using CompletionCounts = std::map<std::string, uint64_t>;
 
 struct Expectations {
   std::optional<CompletionCounts> client;
@@ -69,6 +71,9 @@ struct Expectations {
   std::vector<std::string> faults_fired;  // rule names that must fire
   std::optional<uint64_t> post_errors;    // rpma_write_with_imm failures
   std::optional<uint64_t> bytes_torn;     // bytes that landed from torn writes
+  // Writes the NIC never finished (e.g. parked by RNR with rnr_retry 7 and
+  // no receive ever posted): a hang on a real NIC. Expected 0 by default.
+  uint64_t unfinished = 0;
 };
 
 struct Scenario {

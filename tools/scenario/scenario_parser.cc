@@ -345,9 +345,13 @@ CompletionCounts ParseCounts(const YAML::Node& node, const std::string& where) {
   }
   CompletionCounts counts;
   for (const auto& entry : node) {
-    const ibv_wc_status status =
-        OneOf(entry.first, where + " status", StatusNames());
-    counts[status] = Unsigned(entry.second, where + "." + entry.first.Scalar());
+    std::string name = Text(entry.first, where + " status");
+    if (name != "CQ_ERROR") {
+      name = WcStatusShortName(
+          OneOf(entry.first, where + " status (or CQ_ERROR)", StatusNames()));
+    }
+    const uint64_t n = Unsigned(entry.second, where + "." + name);
+    if (n > 0) counts[name] = n;
   }
   return counts;
 }
@@ -355,7 +359,7 @@ CompletionCounts ParseCounts(const YAML::Node& node, const std::string& where) {
 void ParseExpect(const YAML::Node& node, Scenario* s) {
   CheckKeys(node, "expect",
             {"client", "server", "data", "connection", "faults_fired",
-             "post_errors", "bytes_torn"});
+             "post_errors", "bytes_torn", "unfinished"});
   Expectations& e = s->expect;
   if (node["client"]) e.client = ParseCounts(node["client"], "expect.client");
   if (node["server"]) e.server = ParseCounts(node["server"], "expect.server");
@@ -390,6 +394,9 @@ void ParseExpect(const YAML::Node& node, Scenario* s) {
   }
   if (node["bytes_torn"]) {
     e.bytes_torn = Unsigned(node["bytes_torn"], "expect.bytes_torn");
+  }
+  if (node["unfinished"]) {
+    e.unfinished = Unsigned(node["unfinished"], "expect.unfinished");
   }
 }
 
@@ -437,6 +444,30 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
       Fail(item, where + ": expected write_with_imm");
     s->workload.push_back(
         ParseWrite(item, item["write_with_imm"], where + ".write_with_imm"));
+  }
+  // Verification compares each write's target bytes with its source, so two
+  // writes must not target the same server bytes.
+  for (size_t i = 0; i < s->workload.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      auto span = [](const WriteOp& op) {
+        const uint64_t stride = op.stride.value_or(op.size);
+        return std::make_pair(
+            op.dst_offset, op.dst_offset + (op.count - 1) * stride + op.size);
+      };
+      const WriteOp& a = s->workload[i];
+      const WriteOp& b = s->workload[j];
+      if (a.size == 0 || b.size == 0) continue;
+      auto [a0, a1] = span(a);
+      auto [b0, b1] = span(b);
+      if (a0 < b1 && b0 < a1) {
+        Fail(workload[i],
+             "workload[" + std::to_string(i) + "] writes server bytes [" +
+                 std::to_string(a0) + ", " + std::to_string(a1) +
+                 ") that workload[" + std::to_string(j) +
+                 "] also writes; give it a dst_offset (overlapping "
+                 "writes cannot be verified)");
+      }
+    }
   }
   if (root["faults"]) {
     const YAML::Node& faults = root["faults"];

@@ -54,8 +54,9 @@ struct ScenarioResult {
   std::vector<std::string> data_mismatches;
   std::map<std::string, uint64_t> faults_fired;  // rule -> times
   std::vector<std::string> faults_never_fired;
-  std::string connection;  // the client's final state (see Expectations)
-  bool stalled = false;    // max_steps reached with work left
+  std::string connection;   // the client's final state (see Expectations)
+  bool stalled = false;     // max_steps reached with work left
+  uint64_t unfinished = 0;  // posted writes the NIC never finished
   uint64_t steps = 0;
   std::vector<TraceEvent> trace;
   std::vector<std::string> log;  // readable event log
