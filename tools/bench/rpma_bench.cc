@@ -135,9 +135,9 @@ struct RpmaPair {
     }
     pdata = {desc, sizeof(desc)};
     if (rpma_conn_req_connect(&server_req, &pdata, &server) ||
-        rpma_conn_next_event(server, &event) ||
-        event != RPMA_CONN_ESTABLISHED ||
         rpma_conn_next_event(client, &event) ||
+        event != RPMA_CONN_ESTABLISHED ||
+        rpma_conn_next_event(server, &event) ||
         event != RPMA_CONN_ESTABLISHED ||
         rpma_conn_get_private_data(client, &pdata) ||
         rpma_mr_remote_from_descriptor(pdata.ptr, pdata.len, &remote) ||

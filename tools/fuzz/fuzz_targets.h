@@ -17,6 +17,8 @@ int FuzzFakeNicWr(const uint8_t* data, size_t size);
 // MR descriptor decoding: DecodeMrDescriptor and
 // rpma_mr_remote_from_descriptor, and a write through a decoded descriptor.
 int FuzzMrDescriptor(const uint8_t* data, size_t size);
+// Arbitrary text through the scenario parser (tools/scenario).
+int FuzzScenarioParser(const uint8_t* data, size_t size);
 
 }  // namespace rpma_harness
 

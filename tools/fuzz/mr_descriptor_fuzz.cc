@@ -117,8 +117,10 @@ void WriteThroughDescriptor(const uint8_t* data, size_t size) {
       rpma_ep_next_conn_req(ep, nullptr, &server_req) ||
       rpma_conn_req_recv(server_req, recv_mr, 0, sizeof(recv_buf), nullptr) ||
       rpma_conn_req_connect(&server_req, nullptr, &server) ||
-      rpma_conn_next_event(server, &event) ||
-      rpma_conn_next_event(client, &event)) {
+      // The active side reads its ESTABLISHED first (that sends the RTU
+      // which establishes the passive side).
+      rpma_conn_next_event(client, &event) ||
+      rpma_conn_next_event(server, &event)) {
     Violation("could not build the rpma pair");
   }
 
@@ -133,8 +135,8 @@ void WriteThroughDescriptor(const uint8_t* data, size_t size) {
   MrDescriptor claimed{};
   if (DecodeMrDescriptor(desc, sizeof(desc), &claimed)) {
     if (aim & 1) {
-      claimed.raddr = real.raddr + (claimed.raddr % (2 * kDstLength)) -
-                      kDstLength / 2;
+      claimed.raddr =
+          real.raddr + (claimed.raddr % (2 * kDstLength)) - kDstLength / 2;
     }
     if (aim & 2) claimed.rkey = real.rkey;
     EncodeMrDescriptor(claimed, desc);
@@ -142,7 +144,8 @@ void WriteThroughDescriptor(const uint8_t* data, size_t size) {
     if (rpma_mr_remote_from_descriptor(desc, sizeof(desc), &remote) != 0) {
       Violation("a decodable descriptor was refused");
     }
-    const size_t dst_off = (aim & 4) ? dst_offset % (2 * kDstLength) : dst_offset;
+    const size_t dst_off =
+        (aim & 4) ? dst_offset % (2 * kDstLength) : dst_offset;
     const size_t len = length % (kBuffer + 64);
     const size_t src_off = (aim & 8) ? src_offset : 0;
     rpma_write_with_imm(client, remote, dst_off, src_mr, src_off, len,
@@ -169,8 +172,8 @@ void WriteThroughDescriptor(const uint8_t* data, size_t size) {
   rpma_conn_disconnect(client);
   if (rpma_conn_delete(&client) || rpma_conn_delete(&server) ||
       rpma_ep_shutdown(&ep) || rpma_mr_dereg(&recv_mr) ||
-      rpma_mr_dereg(&dst_mr) ||
-      rpma_mr_dereg(&src_mr) || rpma_peer_delete(&peer)) {
+      rpma_mr_dereg(&dst_mr) || rpma_mr_dereg(&src_mr) ||
+      rpma_peer_delete(&peer)) {
     Violation("teardown failed");
   }
 }

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# tools/fuzz/run.sh: builds the libFuzzer targets with clang and runs them.
+#
+#   tools/fuzz/run.sh build                  build every target
+#   tools/fuzz/run.sh run NAME [SECONDS]     fuzz one target (default 60 s)
+#   tools/fuzz/run.sh all [SECONDS]          build, then fuzz each target for
+#                                            SECONDS (CI); non-zero on a crash
+#   tools/fuzz/run.sh list                   the target names
+#
+# Why a script and not Bazel: Bazel's default toolchain here is gcc, and
+# libFuzzer needs clang (-fsanitize=fuzzer). The script compiles the few
+# sources a target needs with clang++ directly (Debian's clang 14 ships
+# libFuzzer); nothing is downloaded. Objects and binaries go to
+# $RPMA_FUZZ_OUT (default .fuzz-out/ in the repository, git-ignored).
+#
+# Each target starts from its seed corpus, tools/fuzz/corpus/NAME/, read-only;
+# new inputs go to $RPMA_FUZZ_OUT/corpus/NAME. A crash leaves
+# $RPMA_FUZZ_OUT/crashes/NAME-crash-<sha1>; after fixing the bug, copy it
+# into tools/fuzz/corpus/NAME/ (keep the crash- prefix) so that
+# //tools/fuzz:fuzz_corpus_test replays it on every `bazel test //...`.
+# To fuzz longer: tools/fuzz/run.sh run fake_nic_wr 3600 (extra arguments
+# after SECONDS go to libFuzzer, e.g. -jobs=2 -workers=2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+OUT="${RPMA_FUZZ_OUT:-$PWD/.fuzz-out}"
+CXX="${CXX_FUZZ:-clang++}"
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+CXXFLAGS="-std=c++17 -O1 -g -fno-omit-frame-pointer -I. -Irpma -Wall -Wextra"
+
+# name -> entry function and the target's own sources.
+declare -A ENTRY=(
+  [fake_nic_wr]=FuzzFakeNicWr
+  [mr_descriptor]=FuzzMrDescriptor
+)
+declare -A LIBS=()
+declare -A SOURCES=(
+  [fake_nic_wr]="tools/fuzz/fake_nic_wr_fuzz.cc tests/connected_qps.cc"
+  [mr_descriptor]="tools/fuzz/mr_descriptor_fuzz.cc"
+)
+if [ -f tools/scenario/scenario_parser.cc ]; then
+  ENTRY[scenario_parser]=FuzzScenarioParser
+  SOURCES[scenario_parser]="tools/fuzz/scenario_parser_fuzz.cc tools/scenario/scenario_parser.cc"
+  LIBS[scenario_parser]="-lyaml-cpp"
+fi
+
+# What every target links: the fake NIC, the rpma layer, the backends.
+common_sources() {
+  ls mock/fake_nic*.cc mock/fault_injection.cc rpma/*.cc verbs_backend/*.cc \
+    2>/dev/null | grep -v '_test\.cc$'
+}
+
+compile() {  # src obj extra-flags...
+  local src="$1" obj="$2"
+  shift 2
+  mkdir -p "$(dirname "$obj")"
+  # Up to date: newer than its source, every header and this script.
+  if [ "$obj" -nt "$src" ] && [ "$obj" -nt "$0" ] &&
+     [ -z "$(find mock rpma verbs_backend tests tools -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
+    return 0
+  fi
+  # shellcheck disable=SC2086
+  "$CXX" $CXXFLAGS $SAN "$@" -c "$src" -o "$obj"
+}
+
+build() {
+  echo "fuzz: building with $("$CXX" --version | head -1)" >&2
+  mkdir -p "$OUT/obj" "$OUT/bin"
+  local objs=() src obj pids=()
+  for src in $(common_sources); do
+    obj="$OUT/obj/${src//\//_}.o"
+    objs+=("$obj")
+    compile "$src" "$obj" -fsanitize=fuzzer-no-link &
+    pids+=($!)
+    if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  local name
+  for name in "${!ENTRY[@]}"; do
+    local target_objs=()
+    for src in ${SOURCES[$name]}; do
+      obj="$OUT/obj/${src//\//_}.o"
+      compile "$src" "$obj" -fsanitize=fuzzer-no-link
+      target_objs+=("$obj")
+    done
+    compile tools/fuzz/libfuzzer_entry.cc "$OUT/obj/entry_$name.o" \
+      -fsanitize=fuzzer-no-link "-DRPMA_HARNESS_FUZZ_TARGET=${ENTRY[$name]}"
+    # shellcheck disable=SC2086
+    "$CXX" $SAN -fsanitize=fuzzer "${objs[@]}" "${target_objs[@]}" \
+      "$OUT/obj/entry_$name.o" ${LIBS[$name]:-} -libverbs -lrdmacm -lpthread \
+      -o "$OUT/bin/${name}_fuzzer"
+    echo "fuzz: built $OUT/bin/${name}_fuzzer" >&2
+  done
+}
+
+run_one() {  # name seconds [libfuzzer args...]
+  local name="$1" seconds="$2"
+  shift 2
+  local bin="$OUT/bin/${name}_fuzzer"
+  [ -x "$bin" ] || { echo "fuzz: $bin not built (run.sh build)" >&2; return 2; }
+  mkdir -p "$OUT/corpus/$name" "$OUT/crashes"
+  local log="$OUT/$name.log"
+  local status=0
+  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+    "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$OUT/crashes/$name-" "$@" \
+    "$OUT/corpus/$name" "tools/fuzz/corpus/$name" >"$log" 2>&1 || status=$?
+  local execs speed units
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  speed=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  units=$(ls "$OUT/corpus/$name" "tools/fuzz/corpus/$name" 2>/dev/null | grep -vc ':$' || true)
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz: $name FAILED after ${execs:-0} runs (log: $log):" >&2
+    grep -E "ERROR|SUMMARY|invariant|artifact|Test unit written" "$log" | head -20 >&2
+    echo "fuzz $name: FAILED, ${execs:-0} runs, ${speed:-0} exec/s"
+    return 1
+  fi
+  echo "fuzz $name: ok, ${execs:-0} runs in ${seconds}s, ${speed:-0} exec/s, corpus $units inputs"
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  build)
+    build
+    ;;
+  run)
+    [ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+    name="$1"
+    seconds="${2:-60}"
+    shift $(( $# >= 2 ? 2 : 1 ))
+    run_one "$name" "$seconds" "$@"
+    ;;
+  all)
+    seconds="${1:-60}"
+    build
+    failed=0
+    for name in $(printf '%s\n' "${!ENTRY[@]}" | sort); do
+      run_one "$name" "$seconds" || failed=$((failed + 1))
+    done
+    [ "$failed" -eq 0 ]
+    ;;
+  list)
+    printf '%s\n' "${!ENTRY[@]}" | sort
+    ;;
+  *)
+    sed -n '2,12p' "$0" >&2
+    exit 2
+    ;;
+esac
