@@ -37,7 +37,9 @@ extern "C" int rpma_ep_listen(struct rpma_peer* peer, const char* addr,
   } else if (backend->Listen(id, 0) != 0) {
     failed = "rdma_listen";
   }
-  auto* ep = failed ? nullptr : new (std::nothrow) rpma_ep{peer, channel, id};
+  auto* ep = failed ? nullptr
+                    : new (std::nothrow)
+                          rpma_ep{peer, channel, id, peer->backend};
   if (ep == nullptr) {
     int err = errno;
     if (failed) {
@@ -56,7 +58,7 @@ extern "C" int rpma_ep_shutdown(struct rpma_ep** ep_ptr) {
   if (ep_ptr == nullptr) return RPMA_E_INVAL;
   rpma_ep* ep = *ep_ptr;
   if (ep == nullptr) return 0;
-  rpma_harness::VerbsBackend* backend = ep->peer->backend.get();
+  rpma_harness::VerbsBackend* backend = ep->backend.get();
   if (backend->DestroyId(ep->id) != 0) {
     Log("%s backend: rdma_destroy_id failed: %s", backend->Name(),
         std::strerror(errno));

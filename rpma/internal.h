@@ -68,6 +68,10 @@ struct rpma_ep {
   rpma_peer* peer;
   rdma_event_channel* channel;
   rdma_cm_id* id;
+  // The ep's own reference: the peer may be deleted before the ep is shut
+  // down (an ep uses no PD resource, so the peer's PD is not busy), and
+  // rpma_ep_shutdown must then not reach through the dead peer.
+  std::shared_ptr<rpma_harness::VerbsBackend> backend;
 };
 
 namespace rpma_harness {
