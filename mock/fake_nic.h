@@ -91,6 +91,10 @@ struct Personality {
   // with the WR's length for every opcode. The spec leaves both undefined on
   // send-side completions; Spec reports byte_len only for RDMA_READ/atomics.
   bool send_cqe_has_imm_flag_and_byte_len = false;
+  // rxe sets IBV_WC_GRH on the responder's successful CQEs: every RoCE v2
+  // packet carries a GRH (rxe_resp.c do_complete: RXE_GRH_MASK ->
+  // IB_WC_GRH). Recorded on rxe in tests/testdata/rxe_streams.txt.
+  bool recv_cqe_has_grh_flag = false;
   // rxe (rxe_queue.c rxe_queue_init) rounds a queue of n entries up to
   // roundup_pow_of_two(n + 1) slots and reports one less as its capacity;
   // the QP caps and cq->cqe written back are that real depth.

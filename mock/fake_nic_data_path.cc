@@ -537,6 +537,9 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       wc.wc_flags |= IBV_WC_WITH_IMM;
       wc.imm_data = wqe.imm_data;
     }
+    if (status == IBV_WC_SUCCESS && config_.personality.recv_cqe_has_grh_flag) {
+      wc.wc_flags |= IBV_WC_GRH;
+    }
     AddCqe(responder->recv_cq, wc, wqe.send_flags & IBV_SEND_SOLICITED);
   };
 

@@ -26,6 +26,7 @@ Personality Personality::Rxe() {
   // rxe_comp.c make_send_cqe: IB_WC_WITH_IMM for SEND_WITH_IMM and
   // RDMA_WRITE_WITH_IMM, byte_len = wqe->dma.length for every send CQE.
   p.send_cqe_has_imm_flag_and_byte_len = true;
+  p.recv_cqe_has_grh_flag = true;
   // rxe_queue.c rxe_queue_init: num_slots = roundup_pow_of_two(n + 1),
   // capacity reported back = num_slots - 1 (rxe_qp.c writes it to the caps).
   p.round_queues_to_power_of_two_minus_one = true;

@@ -31,6 +31,10 @@ constexpr int kResolveTimeoutMs = 1000;
 
 }  // namespace
 
+RdmaCoreBackend::~RdmaCoreBackend() {
+  for (auto& [context, id] : pinned_) rdma_destroy_id(id);
+}
+
 int RdmaCoreBackend::GetContextByAddress(const char* addr, bool local,
                                          ibv_context** ctx) {
   rdma_addrinfo* info = nullptr;
@@ -46,11 +50,14 @@ int RdmaCoreBackend::GetContextByAddress(const char* addr, bool local,
       errno = ENODEV;
       ret = -1;
     }
-    if (ret == 0) *ctx = id->verbs;
     int saved = errno;
-    // The device context outlives the id: librdmacm keeps contexts open for
-    // the life of the process.
-    rdma_destroy_id(id);
+    bool keep = false;
+    if (ret == 0) {
+      *ctx = id->verbs;
+      std::lock_guard<std::mutex> lock(mu_);
+      keep = pinned_.emplace(id->verbs, id).second;
+    }
+    if (!keep) rdma_destroy_id(id);
     errno = saved;
   }
   int saved = errno;

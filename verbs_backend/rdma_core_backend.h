@@ -11,12 +11,22 @@
 #ifndef RPMA_HARNESS_VERBS_BACKEND_RDMA_CORE_BACKEND_H_
 #define RPMA_HARNESS_VERBS_BACKEND_RDMA_CORE_BACKEND_H_
 
+#include <map>
+#include <mutex>
+
 #include "verbs_backend/verbs_backend.h"
 
 namespace rpma_harness {
 
 class RdmaCoreBackend final : public VerbsBackend {
  public:
+  RdmaCoreBackend() = default;
+  // Releases the ids that keep device contexts open (see
+  // GetContextByAddress).
+  ~RdmaCoreBackend() override;
+  RdmaCoreBackend(const RdmaCoreBackend&) = delete;
+  RdmaCoreBackend& operator=(const RdmaCoreBackend&) = delete;
+
   const char* Name() const override { return "rdma-core"; }
 
   int GetContextByAddress(const char* addr, bool local,
@@ -61,6 +71,14 @@ class RdmaCoreBackend final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+
+ private:
+  // librdmacm opens a device when an id first needs it and closes it when
+  // its last id is destroyed (seen on rdma-core 44: a context taken from a
+  // destroyed id crashes ibv_alloc_pd). One id per device is kept here so
+  // that contexts handed out stay open as long as the backend.
+  std::mutex mu_;
+  std::map<ibv_context*, rdma_cm_id*> pinned_;
 };
 
 }  // namespace rpma_harness
