@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tools/softroce_vm/ci.sh: the real-NIC part of CI. Builds the tests that run
+# on both backends, runs them on rxe in the soft-RoCE VM with the rdma-core
+# backend, and checks rxe's completion streams against the recording the
+# fake NIC's rxe personality is tested against (tests/testdata/rxe_streams.txt):
+# the host's conformance_test compares the fake with that recording, this
+# compares live rxe with it, so together they compare the fake with rxe.
+#
+# Prints "softroce vm: N passed, N failed, N skipped" and exits non-zero on
+# any failure or difference. RECORD=1 rewrites the recording instead.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+targets=(//tests:conformance_test //tests:write_imm_flow_test
+         //tools/softroce_vm:rxe_smoke_test)
+out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
+if ! bazel build "${targets[@]}" >"$out/build.log" 2>&1; then
+  tail -20 "$out/build.log" >&2
+  echo "softroce vm: 0 passed, 1 failed, 0 skipped (build failed)"
+  exit 1
+fi
+bin=$(bazel info bazel-bin 2>/dev/null)
+binaries=()
+for t in "${targets[@]}"; do
+  path="${t#//}"
+  binaries+=("$bin/${path/://}")
+done
+
+status=0
+tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
+  "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
+grep -E "^softroce_vm: " "$out/run.log" >&2
+
+passed=0 failed=0 skipped=0
+for b in "${binaries[@]}"; do
+  xml="$out/vm/$(basename "$b").xml"
+  if [ ! -f "$xml" ]; then
+    failed=$((failed + 1))
+    continue
+  fi
+  sum() {
+    grep -o "<testsuite [^>]*>" "$xml" | grep -o " $1=\"[0-9]*\"" | grep -o '[0-9]*' |
+      awk '{ s += $1 } END { print s + 0 }'
+  }
+  t=$(sum tests) f=$(( $(sum failures) + $(sum errors) ))
+  d=$(( $(sum disabled) + $(sum skipped) ))
+  passed=$((passed + t - f - d)); failed=$((failed + f)); skipped=$((skipped + d))
+done
+[ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+
+# The differential: live rxe against the recording.
+recording=tests/testdata/rxe_streams.txt
+grep -a '^STREAM ' "$out/vm/console.log" | tr -d '\r' >"$out/streams.txt"
+if [ "${RECORD:-0}" = 1 ]; then
+  { grep '^#' "$recording"; cat "$out/streams.txt"; } >"$out/new.txt"
+  mv "$out/new.txt" "$recording"
+  echo "softroce vm: recorded $(wc -l <"$out/streams.txt") stream lines into $recording" >&2
+elif ! diff <(grep -v '^#' "$recording") "$out/streams.txt" >"$out/streams.diff"; then
+  echo "softroce vm: rxe's completion streams differ from $recording:" >&2
+  cat "$out/streams.diff" >&2
+  failed=$((failed + 1))
+fi
+echo "softroce vm: ${passed} passed, ${failed} failed, ${skipped} skipped ($out)"
+[ "$failed" -eq 0 ]
