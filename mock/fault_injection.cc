@@ -354,8 +354,9 @@ int FaultInjector::CreateQp(rdma_cm_id* id, ibv_pd* pd,
   return nic_->CreateQp(id, pd, init_attr);
 }
 
-int FaultInjector::Connect(rdma_cm_id* id, rdma_conn_param* param) {
-  CallInfo info(FaultCall::kConnect);
+int FaultInjector::Establish(FaultCall call, rdma_cm_id* id,
+                             rdma_conn_param* param) {
+  CallInfo info(call);
   if (id->qp != nullptr) info.qp_num = id->qp->qp_num;
   if (std::optional<FaultRule> rule = Decide(info)) {
     Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
@@ -371,27 +372,16 @@ int FaultInjector::Connect(rdma_cm_id* id, rdma_conn_param* param) {
       param = &overridden;
     }
   }
-  return nic_->Connect(id, param);
+  return call == FaultCall::kConnect ? nic_->Connect(id, param)
+                                     : nic_->Accept(id, param);
+}
+
+int FaultInjector::Connect(rdma_cm_id* id, rdma_conn_param* param) {
+  return Establish(FaultCall::kConnect, id, param);
 }
 
 int FaultInjector::Accept(rdma_cm_id* id, rdma_conn_param* param) {
-  CallInfo info(FaultCall::kAccept);
-  if (id->qp != nullptr) info.qp_num = id->qp->qp_num;
-  if (std::optional<FaultRule> rule = Decide(info)) {
-    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
-    errno = rule->error;
-    return -1;
-  }
-  rdma_conn_param overridden{};
-  if (param != nullptr) overridden = *param;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (rnr_retry_) {
-      overridden.rnr_retry_count = *rnr_retry_;
-      param = &overridden;
-    }
-  }
-  return nic_->Accept(id, param);
+  return Establish(FaultCall::kAccept, id, param);
 }
 
 int FaultInjector::GetCmEvent(rdma_event_channel* channel,

@@ -199,6 +199,8 @@ class FaultInjector final : public VerbsBackend {
   std::optional<FaultRule> Decide(const CallInfo& info);
   ExecuteVerdict OnExecute(const ExecuteInfo& info);
   int Sign(int error) const;
+  // Connect or Accept: the rules for `call`, then the RNR retry override.
+  int Establish(FaultCall call, rdma_cm_id* id, rdma_conn_param* param);
   // Applies a fired rule to a call that is not failed outright (connection
   // loss, CQ overrun, a status for a posted WR); records it in the NIC.
   void ApplySideEffect(const FaultRule& rule, const CallInfo& info, ibv_cq* cq);

@@ -22,6 +22,13 @@ unsigned int SendFlags(int flags) {
              : 0;
 }
 
+// One SGE over [mr addr + offset, + len) of `mr`.
+void FillSge(const rpma_mr_local* mr, size_t offset, size_t len, ibv_sge* sge) {
+  sge->addr = reinterpret_cast<uint64_t>(mr->mr->addr) + offset;
+  sge->length = static_cast<uint32_t>(len);
+  sge->lkey = mr->mr->lkey;
+}
+
 int Post(rpma_conn* conn, ibv_send_wr* wr, const char* what) {
   rpma_harness::VerbsBackend* backend = conn->peer->backend.get();
   ibv_send_wr* bad_wr = nullptr;
@@ -60,9 +67,7 @@ int PostWrite(rpma_conn* conn, rpma_mr_remote* dst, size_t dst_offset,
   wr.opcode = opcode;
   wr.send_flags = SendFlags(flags);
   if (src != nullptr) {
-    sge.addr = reinterpret_cast<uint64_t>(src->mr->addr) + src_offset;
-    sge.length = static_cast<uint32_t>(len);
-    sge.lkey = src->mr->lkey;
+    FillSge(src, src_offset, len, &sge);
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr.rdma.remote_addr = dst->raddr + dst_offset;
@@ -86,9 +91,7 @@ int PostSendOp(rpma_conn* conn, const rpma_mr_local* src, size_t offset,
   wr.opcode = opcode;
   wr.send_flags = SendFlags(flags);
   if (src != nullptr) {
-    sge.addr = reinterpret_cast<uint64_t>(src->mr->addr) + offset;
-    sge.length = static_cast<uint32_t>(len);
-    sge.lkey = src->mr->lkey;
+    FillSge(src, offset, len, &sge);
     wr.sg_list = &sge;
     wr.num_sge = 1;
   }
