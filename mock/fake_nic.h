@@ -63,6 +63,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -263,6 +264,7 @@ struct CmId;
 struct CmEvent;
 struct SendWqe;
 struct Sge;
+class SgeList;
 }  // namespace fake_nic_internal
 
 class FakeNic final : public VerbsBackend {
@@ -387,6 +389,7 @@ class FakeNic final : public VerbsBackend {
   using CmEvent = fake_nic_internal::CmEvent;
   using SendWqe = fake_nic_internal::SendWqe;
   using Sge = fake_nic_internal::Sge;
+  using SgeList = fake_nic_internal::SgeList;
 
   struct CmWork {
     std::string what;
@@ -430,15 +433,18 @@ class FakeNic final : public VerbsBackend {
   void LoseConnectionLocked(Qp* qp);
   void CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                     uint32_t byte_len);
-  void DescribeAddresses(FakeNicEvent* event, const std::vector<Sge>& sges,
+  void DescribeAddresses(FakeNicEvent* event, const SgeList& sges,
                          uint32_t rkey, uint64_t remote_addr);
-  bool LocalSgesOk(Qp* qp, const std::vector<Sge>& sges, int needed_access);
+  bool LocalSgesOk(Qp* qp, const SgeList& sges, int needed_access);
   bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
                   int needed_access);
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
   void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
   void WakeWaiters();
   std::string DebugStringLocked();
+  std::cv_status WaitForEventUntil(
+      std::unique_lock<std::mutex>& lock,
+      std::chrono::steady_clock::time_point deadline);
   int BlockUntil(std::unique_lock<std::mutex>& lock,
                  const std::function<bool()>& ready, const char* what);
 
@@ -456,10 +462,19 @@ class FakeNic final : public VerbsBackend {
                        uint16_t port);
   int CmFail(int errno_value);
 
+  // True when someone looks at FakeNicEvent records (an observer, or the
+  // RPMA_HARNESS_LOG log): only then are their address details worked out.
+  bool Observed() const { return log_enabled_ || !observers_.empty(); }
+
   const FakeNicConfig config_;
+  const bool log_enabled_;  // RPMA_HARNESS_LOG, read once at construction
   std::mutex mu_;
   std::condition_variable work_cv_;   // background thread: work may exist
   std::condition_variable event_cv_;  // blocked getters: an event may exist
+  // Threads waiting on each condition variable: a notify with nobody
+  // waiting is a futex call the data path does not need to make.
+  int work_waiters_ = 0;
+  int event_waiters_ = 0;
   uint64_t rng_state_;
   uint64_t next_seq_ = 1;
   uint64_t next_handle_ = 1;

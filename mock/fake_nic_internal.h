@@ -90,12 +90,41 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
+// A WR's SGE list. Up to kInline entries live in the WQE itself, so posting
+// the usual one- or two-SGE WR allocates nothing (a std::vector per WR was a
+// tenth of a round trip); longer lists spill to the heap.
+class SgeList {
+ public:
+  static constexpr uint32_t kInline = 2;
+
+  void push_back(const Sge& sge) {
+    if (size_ < kInline) {
+      inline_[size_++] = sge;
+      return;
+    }
+    if (size_ == kInline) heap_.assign(inline_, inline_ + kInline);
+    heap_.push_back(sge);
+    ++size_;
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Sge* begin() const { return size_ <= kInline ? inline_ : heap_.data(); }
+  const Sge* end() const { return begin() + size_; }
+  const Sge& front() const { return *begin(); }
+  const Sge& operator[](size_t i) const { return begin()[i]; }
+
+ private:
+  Sge inline_[kInline];
+  std::vector<Sge> heap_;  // all entries once there are more than kInline
+  uint32_t size_ = 0;
+};
+
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   unsigned int send_flags = 0;
   uint32_t imm_data = 0;  // network byte order, as posted
-  std::vector<Sge> sges;
+  SgeList sges;
   bool is_inline = false;
   std::vector<uint8_t> inline_data;  // copied at post time
   uint64_t remote_addr = 0;
@@ -116,7 +145,7 @@ struct SendWqe {
 
 struct RecvWqe {
   uint64_t wr_id = 0;
-  std::vector<Sge> sges;
+  SgeList sges;
 };
 
 struct Qp {
