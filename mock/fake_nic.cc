@@ -181,8 +181,8 @@ FakeNic::Device* FakeNic::FindDevice(ibv_context* ctx) {
   return nullptr;
 }
 
-template <typename T, typename K>
-static T* FindIn(std::map<const void*, std::unique_ptr<T>>& map, K* key) {
+template <typename Map, typename K>
+static auto FindIn(Map& map, K* key) -> decltype(map.begin()->second.get()) {
   auto it = map.find(static_cast<const void*>(key));
   return it == map.end() ? nullptr : it->second.get();
 }
@@ -218,6 +218,10 @@ int FakeNic::RealDepth(int requested) const {
 void FakeNic::SetQpState(Qp* qp, ibv_qp_state state, const char* why) {
   if (qp->base.state == state) return;
   qp->base.state = state;
+  // The QP may have work now (RTS, or ERR with queued WRs to flush), and so
+  // may its peer (a WR parked on an RNR wait ends once we stop answering).
+  MarkMaybeReady(qp);
+  MarkMaybeReady(qp->peer);
   FakeNicEvent event;
   event.kind = FakeNicEvent::Kind::kQpState;
   event.qp_num = qp->base.qp_num;

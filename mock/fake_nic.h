@@ -74,6 +74,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "verbs_backend/verbs_backend.h"
@@ -423,6 +424,16 @@ class FakeNic final : public VerbsBackend {
   int RealDepth(int requested) const;
 
   bool StepLocked();
+  // The scheduler keeps every QP that may have work in a bitmap over QP
+  // slots (creation order), so a step costs the same with 1 or 10 000 QPs
+  // instead of a scan of all of them. Invariant: a QP for which
+  // QpHasReadyWork() holds is marked; anything that can make it hold (a
+  // post, a state change of the QP or its peer, a peer detaching, a step of
+  // the QP) marks it. A marked QP found idle is unmarked.
+  static constexpr size_t kNoSlot = ~size_t{0};
+  void MarkMaybeReady(Qp* qp);
+  void UnmarkReady(size_t slot);
+  size_t NextMarked(size_t from) const;  // kNoSlot when none
   bool QpHasReadyWork(Qp* qp);
   bool HasReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
@@ -479,20 +490,25 @@ class FakeNic final : public VerbsBackend {
   uint64_t next_seq_ = 1;
   uint64_t next_handle_ = 1;
   uint32_t next_mr_ordinal_ = 1;
-  size_t qp_cursor_ = 0;
+  size_t slot_cursor_ = 0;  // the in-turn schedule resumes at this slot
   int next_observer_ = 1;
   uint16_t next_ephemeral_port_ = 40000;
 
   std::vector<std::unique_ptr<Device>> devices_;
   std::map<const void*, std::unique_ptr<Pd>> pds_;
   std::map<const void*, std::unique_ptr<Mr>> mrs_;
-  std::map<uint32_t, Mr*> mrs_by_lkey_;
-  std::map<uint32_t, Mr*> mrs_by_rkey_;
+  // Looked up on every post and poll: hashed, so the cost does not grow
+  // with the number of QPs, CQs and MRs.
+  std::unordered_map<uint32_t, Mr*> mrs_by_lkey_;
+  std::unordered_map<uint32_t, Mr*> mrs_by_rkey_;
   std::map<const void*, std::unique_ptr<CompChannel>> comp_channels_;
-  std::map<const void*, std::unique_ptr<Cq>> cqs_;
-  std::map<const void*, std::unique_ptr<Qp>> qps_;
+  std::unordered_map<const void*, std::unique_ptr<Cq>> cqs_;
+  std::unordered_map<const void*, std::unique_ptr<Qp>> qps_;
   std::map<uint32_t, Qp*> qps_by_num_;
-  std::vector<Qp*> qp_order_;  // creation order: the scheduler's turn order
+  std::vector<Qp*> qp_order_;             // creation order (DebugString)
+  std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
+  std::vector<uint64_t> marked_;          // one bit per slot
+  std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;
   std::map<const void*, std::unique_ptr<CmId>> ids_;
   std::map<uint64_t, CmId*> ids_by_handle_;

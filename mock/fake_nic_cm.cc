@@ -615,6 +615,10 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   Qp* raw = qp.get();
   qps_by_num_[raw->base.qp_num] = raw;
   qp_order_.push_back(raw);
+  raw->slot = qp_slots_.size();
+  qp_slots_.push_back(raw);
+  marked_.resize(qp_slots_.size() / 64 + 1, 0);
+  marked_summary_.resize(marked_.size() / 64 + 1, 0);
   qps_[&raw->base] = std::move(qp);
   p->num_users++;
   send_cq->num_qps++;
@@ -632,6 +636,9 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
 }
 
 void FakeNic::DetachFromPeer(Qp* qp) {
+  // A WR parked on an RNR wait is ready once nobody answers.
+  MarkMaybeReady(qp);
+  MarkMaybeReady(qp->peer);
   if (qp->peer != nullptr && qp->peer->peer == qp) qp->peer->peer = nullptr;
   qp->peer = nullptr;
 }
@@ -650,10 +657,11 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   for (size_t i = 0; i < qp_order_.size(); ++i) {
     if (qp_order_[i] == qp) {
       qp_order_.erase(qp_order_.begin() + static_cast<std::ptrdiff_t>(i));
-      if (qp_cursor_ > i) qp_cursor_--;
       break;
     }
   }
+  UnmarkReady(qp->slot);
+  qp_slots_[qp->slot] = nullptr;
   qp->pd->num_users--;
   qp->send_cq->num_qps--;
   qp->recv_cq->num_qps--;

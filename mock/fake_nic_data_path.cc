@@ -245,6 +245,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     event.byte_len = length;
     DescribeAddresses(&event, wqe.sges, wqe.rkey, wqe.remote_addr);
     q->sq.push_back(std::move(wqe));
+    MarkMaybeReady(q);
     Record(std::move(event));
   }
   return 0;
@@ -298,6 +299,9 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     event.wr_id = wqe.wr_id;
     DescribeAddresses(&event, wqe.sges, 0, 0);
     q->rq.push_back(std::move(wqe));
+    // In ERR the receive flushes; a peer's WR parked on RNR may go now.
+    MarkMaybeReady(q);
+    MarkMaybeReady(q->peer);
     Record(std::move(event));
   }
   return 0;
@@ -364,10 +368,43 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
   return peer == nullptr || !CanRespond(peer->base) || !peer->rq.empty();
 }
 
+void FakeNic::MarkMaybeReady(Qp* qp) {
+  if (qp == nullptr) return;
+  const size_t word = qp->slot / 64;
+  marked_[word] |= uint64_t{1} << (qp->slot % 64);
+  marked_summary_[word / 64] |= uint64_t{1} << (word % 64);
+}
+
+void FakeNic::UnmarkReady(size_t slot) {
+  const size_t word = slot / 64;
+  marked_[word] &= ~(uint64_t{1} << (slot % 64));
+  if (marked_[word] == 0) {
+    marked_summary_[word / 64] &= ~(uint64_t{1} << (word % 64));
+  }
+}
+
+size_t FakeNic::NextMarked(size_t from) const {
+  size_t word = from / 64;
+  if (word >= marked_.size()) return kNoSlot;
+  const uint64_t here = marked_[word] & (~uint64_t{0} << (from % 64));
+  if (here != 0) return word * 64 + static_cast<size_t>(__builtin_ctzll(here));
+  // The next non-zero word after `word`, found through the summary.
+  ++word;
+  for (size_t s = word / 64; s < marked_summary_.size(); ++s) {
+    uint64_t bits = marked_summary_[s];
+    if (s == word / 64) bits &= ~uint64_t{0} << (word % 64);
+    if (bits == 0) continue;
+    const size_t w = s * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+    return w * 64 + static_cast<size_t>(__builtin_ctzll(marked_[w]));
+  }
+  return kNoSlot;
+}
+
 bool FakeNic::HasReadyWork() {
   if (!cm_work_.empty()) return true;
-  for (Qp* qp : qp_order_) {
-    if (QpHasReadyWork(qp)) return true;
+  for (size_t s = NextMarked(0); s != kNoSlot; s = NextMarked(s + 1)) {
+    if (QpHasReadyWork(qp_slots_[s])) return true;
+    UnmarkReady(s);
   }
   return false;
 }
@@ -379,23 +416,36 @@ bool FakeNic::StepLocked() {
     work.run();
     return true;
   }
-  const size_t n = qp_order_.size();
   if (config_.random_schedule) {
     // Any QP with work may go next; the seed decides which.
     std::vector<Qp*> ready;
-    for (Qp* qp : qp_order_) {
-      if (QpHasReadyWork(qp)) ready.push_back(qp);
+    for (size_t s = NextMarked(0); s != kNoSlot; s = NextMarked(s + 1)) {
+      if (QpHasReadyWork(qp_slots_[s])) {
+        ready.push_back(qp_slots_[s]);
+      } else {
+        UnmarkReady(s);
+      }
     }
     if (ready.empty()) return false;
-    ExecuteOrFlushOne(ready[NextRandom32() % ready.size()]);
+    Qp* qp = ready[NextRandom32() % ready.size()];
+    ExecuteOrFlushOne(qp);
+    MarkMaybeReady(qp);  // it may have more
     return true;
   }
-  for (size_t i = 0; i < n; ++i) {
-    const size_t index = (qp_cursor_ + i) % n;
-    Qp* qp = qp_order_[index];
-    if (QpHasReadyWork(qp)) {
-      qp_cursor_ = index + 1;
+  // In turn, in creation order: the first QP with work from the cursor on,
+  // wrapping around once.
+  for (int pass = 0; pass < 2; ++pass) {
+    const size_t end = pass == 0 ? kNoSlot : slot_cursor_;
+    for (size_t s = NextMarked(pass == 0 ? slot_cursor_ : 0);
+         s != kNoSlot && s < end; s = NextMarked(s + 1)) {
+      Qp* qp = qp_slots_[s];
+      if (!QpHasReadyWork(qp)) {
+        UnmarkReady(s);
+        continue;
+      }
+      slot_cursor_ = s + 1;
       ExecuteOrFlushOne(qp);
+      MarkMaybeReady(qp);  // it may have more
       return true;
     }
   }

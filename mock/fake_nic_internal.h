@@ -150,6 +150,7 @@ struct RecvWqe {
 
 struct Qp {
   ibv_qp base;
+  size_t slot = 0;  // FakeNic::qp_slots_ index, in creation order
   Device* device = nullptr;
   Pd* pd = nullptr;
   Cq* send_cq = nullptr;
