@@ -188,8 +188,35 @@ static auto FindIn(Map& map, K* key) -> decltype(map.begin()->second.get()) {
 }
 
 FakeNic::Pd* FakeNic::FindPd(ibv_pd* pd) { return FindIn(pds_, pd); }
-FakeNic::Cq* FakeNic::FindCq(ibv_cq* cq) { return FindIn(cqs_, cq); }
-FakeNic::Qp* FakeNic::FindQp(ibv_qp* qp) { return FindIn(qps_, qp); }
+FakeNic::Cq* FakeNic::FindCq(ibv_cq* cq) {
+  if (Cq* hit = cq_cache_.Find(cq)) return hit;
+  Cq* found = FindIn(cqs_, cq);
+  if (found != nullptr) cq_cache_.Put(cq, found);
+  return found;
+}
+
+FakeNic::Qp* FakeNic::FindQp(ibv_qp* qp) {
+  if (Qp* hit = qp_cache_.Find(qp)) return hit;
+  Qp* found = FindIn(qps_, qp);
+  if (found != nullptr) qp_cache_.Put(qp, found);
+  return found;
+}
+
+FakeNic::Mr* FakeNic::FindMrByLkey(uint32_t lkey) {
+  if (Mr* hit = lkey_cache_.Find(lkey)) return hit;
+  auto it = mrs_by_lkey_.find(lkey);
+  if (it == mrs_by_lkey_.end()) return nullptr;
+  lkey_cache_.Put(lkey, it->second);
+  return it->second;
+}
+
+FakeNic::Mr* FakeNic::FindMrByRkey(uint32_t rkey) {
+  if (Mr* hit = rkey_cache_.Find(rkey)) return hit;
+  auto it = mrs_by_rkey_.find(rkey);
+  if (it == mrs_by_rkey_.end()) return nullptr;
+  rkey_cache_.Put(rkey, it->second);
+  return it->second;
+}
 FakeNic::CmId* FakeNic::FindId(rdma_cm_id* id) { return FindIn(ids_, id); }
 FakeNic::EventChannel* FakeNic::FindEventChannel(rdma_event_channel* ch) {
   return FindIn(event_channels_, ch);
@@ -361,6 +388,8 @@ int FakeNic::DeregMr(ibv_mr* mr) {
   Mr* m = it->second.get();
   mrs_by_lkey_.erase(m->base.lkey);
   mrs_by_rkey_.erase(m->base.rkey);
+  lkey_cache_.Clear();
+  rkey_cache_.Clear();
   m->pd->num_users--;
   m->pd->device->num_mrs--;
   mrs_.erase(it);
@@ -456,6 +485,7 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
     c->channel->num_cqs--;
   }
   c->device->num_cqs--;
+  cq_cache_.Clear();
   cqs_.erase(cq);
   return 0;
 }
@@ -531,12 +561,13 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 }
 
 void FakeNic::AddCqe(Cq* cq, const ibv_wc& wc, bool solicited) {
-  FakeNicEvent event;
-  event.qp_num = wc.qp_num;
-  event.wr_id = wc.wr_id;
-  event.opcode = wc.opcode;
-  event.status = wc.status;
-  event.byte_len = wc.byte_len;
+  auto describe = [&](FakeNicEvent* event) {
+    event->qp_num = wc.qp_num;
+    event->wr_id = wc.wr_id;
+    event->opcode = wc.opcode;
+    event->status = wc.status;
+    event->byte_len = wc.byte_len;
+  };
   if (cq->overrun || static_cast<int>(cq->entries.size()) >= cq->depth) {
     if (!cq->overrun) {
       fprintf(stderr,
@@ -545,14 +576,18 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& wc, bool solicited) {
               static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
     }
     cq->overrun = true;
+    FakeNicEvent event;
+    describe(&event);
     event.kind = FakeNicEvent::Kind::kCqOverrun;
     event.text = "cq overrun, completion lost";
     Record(std::move(event));
     return;
   }
   cq->entries.push_back(wc);
-  event.kind = FakeNicEvent::Kind::kCompletion;
-  Record(std::move(event));
+  RecordLazily([&](FakeNicEvent* event) {
+    describe(event);
+    event->kind = FakeNicEvent::Kind::kCompletion;
+  });
   const bool triggers =
       !cq->armed_solicited_only || solicited || wc.status != IBV_WC_SUCCESS;
   if (cq->armed && cq->channel != nullptr && triggers) {

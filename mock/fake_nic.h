@@ -406,8 +406,49 @@ class FakeNic final : public VerbsBackend {
     uint32_t qp_num;
   };
 
+  // A few recent lookups in front of a hashed map: a program posts to and
+  // polls the same handful of QPs, CQs and keys again and again, and a hash
+  // lookup (a division) per call was a fifth of a round trip. Cleared
+  // whenever such an object is destroyed, so a stale handle still misses.
+  template <typename K, typename V>
+  struct LookupCache {
+    static constexpr size_t kSize = 8;
+    K keys[kSize] = {};
+    V* values[kSize] = {};
+    static size_t Slot(K key) {
+      const uint64_t k = (uint64_t)(key);
+      return static_cast<size_t>((k >> 4) ^ (k >> 10) ^ k) % kSize;
+    }
+    V* Find(K key) const {
+      const size_t i = Slot(key);
+      return keys[i] == key ? values[i] : nullptr;
+    }
+    void Put(K key, V* value) {
+      const size_t i = Slot(key);
+      keys[i] = key;
+      values[i] = value;
+    }
+    void Clear() { *this = LookupCache(); }
+  };
+
   // Everything below REQUIRES mu_ held.
   void Record(FakeNicEvent event);
+  // Records the event `build` fills in, building it only when someone
+  // observes the records; the sequence advances (and waiters wake) either
+  // way, so observed runs number their events as unobserved ones do.
+  template <typename Build>
+  void RecordLazily(Build&& build) {
+    if (!Observed()) {
+      next_seq_++;
+      WakeWaiters();
+      return;
+    }
+    FakeNicEvent event;
+    build(&event);
+    Record(std::move(event));
+  }
+  Mr* FindMrByLkey(uint32_t lkey);
+  Mr* FindMrByRkey(uint32_t rkey);
   uint32_t NextRandom32();
   uint32_t NewKey();
   uint32_t NewQpNum();
@@ -509,6 +550,10 @@ class FakeNic final : public VerbsBackend {
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
   std::vector<uint64_t> marked_;          // one bit per slot
   std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
+  LookupCache<const void*, Qp> qp_cache_;
+  LookupCache<const void*, Cq> cq_cache_;
+  LookupCache<uint32_t, Mr> lkey_cache_;
+  LookupCache<uint32_t, Mr> rkey_cache_;
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;
   std::map<const void*, std::unique_ptr<CmId>> ids_;
   std::map<uint64_t, CmId*> ids_by_handle_;

@@ -662,6 +662,7 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   }
   UnmarkReady(qp->slot);
   qp_slots_[qp->slot] = nullptr;
+  qp_cache_.Clear();
   qp->pd->num_users--;
   qp->send_cq->num_qps--;
   qp->recv_cq->num_qps--;

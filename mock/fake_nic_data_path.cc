@@ -237,16 +237,16 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): a success
     // completion only if the WR is signaled or the QP has sq_sig_all.
     wqe.signaled = q->sq_sig_all || (w->send_flags & IBV_SEND_SIGNALED);
-    FakeNicEvent event;
-    event.kind = FakeNicEvent::Kind::kPostSend;
-    event.qp_num = q->base.qp_num;
-    event.wr_id = wqe.wr_id;
-    event.opcode = op;
-    event.byte_len = length;
-    DescribeAddresses(&event, wqe.sges, wqe.rkey, wqe.remote_addr);
+    RecordLazily([&](FakeNicEvent* event) {
+      event->kind = FakeNicEvent::Kind::kPostSend;
+      event->qp_num = q->base.qp_num;
+      event->wr_id = wqe.wr_id;
+      event->opcode = op;
+      event->byte_len = length;
+      DescribeAddresses(event, wqe.sges, wqe.rkey, wqe.remote_addr);
+    });
     q->sq.push_back(std::move(wqe));
     MarkMaybeReady(q);
-    Record(std::move(event));
   }
   return 0;
 }
@@ -293,16 +293,16 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       wqe.sges.push_back(
           {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
     }
-    FakeNicEvent event;
-    event.kind = FakeNicEvent::Kind::kPostRecv;
-    event.qp_num = q->base.qp_num;
-    event.wr_id = wqe.wr_id;
-    DescribeAddresses(&event, wqe.sges, 0, 0);
+    RecordLazily([&](FakeNicEvent* event) {
+      event->kind = FakeNicEvent::Kind::kPostRecv;
+      event->qp_num = q->base.qp_num;
+      event->wr_id = wqe.wr_id;
+      DescribeAddresses(event, wqe.sges, 0, 0);
+    });
     q->rq.push_back(std::move(wqe));
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
     MarkMaybeReady(q);
     MarkMaybeReady(q->peer);
-    Record(std::move(event));
   }
   return 0;
 }
@@ -896,28 +896,25 @@ void FakeNic::DescribeAddresses(FakeNicEvent* event, const SgeList& sges,
   if (!sges.empty()) {
     const Sge& first = sges.front();
     event->local_addr = first.addr;
-    auto it = mrs_by_lkey_.find(first.lkey);
-    if (it != mrs_by_lkey_.end() &&
-        first.addr >= Address(it->second->base.addr)) {
-      event->local_mr = it->second->ordinal;
-      event->local_offset = first.addr - Address(it->second->base.addr);
+    const Mr* mr = FindMrByLkey(first.lkey);
+    if (mr != nullptr && first.addr >= Address(mr->base.addr)) {
+      event->local_mr = mr->ordinal;
+      event->local_offset = first.addr - Address(mr->base.addr);
     }
   }
   event->remote_addr = remote_addr;
-  auto it = mrs_by_rkey_.find(rkey);
-  if (rkey != 0 && it != mrs_by_rkey_.end() &&
-      remote_addr >= Address(it->second->base.addr)) {
-    event->remote_mr = it->second->ordinal;
-    event->remote_offset = remote_addr - Address(it->second->base.addr);
+  const Mr* remote = rkey != 0 ? FindMrByRkey(rkey) : nullptr;
+  if (remote != nullptr && remote_addr >= Address(remote->base.addr)) {
+    event->remote_mr = remote->ordinal;
+    event->remote_offset = remote_addr - Address(remote->base.addr);
   }
 }
 
 bool FakeNic::LocalSgesOk(Qp* qp, const SgeList& sges, int needed_access) {
   for (const Sge& sge : sges) {
     if (sge.length == 0) continue;  // no memory is accessed
-    auto it = mrs_by_lkey_.find(sge.lkey);
-    if (it == mrs_by_lkey_.end()) return false;
-    const Mr* mr = it->second;
+    const Mr* mr = FindMrByLkey(sge.lkey);
+    if (mr == nullptr) return false;
     if (mr->pd != qp->pd) return false;
     if ((mr->access & needed_access) != needed_access) return false;
     if (!InsideMr(mr->base, sge.addr, sge.length)) return false;
@@ -929,9 +926,8 @@ bool FakeNic::LocalSgesOk(Qp* qp, const SgeList& sges, int needed_access) {
 // the responder QP's PD that grants `needed_access` over the whole range.
 bool FakeNic::RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr,
                          uint64_t length, int needed_access) {
-  auto it = mrs_by_rkey_.find(rkey);
-  if (it == mrs_by_rkey_.end()) return false;
-  const Mr* mr = it->second;
+  const Mr* mr = FindMrByRkey(rkey);
+  if (mr == nullptr) return false;
   return mr->pd == responder->pd && (mr->access & needed_access) &&
          InsideMr(mr->base, addr, length);
 }
