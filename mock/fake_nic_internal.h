@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,47 @@
 
 namespace rpma_harness {
 namespace fake_nic_internal {
+
+// A FIFO for the send, receive and completion queues. It allocates nothing
+// until first used and then only when it outgrows its capacity (doubling),
+// so a steady stream of WRs allocates nothing; std::deque allocated a 512-byte
+// block (and its map) per queue up front and again as it went around, which
+// was most of the memory of an idle QP.
+template <typename T>
+class Ring {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  T& front() { return slots_[head_]; }
+  const T& front() const { return slots_[head_]; }
+  void push_back(T value) {
+    if (size_ == capacity_) Grow();
+    slots_[(head_ + size_) & (capacity_ - 1)] = std::move(value);
+    ++size_;
+  }
+  void pop_front() {
+    slots_[head_] = T();  // release what the entry holds now
+    head_ = (head_ + 1) & (capacity_ - 1);
+    --size_;
+  }
+
+ private:
+  void Grow() {
+    const size_t capacity = capacity_ == 0 ? 4 : 2 * capacity_;
+    std::unique_ptr<T[]> slots(new T[capacity]);
+    for (size_t i = 0; i < size_; ++i) {
+      slots[i] = std::move(slots_[(head_ + i) & (capacity_ - 1)]);
+    }
+    slots_ = std::move(slots);
+    capacity_ = capacity;
+    head_ = 0;
+  }
+
+  std::unique_ptr<T[]> slots_;
+  size_t capacity_ = 0;  // 0 or a power of two
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
 
 // The context handed out, with a way back to its FakeNic: the data-path ops
 // in base.ops (post_send, post_recv, poll_cq, req_notify_cq) are trampolines,
@@ -75,7 +117,7 @@ struct Cq {
   Device* device = nullptr;
   CompChannel* channel = nullptr;
   int depth = 0;
-  std::deque<ibv_wc> entries;
+  Ring<ibv_wc> entries;
   bool armed = false;
   bool armed_solicited_only = false;
   bool overrun = false;
@@ -157,8 +199,8 @@ struct Qp {
   Cq* recv_cq = nullptr;
   ibv_qp_cap cap{};
   bool sq_sig_all = false;
-  std::deque<SendWqe> sq;
-  std::deque<RecvWqe> rq;
+  Ring<SendWqe> sq;
+  Ring<RecvWqe> rq;
   Qp* peer = nullptr;
   CmId* id = nullptr;
   uint8_t rnr_retry = 7;
