@@ -31,21 +31,10 @@ tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
   "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
 grep -E "^softroce_vm: " "$out/run.log" >&2
 
-passed=0 failed=0 skipped=0
-for b in "${binaries[@]}"; do
-  xml="$out/vm/$(basename "$b").xml"
-  if [ ! -f "$xml" ]; then
-    failed=$((failed + 1))
-    continue
-  fi
-  sum() {
-    grep -o "<testsuite [^>]*>" "$xml" | grep -o " $1=\"[0-9]*\"" | grep -o '[0-9]*' |
-      awk '{ s += $1 } END { print s + 0 }'
-  }
-  t=$(sum tests) f=$(( $(sum failures) + $(sum errors) ))
-  d=$(( $(sum disabled) + $(sum skipped) ))
-  passed=$((passed + t - f - d)); failed=$((failed + f)); skipped=$((skipped + d))
-done
+. .ci/count_cases.sh
+xmls=()
+for b in "${binaries[@]}"; do xmls+=("$out/vm/$(basename "$b").xml"); done
+read -r passed failed skipped < <(count_xml_cases "${xmls[@]}")
 [ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
 
 # The differential: live rxe against the recording.
