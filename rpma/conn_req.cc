@@ -99,7 +99,7 @@ int PostRecv(VerbsBackend* backend, ibv_qp* qp, rpma_mr_local* dst,
   int err = backend->PostRecv(qp, &wr, &bad_wr);
   if (err != 0) {
     Log("%s backend: ibv_post_recv failed with %d: %s", backend->Name(), err,
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
   return 0;

@@ -34,7 +34,7 @@ int CqNew(rpma_peer* peer, ibv_context* context, uint32_t size, rpma_cq** out) {
   int err = backend->ReqNotifyCq(cq, 0);
   if (err != 0) {
     Log("%s backend: ibv_req_notify_cq failed: %s", backend->Name(),
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     backend->DestroyCq(cq);
     backend->DestroyCompChannel(channel);
     return RPMA_E_PROVIDER;
@@ -56,13 +56,13 @@ int CqDelete(rpma_cq** cq_ptr) {
   int err = cq->backend->DestroyCq(cq->cq);
   if (err != 0) {
     Log("%s backend: ibv_destroy_cq failed: %s", cq->backend->Name(),
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     ret = RPMA_E_PROVIDER;
   }
   err = cq->backend->DestroyCompChannel(cq->channel);
   if (err != 0 && ret == 0) {
     Log("%s backend: ibv_destroy_comp_channel failed: %s", cq->backend->Name(),
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     ret = RPMA_E_PROVIDER;
   }
   delete cq;
@@ -97,7 +97,7 @@ extern "C" int rpma_cq_wait(struct rpma_cq* cq) {
   int err = cq->backend->ReqNotifyCq(cq->cq, 0);
   if (err != 0) {
     Log("%s backend: ibv_req_notify_cq failed: %s", cq->backend->Name(),
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
   return 0;

@@ -36,7 +36,7 @@ int Post(rpma_conn* conn, ibv_send_wr* wr, const char* what) {
   if (err != 0) {
     // Providers disagree on the sign (siw returns -errno); both are failures.
     Log("%s backend: ibv_post_send(%s) failed with %d: %s", backend->Name(),
-        what, err, std::strerror(err < 0 ? -err : err));
+        what, err, rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
   return 0;

@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -72,6 +73,8 @@ void SetLogSink(LogSink sink) {
 }
 
 namespace internal {
+
+const char* ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
 void Log(const char* format, ...) {
   char buffer[512];

@@ -77,6 +77,10 @@ struct rpma_ep {
 namespace rpma_harness {
 namespace internal {
 
+// The text of a provider's errno, whichever sign the provider used (verbs
+// calls return errno; some providers return it negated).
+const char* ErrnoText(int err);
+
 // Reports through the installed LogSink (printf-style).
 void Log(const char* format, ...) __attribute__((format(printf, 1, 2)));
 

@@ -41,7 +41,7 @@ extern "C" int rpma_mr_dereg(struct rpma_mr_local** mr_ptr) {
   int err = mr->peer->backend->DeregMr(mr->mr);
   if (err != 0) {
     Log("%s backend: ibv_dereg_mr failed: %s", mr->peer->backend->Name(),
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
   delete mr;

@@ -63,7 +63,7 @@ extern "C" int rpma_peer_delete(struct rpma_peer** peer_ptr) {
     // Typically EBUSY: MRs or QPs still use the PD. The peer stays valid so
     // the caller can release them and try again.
     Log("%s backend: ibv_dealloc_pd failed: %s", peer->backend->Name(),
-        std::strerror(err < 0 ? -err : err));
+        rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
   delete peer;

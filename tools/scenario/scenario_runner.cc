@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -144,7 +145,7 @@ class Run {
   std::map<std::pair<uint32_t, uint64_t>, std::string> client_status_;
   std::map<uint32_t, std::pair<std::string, uint32_t>> qp_owner_;
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> torn_;
-  std::map<std::pair<uint32_t, uint64_t>, bool> executed_ok_;
+  std::set<std::pair<uint32_t, uint64_t>> executed_ok_;
   ScenarioResult r_;
 };
 
@@ -566,7 +567,7 @@ ScenarioResult Run::Go() {
           ++c.finished;
           if (e.kind == FakeNicEvent::Kind::kExecute) {
             if (e.status == IBV_WC_SUCCESS)
-              executed_ok_[{c.index, e.wr_id}] = true;
+              executed_ok_.insert({c.index, e.wr_id});
             if (e.text.find("torn write") != std::string::npos) {
               torn_[{c.index, e.wr_id}] = e.byte_len;
             }
