@@ -31,6 +31,7 @@
 #include <utility>
 
 #include "mock/fake_nic_internal.h"
+#include "mock/fake_nic_user_memory.h"
 
 namespace rpma_harness {
 
@@ -354,6 +355,18 @@ ibv_mr* FakeNic::RegMr(ibv_pd* pd, void* addr, size_t length, int access) {
   }
   if (p->device->num_mrs >= config_.caps.max_mr) {
     errno = ENOMEM;
+    return nullptr;
+  }
+  // A real NIC pins the pages (ib_umem_get: pin_user_pages, FOLL_WRITE when
+  // the access is writable -- LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC);
+  // memory the process cannot read, or cannot write for a writable access,
+  // fails with EFAULT (see fake_nic_user_memory.h).
+  const bool writable =
+      access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                IBV_ACCESS_REMOTE_ATOMIC);
+  if (fake_nic_internal::CheckUserMapping(reinterpret_cast<uintptr_t>(addr),
+                                          length, writable) != 0) {
+    errno = EFAULT;
     return nullptr;
   }
   auto mr = std::make_unique<Mr>();

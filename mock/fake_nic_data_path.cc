@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -20,6 +21,7 @@
 
 #include "mock/fake_nic.h"
 #include "mock/fake_nic_internal.h"
+#include "mock/fake_nic_user_memory.h"
 
 namespace rpma_harness {
 
@@ -76,24 +78,32 @@ bool Overlap(const A& a, const B& b) {
          b.addr < a.addr + a.length;
 }
 
+// Which side of a copy faulted: memory the program unmapped or protected
+// after registering it (fake_nic_user_memory.h).
+enum class CopyFault { kNone, kSource, kDestination };
+
 // Copies `length` bytes gathered from the `src` segments into the `dst`
 // segments, in order. REQUIRES: both describe at least `length` bytes, all
 // of it checked memory. The bytes move once, straight from source to
 // destination (staging them cost a second copy and, at 1 MiB, an mmap per
 // WR). In loopback a source and a destination may be the same memory; the
 // result must then be as if the NIC had read everything before writing, so
-// such a WR is staged.
+// such a WR is staged. A copy that faults stops there and says which side
+// faulted (the bytes before the fault have landed).
 template <typename Src, typename Dst>
-void MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
-               uint64_t length) {
+CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
+                    uint64_t length) {
   for (size_t i = 0; i < nsrc; ++i) {
     for (size_t j = 0; j < ndst; ++j) {
       if (!Overlap(src[i], dst[j])) continue;
       std::vector<uint8_t> staged(length);
       const Span buffer{reinterpret_cast<uintptr_t>(staged.data()), length};
-      MoveBytes(src, nsrc, &buffer, 1, length);
-      MoveBytes(&buffer, 1, dst, ndst, length);
-      return;
+      if (MoveBytes(src, nsrc, &buffer, 1, length) != CopyFault::kNone) {
+        return CopyFault::kSource;
+      }
+      return MoveBytes(&buffer, 1, dst, ndst, length) == CopyFault::kNone
+                 ? CopyFault::kNone
+                 : CopyFault::kDestination;
     }
   }
   size_t si = 0, di = 0;
@@ -107,15 +117,35 @@ void MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
       ++di;
       dst_off = 0;
     }
-    if (si == nsrc || di == ndst) return;  // cannot happen (REQUIRES)
+    if (si == nsrc || di == ndst) break;  // cannot happen (REQUIRES)
     const uint64_t n = std::min({uint64_t{src[si].length} - src_off,
                                  uint64_t{dst[di].length} - dst_off, length});
-    memcpy(reinterpret_cast<void*>(dst[di].addr + dst_off),
-           reinterpret_cast<const void*>(src[si].addr + src_off), n);
+    const uint64_t from = src[si].addr + src_off;
+    uintptr_t fault = 0;
+    if (!fake_nic_internal::GuardedCopy(
+            reinterpret_cast<void*>(dst[di].addr + dst_off),
+            reinterpret_cast<const void*>(from), n, &fault)) {
+      return fault >= from && fault - from < n ? CopyFault::kSource
+                                               : CopyFault::kDestination;
+    }
     src_off += n;
     dst_off += n;
     length -= n;
   }
+  return CopyFault::kNone;
+}
+
+// A copy faulted: the program gave the NIC memory and then unmapped or
+// protected it. A real NIC would not notice (it DMAs the pages it pinned at
+// registration), so this is the program's bug, reported loudly: on stderr
+// and in the event's text.
+std::string HarnessMemoryError(const char* whose, uint64_t wr_id) {
+  std::string text = std::string("harness error: ") + whose + " memory of WR " +
+                     std::to_string(wr_id) +
+                     " faulted (unmapped or protected after registration; "
+                     "a real NIC keeps the pages it pinned)";
+  std::fprintf(stderr, "fake NIC: %s\n", text.c_str());
+  return text;
 }
 
 }  // namespace
@@ -627,6 +657,24 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     SetQpState(qp, IBV_QPS_ERR, why);
   };
 
+  // The requester's own memory faulted mid-copy (HarnessMemoryError): a
+  // local protection error (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR: the WR's
+  // buffers are not valid for the operation), the QP to ERR, as when a
+  // local SGE fails its checks.
+  auto local_fault = [&]() {
+    executed.status = IBV_WC_LOC_PROT_ERR;
+    executed.text = HarnessMemoryError("the requester's", wqe.wr_id);
+    Record(std::move(executed));
+    CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, "local memory fault");
+  };
+  // The responder's memory faulted: answered as the responder's own
+  // protection failure (the rkey-violation NAK, REM_ACCESS_ERR).
+  auto remote_fault = [&](ibv_wc_status requester_status) {
+    const std::string why = HarnessMemoryError("the responder's", wqe.wr_id);
+    nak(requester_status, why.c_str());
+  };
+
   auto respond_cqe = [&](const RecvWqe& recv, ibv_wc_status status,
                          ibv_wc_opcode opcode, uint32_t byte_len) {
     ibv_wc wc;
@@ -681,8 +729,22 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
         nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
         return;
       }
-      MoveBytes(source, num_source, recv.sges.begin(), recv.sges.size(),
-                length);
+      const CopyFault copied = MoveBytes(source, num_source, recv.sges.begin(),
+                                         recv.sges.size(), length);
+      if (copied == CopyFault::kSource) {
+        // The message was cut at the requester: the receive it consumed is
+        // flushed with the responder's QP.
+        respond_cqe(recv, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
+        SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
+        local_fault();
+        return;
+      }
+      if (copied == CopyFault::kDestination) {
+        respond_cqe(recv, config_.personality.recv_status_on_bad_recv_sge,
+                    IBV_WC_RECV, 0);
+        remote_fault(IBV_WC_REM_OP_ERR);
+        return;
+      }
       Record(std::move(executed));
       respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV,
                   static_cast<uint32_t>(length));
@@ -709,7 +771,22 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
           return;
         }
         const Span target{wqe.remote_addr, length};
-        MoveBytes(source, num_source, &target, 1, length);
+        const CopyFault copied =
+            MoveBytes(source, num_source, &target, 1, length);
+        if (copied == CopyFault::kSource) {
+          local_fault();
+          return;
+        }
+        if (copied == CopyFault::kDestination) {
+          if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+            RecvWqe recv = std::move(responder->rq.front());
+            responder->rq.pop_front();
+            respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
+                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
+          }
+          remote_fault(IBV_WC_REM_ACCESS_ERR);
+          return;
+        }
       }
       Record(std::move(executed));
       if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
@@ -732,7 +809,16 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
           return;
         }
         const Span remote{wqe.remote_addr, length};
-        MoveBytes(&remote, 1, wqe.sges.begin(), wqe.sges.size(), length);
+        const CopyFault copied =
+            MoveBytes(&remote, 1, wqe.sges.begin(), wqe.sges.size(), length);
+        if (copied == CopyFault::kSource) {
+          remote_fault(IBV_WC_REM_ACCESS_ERR);
+          return;
+        }
+        if (copied == CopyFault::kDestination) {
+          local_fault();
+          return;
+        }
       }
       Record(std::move(executed));
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
@@ -753,15 +839,30 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
         return;
       }
       uint64_t original;
-      memcpy(&original, reinterpret_cast<const void*>(wqe.remote_addr), 8);
+      uintptr_t fault = 0;
+      if (!fake_nic_internal::GuardedCopy(
+              &original, reinterpret_cast<const void*>(wqe.remote_addr), 8,
+              &fault)) {
+        remote_fault(IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
       uint64_t updated = original;
       if (wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
         updated = original + wqe.compare_add;
       } else if (original == wqe.compare_add) {
         updated = wqe.swap;
       }
-      memcpy(reinterpret_cast<void*>(wqe.remote_addr), &updated, 8);
-      memcpy(reinterpret_cast<void*>(wqe.sges[0].addr), &original, 8);
+      if (!fake_nic_internal::GuardedCopy(
+              reinterpret_cast<void*>(wqe.remote_addr), &updated, 8, &fault)) {
+        remote_fault(IBV_WC_REM_ACCESS_ERR);
+        return;
+      }
+      if (!fake_nic_internal::GuardedCopy(
+              reinterpret_cast<void*>(wqe.sges[0].addr), &original, 8,
+              &fault)) {
+        local_fault();
+        return;
+      }
       Record(std::move(executed));
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, 8);
       return;
@@ -869,13 +970,22 @@ bool FakeNic::ApplyExecuteHook(Qp* qp) {
       }
       uint64_t left = std::min(verdict.torn_bytes, info.length);
       auto* dst = reinterpret_cast<uint8_t*>(head.remote_addr);
+      // A fault ends the torn part early (the WR ends in error anyway).
+      uintptr_t fault = 0;
       if (head.is_inline) {
-        memcpy(dst, head.inline_data.data(), left);
+        if (!fake_nic_internal::GuardedCopy(dst, head.inline_data.data(), left,
+                                            &fault)) {
+          HarnessMemoryError("the responder's", head.wr_id);
+        }
       } else {
         for (const Sge& sge : head.sges) {
           const uint64_t n = std::min<uint64_t>(sge.length, left);
           if (n == 0) break;
-          memcpy(dst, reinterpret_cast<const void*>(sge.addr), n);
+          if (!fake_nic_internal::GuardedCopy(
+                  dst, reinterpret_cast<const void*>(sge.addr), n, &fault)) {
+            HarnessMemoryError("a torn write's", head.wr_id);
+            break;
+          }
           dst += n;
           left -= n;
         }

@@ -182,23 +182,31 @@ extern "C" int rpma_conn_req_delete(struct rpma_conn_req** req_ptr) {
 extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
                                      const struct rpma_conn_private_data* pdata,
                                      struct rpma_conn** conn_ptr) {
-  if (req_ptr == nullptr || *req_ptr == nullptr || conn_ptr == nullptr) {
-    return RPMA_E_INVAL;
-  }
-  if (pdata != nullptr && (pdata->ptr == nullptr || pdata->len == 0)) {
+  if (req_ptr == nullptr || *req_ptr == nullptr) return RPMA_E_INVAL;
+  // rpma_conn_req_connect(3): "On failure ... *req_ptr is consumed and set
+  // to NULL" -- on every failure once there is a request, argument errors
+  // included (librpma src/conn_req.c deletes it before returning
+  // RPMA_E_INVAL), so a program written for librpma does not leak here.
+  if (conn_ptr == nullptr ||
+      (pdata != nullptr && (pdata->ptr == nullptr || pdata->len == 0))) {
+    (void)rpma_conn_req_delete(req_ptr);
     return RPMA_E_INVAL;
   }
   rpma_conn_req* req = *req_ptr;
   rpma_harness::VerbsBackend* backend = req->peer->backend.get();
 
   auto* conn = new (std::nothrow) rpma_conn{};
-  if (conn == nullptr) return RPMA_E_NOMEM;
+  if (conn == nullptr) {
+    (void)rpma_conn_req_delete(req_ptr);
+    return RPMA_E_NOMEM;
+  }
   errno = 0;
   conn->channel = backend->CreateEventChannel();
   if (conn->channel == nullptr) {
     Log("%s backend: rdma_create_event_channel failed: %s", backend->Name(),
         std::strerror(errno));
     delete conn;
+    (void)rpma_conn_req_delete(req_ptr);
     return RPMA_E_PROVIDER;
   }
   // The connection's events (established, closed, ...) arrive on its own
@@ -208,6 +216,7 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
         std::strerror(errno));
     backend->DestroyEventChannel(conn->channel);
     delete conn;
+    (void)rpma_conn_req_delete(req_ptr);
     return RPMA_E_PROVIDER;
   }
 

@@ -23,9 +23,9 @@ class ConnTest : public MockConnectionTest {};
 
 TEST_F(ConnTest, GetIbvContextArgumentRules) {
   ibv_context* ctx = nullptr;
-  EXPECT_EQ(rpma_utils_get_ibv_context(nullptr, RPMA_UTIL_IBV_CONTEXT_LOCAL,
-                                       &ctx),
-            RPMA_E_INVAL);
+  EXPECT_EQ(
+      rpma_utils_get_ibv_context(nullptr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
+      RPMA_E_INVAL);
   EXPECT_EQ(rpma_utils_get_ibv_context("1.2.3.4", RPMA_UTIL_IBV_CONTEXT_LOCAL,
                                        nullptr),
             RPMA_E_INVAL);
@@ -37,10 +37,11 @@ TEST_F(ConnTest, GetIbvContextArgumentRules) {
 
 TEST_F(ConnTest, GetIbvContextAsksForLocalOrRemote) {
   ibv_context* ctx = nullptr;
-  EXPECT_CALL(mock(), GetContextByAddress(::testing::StrEq("10.0.0.1"), true, _));
-  EXPECT_EQ(rpma_utils_get_ibv_context("10.0.0.1", RPMA_UTIL_IBV_CONTEXT_LOCAL,
-                                       &ctx),
-            0);
+  EXPECT_CALL(mock(),
+              GetContextByAddress(::testing::StrEq("10.0.0.1"), true, _));
+  EXPECT_EQ(
+      rpma_utils_get_ibv_context("10.0.0.1", RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
+      0);
   EXPECT_CALL(mock(),
               GetContextByAddress(::testing::StrEq("10.0.0.2"), false, _));
   EXPECT_EQ(rpma_utils_get_ibv_context("10.0.0.2", RPMA_UTIL_IBV_CONTEXT_REMOTE,
@@ -55,9 +56,9 @@ TEST_F(ConnTest, NoDeviceIsProviderAndLogged) {
         return -1;
       });
   ibv_context* ctx = nullptr;
-  EXPECT_EQ(rpma_utils_get_ibv_context("10.0.0.9", RPMA_UTIL_IBV_CONTEXT_LOCAL,
-                                       &ctx),
-            RPMA_E_PROVIDER);
+  EXPECT_EQ(
+      rpma_utils_get_ibv_context("10.0.0.9", RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
+      RPMA_E_PROVIDER);
   EXPECT_EQ(ctx, nullptr);
   ASSERT_FALSE(log().empty());
   EXPECT_THAT(log().back(), HasSubstr("10.0.0.9"));
@@ -185,16 +186,68 @@ TEST_F(ConnTest, ConnectArgumentRules) {
   rpma_conn_req* req = nullptr;
   EXPECT_EQ(rpma_conn_req_connect(nullptr, nullptr, &conn), RPMA_E_INVAL);
   EXPECT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), RPMA_E_INVAL);
-  req = NewActiveRequest();
-  EXPECT_EQ(rpma_conn_req_connect(&req, nullptr, nullptr), RPMA_E_INVAL);
+  EXPECT_EQ(rpma_conn_req_delete(nullptr), RPMA_E_INVAL);
+}
+
+// rpma_conn_req_connect(3): on failure *req_ptr "is consumed and set to
+// NULL"; librpma's src/conn_req.c deletes the request before it returns
+// RPMA_E_INVAL for a NULL conn_ptr or empty private data. Each case is a
+// fresh request; the request's CM id must be destroyed (else it leaks) and
+// nothing may be connected.
+TEST_F(ConnTest, ConnectArgumentErrorsConsumeTheRequest) {
   char data[4] = "abc";
   rpma_conn_private_data empty{data, 0};
-  EXPECT_EQ(rpma_conn_req_connect(&req, &empty, &conn), RPMA_E_INVAL);
   rpma_conn_private_data null_ptr{nullptr, 4};
-  EXPECT_EQ(rpma_conn_req_connect(&req, &null_ptr, &conn), RPMA_E_INVAL);
-  EXPECT_NE(req, nullptr);  // not consumed by an argument error
-  EXPECT_EQ(rpma_conn_req_delete(&req), 0);
-  EXPECT_EQ(rpma_conn_req_delete(nullptr), RPMA_E_INVAL);
+  struct Case {
+    const char* what;
+    const rpma_conn_private_data* pdata;
+    bool null_conn_ptr;
+  } cases[] = {
+      {"conn_ptr NULL", nullptr, true},
+      {"pdata->len 0", &empty, false},
+      {"pdata->ptr NULL", &null_ptr, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    rpma_conn_req* req = NewActiveRequest();
+    ASSERT_NE(req, nullptr);
+    EXPECT_CALL(mock(), Connect(_, _)).Times(0);
+    EXPECT_CALL(mock(), DestroyId(_)).Times(1);
+    rpma_conn* conn = nullptr;
+    EXPECT_EQ(
+        rpma_conn_req_connect(&req, c.pdata, c.null_conn_ptr ? nullptr : &conn),
+        RPMA_E_INVAL);
+    EXPECT_EQ(req, nullptr);
+    EXPECT_EQ(conn, nullptr);
+    ::testing::Mock::VerifyAndClearExpectations(&mock());
+  }
+}
+
+TEST_F(ConnTest, PassiveConnectArgumentErrorRejectsAndConsumesTheRequest) {
+  rpma_conn_req* req = NewPassiveRequest("client-hello");
+  ASSERT_NE(req, nullptr);
+  EXPECT_CALL(mock(), Accept(_, _)).Times(0);
+  EXPECT_CALL(mock(), Reject(_, _, _)).Times(1);
+  char data[4] = "abc";
+  rpma_conn_private_data empty{data, 0};
+  rpma_conn* conn = nullptr;
+  EXPECT_EQ(rpma_conn_req_connect(&req, &empty, &conn), RPMA_E_INVAL);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(conn, nullptr);  ::testing::Mock::VerifyAndClearExpectations(&mock());
+}
+
+TEST_F(ConnTest, FailedEventChannelConsumesTheRequest) {
+  rpma_conn_req* req = NewActiveRequest();
+  EXPECT_CALL(mock(), CreateEventChannel()).WillOnce([] {
+    errno = EMFILE;
+    return static_cast<rdma_event_channel*>(nullptr);
+  });
+  EXPECT_CALL(mock(), DestroyId(_)).Times(1);
+  rpma_conn* conn = nullptr;
+  EXPECT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), RPMA_E_PROVIDER);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(conn, nullptr);
+  ::testing::Mock::VerifyAndClearExpectations(&mock());
 }
 
 TEST_F(ConnTest, ConnectSendsPrivateDataAndRetryCounts) {
@@ -253,8 +306,7 @@ TEST_F(ConnTest, PassiveConnectAcceptsAndKeepsTheRequestsPrivateData) {
   ASSERT_EQ(rpma_conn_req_connect(&req, &pdata, &conn), 0);
   rpma_conn_private_data got{};
   ASSERT_EQ(rpma_conn_get_private_data(conn, &got), 0);
-  EXPECT_EQ(std::string(static_cast<char*>(got.ptr), got.len),
-            "client-hello");
+  EXPECT_EQ(std::string(static_cast<char*>(got.ptr), got.len), "client-hello");
   EXPECT_EQ(rpma_conn_delete(&conn), 0);
 }
 

@@ -12,8 +12,15 @@ using rpma_harness::internal::Log;
 
 extern "C" int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size,
                            int usage, struct rpma_mr_local** mr_ptr) {
+  // librpma src/mr.c: usage must be non-zero and have no bit outside the
+  // eight RPMA_MR_USAGE_* flags (USAGE_ALL_ALLOWED), else RPMA_E_INVAL.
+  constexpr int kAllUsages = RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_READ_DST |
+                             RPMA_MR_USAGE_WRITE_SRC | RPMA_MR_USAGE_WRITE_DST |
+                             RPMA_MR_USAGE_SEND | RPMA_MR_USAGE_RECV |
+                             RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY |
+                             RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT;
   if (peer == nullptr || ptr == nullptr || mr_ptr == nullptr || size == 0 ||
-      usage == 0) {
+      usage == 0 || (usage & ~kAllUsages) != 0) {
     return RPMA_E_INVAL;
   }
   errno = 0;

@@ -166,6 +166,32 @@ TEST_F(MrRegTest, RegArgumentRules) {
   EXPECT_EQ(mr, nullptr);
 }
 
+// librpma src/mr.c: `usage & ~USAGE_ALL_ALLOWED` (the eight RPMA_MR_USAGE_*
+// bits) is RPMA_E_INVAL, before anything reaches the NIC.
+TEST_F(MrRegTest, RegRejectsUnknownUsageBits) {
+  rpma_mr_local* mr = nullptr;
+  uint8_t buf[8];
+  EXPECT_CALL(mock(), RegMr).Times(0);
+  for (int usage : {0x100, -1, RPMA_MR_USAGE_SEND | 0x100, 1 << 30,
+                    static_cast<int>(0x80000000u)}) {
+    EXPECT_EQ(rpma_mr_reg(peer(), buf, 8, usage, &mr), RPMA_E_INVAL) << usage;
+    EXPECT_EQ(mr, nullptr);
+  }
+}
+
+TEST_F(MrRegTest, RegAcceptsEveryKnownUsageBitTogether) {
+  uint8_t buf[8];
+  ibv_mr fake_mr{};
+  fake_mr.addr = buf;
+  fake_mr.length = 8;
+  EXPECT_CALL(mock(), RegMr(_, buf, 8, _)).WillOnce(Return(&fake_mr));
+  EXPECT_CALL(mock(), DeregMr(&fake_mr)).WillOnce(Return(0));
+  rpma_mr_local* mr = nullptr;
+  ASSERT_EQ(rpma_mr_reg(peer(), buf, 8, 0xff, &mr), 0);
+  EXPECT_EQ(rpma_mr_dereg(&mr), 0);
+  ::testing::Mock::VerifyAndClearExpectations(&mock());
+}
+
 TEST_F(MrRegTest, RegPassesTheUsageAccessFlags) {
   uint8_t buf[8];
   EXPECT_CALL(mock(), RegMr(_, buf, 8,

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mock/fault_injection.h"
@@ -51,7 +52,8 @@ struct WriteOp {
   uint32_t imm = 0;
   uint32_t imm_step = 1;
   bool zero_byte = false;
-  int line = 0;  // where it was written, for messages
+  int line = 0;  // where it was written, for messages (1-based)
+  int column = 0;
 };
 
 // How many completions of each status one side must see (exactly), by the
@@ -95,6 +97,10 @@ struct Scenario {
   std::vector<uint32_t> fault_connections;
   Expectations expect;
   uint64_t max_steps = 200000;  // a run that needs more has stalled
+  // Where some values were written ("client.mr_size", "connections",
+  // "max_steps", ...), as {line, column} (1-based), for the budget's
+  // messages (scenario_budget.h).
+  std::map<std::string, std::pair<int, int>> positions;
 };
 
 }  // namespace rpma_harness

@@ -2,17 +2,25 @@
 //
 //   bazel run //tools:scenario -- tools/scenarios/happy_path.yaml
 //       [--seed N] [--trace FILE] [--replay FILE] [--timeline FILE.svg]
-//       [--quiet]
+//       [--budget N] [--quiet]
 //
 // Prints the event log and a summary; exits 0 when every expectation holds,
-// 1 when one fails (or a replay diverges), 2 on a bad command line or file.
+// 1 when one fails (or a replay diverges), 2 on a bad command line, a file
+// that cannot be used (missing, unreadable, a directory, too large, not
+// valid), or a scenario over its budget (scenario_budget.h).
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
+#include "tools/scenario/scenario_budget.h"
 #include "tools/scenario/scenario_parser.h"
 #include "tools/scenario/scenario_runner.h"
 #include "tools/scenario/timeline.h"
@@ -29,8 +37,14 @@ constexpr char kUsage[] =
     "  --replay FILE     compare the run with a recorded trace; report the\n"
     "                    first divergence and exit 1 if there is one\n"
     "  --timeline FILE   draw the run as a sequence diagram (SVG)\n"
+    "  --budget N        allow N times the default resource budget (memory\n"
+    "                    1 GiB, 16 GiB moved, 1 M events; N from 1 to 1024)\n"
     "  --quiet           print only the summary\n"
-    "  --help            this text\n";
+    "  --help            this text\n"
+    "\n"
+    "Exit status: 0 every expectation held, 1 one failed or the replay\n"
+    "diverges, 2 a usage error, an unusable or invalid file, or a scenario\n"
+    "over its budget.\n";
 
 // `bazel run` starts programs in their runfiles; paths the user typed are
 // relative to where they typed them.
@@ -40,11 +54,43 @@ std::string UserPath(const std::string& path) {
   return std::string(cwd) + "/" + path;
 }
 
+// An input file must exist, be readable and not be a directory; checked
+// before the run so that a typo is a usage error, not a failed replay.
+bool CheckReadable(const std::string& option, const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "scenario: %s %s: cannot open: %s\n", option.c_str(),
+                 path.c_str(), std::strerror(errno));
+    return false;
+  }
+  struct stat st;
+  const bool dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+  close(fd);
+  if (dir) {
+    std::fprintf(stderr, "scenario: %s %s: is a directory\n", option.c_str(),
+                 path.c_str());
+    return false;
+  }
+  return true;
+}
+
+// An output file must not be a directory (checked before the run).
+bool CheckWritable(const std::string& option, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "scenario: %s %s: is a directory\n", option.c_str(),
+                 path.c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string file, trace, replay, timeline;
   bool quiet = false;
+  uint64_t budget_factor = 1;
   rpma_harness::RunOptions options;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -59,14 +105,26 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf("%s", kUsage);
       return 0;
-    } else if (arg == "--seed") {
-      std::string text = value();
-      char* end = nullptr;
-      options.seed = std::strtoull(text.c_str(), &end, 0);
-      if (text.empty() || *end != '\0') {
-        std::fprintf(stderr, "scenario: --seed takes a number, not '%s'\n",
-                     text.c_str());
+    } else if (arg == "--seed" || arg == "--budget") {
+      // The same number rules as in a scenario file.
+      const std::string text = value();
+      const bool budget = arg == "--budget";
+      uint64_t n = 0;
+      std::string why;
+      if (!rpma_harness::ParseUnsignedNumber(
+              text, budget ? rpma_harness::kMaxBudgetFactor : UINT64_MAX, &n,
+              &why)) {
+        std::fprintf(stderr, "scenario: %s: %s\n", arg.c_str(), why.c_str());
         return 2;
+      }
+      if (budget && n == 0) {
+        std::fprintf(stderr, "scenario: --budget: must be at least 1\n");
+        return 2;
+      }
+      if (budget) {
+        budget_factor = n;
+      } else {
+        options.seed = n;
       }
     } else if (arg == "--trace") {
       trace = UserPath(value());
@@ -91,12 +149,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "scenario: which scenario file?\n%s", kUsage);
     return 2;
   }
+  if ((!replay.empty() && !CheckReadable("--replay", replay)) ||
+      (!trace.empty() && !CheckWritable("--trace", trace)) ||
+      (!timeline.empty() && !CheckWritable("--timeline", timeline))) {
+    return 2;
+  }
   rpma_harness::Scenario scenario;
   std::string error;
   if (!rpma_harness::ParseScenarioFile(file, &scenario, &error)) {
     std::fprintf(stderr, "scenario: %s\n", error.c_str());
     return 2;
   }
+  const rpma_harness::Budget budget =
+      rpma_harness::Budget().Scaled(budget_factor);
+  if (!rpma_harness::CheckBudget(scenario, budget, &error)) {
+    std::fprintf(stderr, "scenario: %s\n", error.c_str());
+    return 2;
+  }
+  options.max_events = budget.events;
   rpma_harness::ScenarioResult result =
       rpma_harness::RunScenario(scenario, options);
   if (!quiet) {
@@ -124,7 +194,13 @@ int main(int argc, char** argv) {
     std::printf("timeline:     %s\n", timeline.c_str());
   }
   if (!replay.empty()) {
-    std::string divergence = rpma_harness::FirstDivergence(result, replay);
+    bool unusable = false;
+    std::string divergence =
+        rpma_harness::FirstDivergence(result, replay, &unusable);
+    if (unusable) {
+      std::fprintf(stderr, "scenario: --replay %s\n", divergence.c_str());
+      return 2;
+    }
     if (divergence.empty()) {
       std::printf("replay:       identical to %s\n", replay.c_str());
     } else {

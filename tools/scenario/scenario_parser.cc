@@ -1,13 +1,17 @@
 #include "tools/scenario/scenario_parser.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <librpma.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -30,41 +34,65 @@ std::string Join(const std::vector<std::string>& words) {
   return out;
 }
 
-// Rejects keys of `map` that are not in `allowed`, naming the allowed ones.
+// Rejects keys of `map` that are not in `allowed`, naming the allowed ones,
+// and keys written twice (yaml-cpp keeps both; a lookup finds the first).
 void CheckKeys(const YAML::Node& map, const std::string& where,
                const std::vector<std::string>& allowed) {
   if (!map.IsMap()) Fail(map, where + ": expected a mapping of keys");
+  std::set<std::string> seen;
   for (const auto& entry : map) {
-    const std::string key = entry.first.as<std::string>();
+    if (!entry.first.IsScalar()) Fail(entry.first, where + ": keys are names");
+    const std::string key = entry.first.Scalar();
     bool known = false;
     for (const std::string& a : allowed) known = known || a == key;
     if (!known) {
       Fail(entry.first, where + ": unknown key '" + key +
                             "' (expected one of: " + Join(allowed) + ")");
     }
+    if (!seen.insert(key).second) {
+      Fail(entry.first, where + ": key '" + key +
+                            "' is given twice (each key once per mapping)");
+    }
+    // `key:` with nothing after it (or `~`) is never a default.
+    if (entry.second.IsNull()) {
+      Fail(entry.first, where + ": key '" + key +
+                            "' has no value (give one, or leave the key out)");
+    }
   }
+}
+
+// A value that must be there: `key:` with nothing after it is an error, not
+// a default.
+void NeedValue(const YAML::Node& node, const std::string& what,
+               const char* expected) {
+  if (node.IsNull()) {
+    Fail(node, what + ": no value (expected " + expected + ")");
+  }
+  if (!node.IsScalar()) Fail(node, what + ": expected " + expected);
 }
 
 uint64_t Unsigned(const YAML::Node& node, const std::string& what,
                   uint64_t max = UINT64_MAX) {
-  if (!node.IsScalar()) Fail(node, what + ": expected a number");
-  const std::string text = node.Scalar();
-  errno = 0;
-  char* end = nullptr;
-  unsigned long long value = std::strtoull(text.c_str(), &end, 0);
-  if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0) {
-    Fail(node, what +
-                   ": expected an unsigned number (decimal or 0x hex), got '" +
-                   text + "'");
-  }
-  if (value > max) {
-    Fail(node, what + ": " + text + " is larger than " + std::to_string(max));
+  NeedValue(node, what, "a number");
+  uint64_t value = 0;
+  std::string why;
+  if (!ParseUnsignedNumber(node.Scalar(), max, &value, &why)) {
+    Fail(node, what + ": " + why);
   }
   return value;
 }
 
+// A count or size where 0 means nothing sensible.
+uint64_t Positive(const YAML::Node& node, const std::string& what, uint64_t max,
+                  const std::string& why_not_zero) {
+  const uint64_t value = Unsigned(node, what, max);
+  if (value == 0)
+    Fail(node, what + ": must be at least 1 (" + why_not_zero + ")");
+  return value;
+}
+
 std::string Text(const YAML::Node& node, const std::string& what) {
-  if (!node.IsScalar()) Fail(node, what + ": expected text");
+  NeedValue(node, what, "text");
   return node.Scalar();
 }
 
@@ -124,13 +152,18 @@ int Errno(const YAML::Node& node, const std::string& what) {
   };
   const std::string text = Text(node, what);
   if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) {
-    return static_cast<int>(Unsigned(node, what, 4095));
+    return static_cast<int>(
+        Positive(node, what, 4095, "errno 0 is success, not a failure"));
   }
   return OneOf(node, what, names);
 }
 
+void Remember(const YAML::Node& node, const std::string& key, Scenario* s) {
+  s->positions[key] = {node.Mark().line + 1, node.Mark().column + 1};
+}
+
 PeerSpec ParsePeer(const YAML::Node& node, const std::string& where,
-                   ReceiverSpec* receiver) {
+                   ReceiverSpec* receiver, Scenario* s) {
   std::vector<std::string> keys = {"cq_size", "sq_size", "rq_size", "mr_size"};
   if (receiver != nullptr) {
     keys.push_back("recv");
@@ -139,18 +172,24 @@ PeerSpec ParsePeer(const YAML::Node& node, const std::string& where,
   CheckKeys(node, where, keys);
   PeerSpec peer;
   if (node["cq_size"]) {
-    peer.cq_size = Unsigned(node["cq_size"], where + ".cq_size", 65536);
+    peer.cq_size = Positive(node["cq_size"], where + ".cq_size", 65536,
+                            "a CQ holds at least one completion");
+    Remember(node["cq_size"], where + ".cq_size", s);
   }
   if (node["sq_size"]) {
-    peer.sq_size = Unsigned(node["sq_size"], where + ".sq_size", 4096);
+    peer.sq_size = Positive(node["sq_size"], where + ".sq_size", 4096,
+                            "a send queue holds at least one WR");
+    Remember(node["sq_size"], where + ".sq_size", s);
   }
   if (node["rq_size"]) {
-    peer.rq_size = Unsigned(node["rq_size"], where + ".rq_size", 4096);
+    peer.rq_size = Positive(node["rq_size"], where + ".rq_size", 4096,
+                            "a receive queue holds at least one WR");
+    Remember(node["rq_size"], where + ".rq_size", s);
   }
   if (node["mr_size"]) {
-    peer.mr_size = Unsigned(node["mr_size"], where + ".mr_size", 1ull << 30);
-    if (peer.mr_size == 0)
-      Fail(node["mr_size"], where + ".mr_size: must be > 0");
+    peer.mr_size = Positive(node["mr_size"], where + ".mr_size", 1ull << 30,
+                            "a memory region has at least one byte");
+    Remember(node["mr_size"], where + ".mr_size", s);
   }
   if (receiver != nullptr) {
     static_cast<PeerSpec&>(*receiver) = peer;
@@ -173,8 +212,11 @@ WriteOp ParseWrite(const YAML::Node& item, const YAML::Node& node,
              "imm", "imm_step", "zero_byte"});
   WriteOp op;
   op.line = item.Mark().line + 1;
-  if (node["count"])
-    op.count = Unsigned(node["count"], where + ".count", 1 << 20);
+  op.column = item.Mark().column + 1;
+  if (node["count"]) {
+    op.count = Positive(node["count"], where + ".count", 1 << 20,
+                        "a workload item is at least one write");
+  }
   if (node["size"]) op.size = Unsigned(node["size"], where + ".size", 1u << 31);
   if (node["src_offset"]) {
     op.src_offset = Unsigned(node["src_offset"], where + ".src_offset");
@@ -203,12 +245,24 @@ WriteOp ParseWrite(const YAML::Node& item, const YAML::Node& node,
     }
     if (op.zero_byte) op.size = 0;
   }
-  if (op.count == 0) Fail(node, where + ": count must be at least 1");
   if (op.stride && *op.stride < op.size) {
     Fail(node["stride"], where + ": stride " + std::to_string(*op.stride) +
                              " is smaller than size " +
                              std::to_string(op.size) +
                              " (overlapping writes cannot be verified)");
+  }
+  // Every write's offsets must be numbers the runner can compute: the last
+  // one is offset + (count - 1) * stride.
+  const unsigned __int128 reach = static_cast<unsigned __int128>(op.count - 1) *
+                                  op.stride.value_or(op.size);
+  for (const auto& [key, offset] :
+       {std::make_pair("src_offset", op.src_offset),
+        std::make_pair("dst_offset", op.dst_offset)}) {
+    if (offset + reach > UINT64_MAX) {
+      Fail(node[key] ? node[key] : node,
+           where + "." + key + ": the last write's offset (" + key +
+               " + (count - 1) x stride) does not fit in 64 bits");
+    }
   }
   return op;
 }
@@ -259,9 +313,20 @@ void ParseFault(const YAML::Node& node, size_t index, Scenario* s) {
   }
   uint32_t connection = 0;
   if (node["connection"]) {
-    connection = Unsigned(node["connection"], named + ".connection", 1 << 16);
-    if (connection == 0) {
-      Fail(node["connection"], named + ".connection: connections count from 1");
+    connection = Positive(node["connection"], named + ".connection", 1 << 16,
+                          "connections count from 1");
+    if (connection > s->connections) {
+      Fail(node["connection"],
+           named + ".connection: " + std::to_string(connection) +
+               " is beyond the scenario's " + std::to_string(s->connections) +
+               " connection" + (s->connections == 1 ? "" : "s") +
+               " (connections:)");
+    }
+    if (side.empty()) {
+      Fail(node["connection"],
+           named +
+               ".connection: needs 'side' (client or server): it picks "
+               "that side's QP of the connection");
     }
   }
   if (node["opcode"]) {
@@ -281,19 +346,25 @@ void ParseFault(const YAML::Node& node, size_t index, Scenario* s) {
                                 {"read", IBV_WR_RDMA_READ}});
     }
   }
-  if (node["nth"]) rule.nth = Unsigned(node["nth"], named + ".nth");
-  if (node["every"]) rule.every = Unsigned(node["every"], named + ".every");
+  if (node["nth"]) {
+    rule.nth = Positive(node["nth"], named + ".nth", UINT64_MAX,
+                        "matches count from 1");
+  }
+  if (node["every"]) {
+    rule.every = Positive(node["every"], named + ".every", UINT64_MAX,
+                          "every 1 is each match");
+  }
   if (node["max_fires"]) {
-    rule.max_fires = Unsigned(node["max_fires"], named + ".max_fires");
+    rule.max_fires = Positive(node["max_fires"], named + ".max_fires",
+                              UINT64_MAX, "a fault that may never fire");
   }
   if (node["probability"]) {
-    const std::string text = Text(node["probability"], named + ".probability");
-    char* end = nullptr;
-    rule.probability = std::strtod(text.c_str(), &end);
-    if (*end != '\0' || rule.probability < 0 || rule.probability > 1) {
-      Fail(node["probability"],
-           named + ".probability: expected a number from 0 to 1, got '" + text +
-               "'");
+    NeedValue(node["probability"], named + ".probability",
+              "a number from 0 to 1");
+    std::string why;
+    if (!ParseProbability(node["probability"].Scalar(), &rule.probability,
+                          &why)) {
+      Fail(node["probability"], named + ".probability: " + why);
     }
   }
   if (node["min_length"]) {
@@ -311,10 +382,18 @@ void ParseFault(const YAML::Node& node, size_t index, Scenario* s) {
     rule.status = OneOf(node["status"], named + ".status", StatusNames());
   }
   if (node["steps"]) {
-    rule.delay_steps = Unsigned(node["steps"], named + ".steps", 1 << 20);
+    rule.delay_steps = Positive(node["steps"], named + ".steps", 1 << 20,
+                                "a delay of 0 steps delays nothing");
   }
   if (node["bytes"])
     rule.torn_bytes = Unsigned(node["bytes"], named + ".bytes");
+  if (rule.min_length && rule.max_length &&
+      *rule.min_length > *rule.max_length) {
+    Fail(node["max_length"],
+         named + ": max_length " + std::to_string(*rule.max_length) +
+             " is below min_length " + std::to_string(*rule.min_length) +
+             " (nothing would match)");
+  }
   // What each action needs.
   if (rule.action == FaultAction::kFailCall && !node["errno"]) {
     Fail(node, named + ": action 'fail' needs 'errno' (e.g. ENOMEM)");
@@ -344,8 +423,12 @@ CompletionCounts ParseCounts(const YAML::Node& node, const std::string& where) {
     Fail(node, where + ": expected status: count pairs, e.g. {SUCCESS: 3}");
   }
   CompletionCounts counts;
+  std::set<std::string> seen;
   for (const auto& entry : node) {
     std::string name = Text(entry.first, where + " status");
+    if (!seen.insert(name).second) {
+      Fail(entry.first, where + ": status '" + name + "' is given twice");
+    }
     if (name != "CQ_ERROR") {
       name = WcStatusShortName(
           OneOf(entry.first, where + " status (or CQ_ERROR)", StatusNames()));
@@ -382,6 +465,11 @@ void ParseExpect(const YAML::Node& node, Scenario* s) {
       Fail(list, "expect.faults_fired: expected a list of fault names");
     for (const auto& item : list) {
       const std::string name = Text(item, "expect.faults_fired");
+      for (const std::string& listed : e.faults_fired) {
+        if (listed == name) {
+          Fail(item, "expect.faults_fired: '" + name + "' is listed twice");
+        }
+      }
       bool known = false;
       for (const FaultRule& r : s->faults) known = known || r.name == name;
       if (!known)
@@ -422,20 +510,30 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
                                      {{"in_turn", false}, {"random", true}});
   }
   if (root["connections"]) {
-    s->connections = Unsigned(root["connections"], "connections", 64);
-    if (s->connections == 0)
-      Fail(root["connections"], "connections: at least 1");
+    s->connections = Positive(root["connections"], "connections", 64,
+                              "a scenario has at least one connection");
+    Remember(root["connections"], "connections", s);
   }
   if (root["rnr_retry"])
     s->rnr_retry = Unsigned(root["rnr_retry"], "rnr_retry", 7);
-  if (root["max_steps"])
-    s->max_steps = Unsigned(root["max_steps"], "max_steps");
-  if (root["client"]) s->client = ParsePeer(root["client"], "client", nullptr);
-  if (root["server"]) ParsePeer(root["server"], "server", &s->server);
+  if (root["max_steps"]) {
+    s->max_steps = Positive(root["max_steps"], "max_steps", UINT64_MAX,
+                            "the NIC could not take a step");
+    Remember(root["max_steps"], "max_steps", s);
+  }
+  if (root["client"]) {
+    s->client = ParsePeer(root["client"], "client", nullptr, s);
+  }
+  if (root["server"]) ParsePeer(root["server"], "server", &s->server, s);
   if (!root["workload"]) Fail(root, "scenario: missing 'workload'");
   const YAML::Node& workload = root["workload"];
   if (!workload.IsSequence())
     Fail(workload, "workload: expected a list of operations");
+  if (workload.size() > kMaxWorkloadItems) {
+    Fail(workload[kMaxWorkloadItems],
+         "workload: more than " + std::to_string(kMaxWorkloadItems) +
+             " items (use count: to repeat a write)");
+  }
   for (size_t i = 0; i < workload.size(); ++i) {
     const YAML::Node& item = workload[i];
     const std::string where = "workload[" + std::to_string(i) + "]";
@@ -449,10 +547,16 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
   // writes must not target the same server bytes.
   for (size_t i = 0; i < s->workload.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
+      // In 128 bits: an end past 2^64 must not wrap to a small number.
       auto span = [](const WriteOp& op) {
-        const uint64_t stride = op.stride.value_or(op.size);
-        return std::make_pair(
-            op.dst_offset, op.dst_offset + (op.count - 1) * stride + op.size);
+        const unsigned __int128 stride = op.stride.value_or(op.size);
+        const unsigned __int128 start = op.dst_offset;
+        return std::make_pair(start, start + (op.count - 1) * stride + op.size);
+      };
+      auto text = [](unsigned __int128 v) {
+        if (v <= UINT64_MAX) return std::to_string(static_cast<uint64_t>(v));
+        return std::string("2^64 + ") +
+               std::to_string(static_cast<uint64_t>(v - UINT64_MAX - 1));
       };
       const WriteOp& a = s->workload[i];
       const WriteOp& b = s->workload[j];
@@ -462,8 +566,8 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
       if (a0 < b1 && b0 < a1) {
         Fail(workload[i],
              "workload[" + std::to_string(i) + "] writes server bytes [" +
-                 std::to_string(a0) + ", " + std::to_string(a1) +
-                 ") that workload[" + std::to_string(j) +
+                 text(a0) + ", " + text(a1) + ") that workload[" +
+                 std::to_string(j) +
                  "] also writes; give it a dst_offset (overlapping "
                  "writes cannot be verified)");
       }
@@ -472,6 +576,10 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
   if (root["faults"]) {
     const YAML::Node& faults = root["faults"];
     if (!faults.IsSequence()) Fail(faults, "faults: expected a list of faults");
+    if (faults.size() > kMaxFaults) {
+      Fail(faults[kMaxFaults],
+           "faults: more than " + std::to_string(kMaxFaults) + " faults");
+    }
     for (size_t i = 0; i < faults.size(); ++i) ParseFault(faults[i], i, s);
   }
   if (root["expect"]) ParseExpect(root["expect"], s);
@@ -486,37 +594,202 @@ const char* WcStatusShortName(ibv_wc_status status) {
   return "UNKNOWN_STATUS";
 }
 
+namespace {
+
+std::string Position(const std::string& file, const YAML::Mark& mark) {
+  // yaml-cpp has no position for some nodes (an empty document): 1:1.
+  const int line = mark.line < 0 ? 1 : mark.line + 1;
+  const int column = mark.line < 0 || mark.column < 0 ? 1 : mark.column + 1;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+// The line where the second document starts, for a second document that
+// yaml-cpp gives no position (an empty one): the last "---" line.
+YAML::Mark SecondDocumentMark(const std::string& text, const YAML::Node& doc) {
+  if (!doc.IsNull() && doc.Mark().line >= 0) return doc.Mark();
+  YAML::Mark mark;
+  mark.line = 0;
+  mark.column = 0;
+  int line = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    if (text.compare(pos, 3, "---") == 0) mark.line = line;
+    const size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) break;
+    pos = eol + 1;
+    ++line;
+  }
+  return mark;
+}
+
+}  // namespace
+
+bool ParseUnsignedNumber(const std::string& text, uint64_t max, uint64_t* value,
+                         std::string* why) {
+  const char* kForms = "decimal without leading zeros, or hex as 0x...";
+  if (text.empty()) {
+    *why = std::string("expected an unsigned number (") + kForms +
+           "), got an empty value";
+    return false;
+  }
+  const bool hex =
+      text.size() >= 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const size_t first = hex ? 2 : 0;
+  bool digits_ok = text.size() > first;
+  for (size_t i = first; i < text.size() && digits_ok; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    digits_ok = hex ? std::isxdigit(c) != 0 : std::isdigit(c) != 0;
+  }
+  if (!digits_ok) {
+    *why = std::string("expected an unsigned number (") + kForms + "), got '" +
+           text + "'";
+    return false;
+  }
+  if (!hex && text.size() > 1 && text[0] == '0') {
+    // YAML 1.1 would read 010 as octal 8 and 08 as a string; neither is
+    // what a person means, so a leading zero is an error either way.
+    *why = "'" + text +
+           "': a leading zero is not allowed (write decimal without leading "
+           "zeros, or hex as 0x...; octal is not supported)";
+    return false;
+  }
+  uint64_t v = 0;
+  const uint64_t base = hex ? 16 : 10;
+  for (size_t i = first; i < text.size(); ++i) {
+    const char c = text[i];
+    const uint64_t d = std::isdigit(static_cast<unsigned char>(c))
+                           ? static_cast<uint64_t>(c - '0')
+                           : static_cast<uint64_t>(std::tolower(c) - 'a' + 10);
+    if (v > (UINT64_MAX - d) / base) {
+      *why = text + " is larger than " + std::to_string(max);
+      return false;
+    }
+    v = v * base + d;
+  }
+  if (v > max) {
+    *why = text + " is larger than " + std::to_string(max);
+    return false;
+  }
+  *value = v;
+  return true;
+}
+
+bool ParseProbability(const std::string& text, double* value,
+                      std::string* why) {
+  // Plain decimals only: no sign, exponent, hex float, nan or inf.
+  bool ok = !text.empty() && text.size() <= 32;
+  int dots = 0, digits = 0;
+  for (char c : text) {
+    if (c == '.') {
+      ++dots;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      ++digits;
+    } else {
+      ok = false;
+    }
+  }
+  ok = ok && dots <= 1 && digits > 0;
+  double p = ok ? std::strtod(text.c_str(), nullptr) : 0;
+  if (!ok || !std::isfinite(p) || p > 1) {
+    *why =
+        "expected a decimal number from 0 to 1 (e.g. 0.25), got '" + text + "'";
+    return false;
+  }
+  if (p == 0) {
+    *why = "probability 0 never fires (remove the fault instead)";
+    return false;
+  }
+  *value = p;
+  return true;
+}
+
 bool ParseScenarioText(const std::string& text, const std::string& file_name,
                        Scenario* scenario, std::string* error) {
   Scenario s;
   s.file = file_name;
+  if (text.size() > kMaxScenarioFileBytes) {
+    *error = file_name + ":1:1: the scenario is larger than " +
+             std::to_string(kMaxScenarioFileBytes / 1024) +
+             " KiB (the limit for a scenario file)";
+    return false;
+  }
   try {
-    YAML::Node root = YAML::Load(text);
-    ParseRoot(root, &s);
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.empty()) {
+      *error = file_name +
+               ":1:1: the file is empty (or only comments); a scenario is a "
+               "mapping (name:, workload:, ...)";
+      return false;
+    }
+    if (documents.size() > 1) {
+      *error = Position(file_name, SecondDocumentMark(text, documents[1])) +
+               ": a second YAML document (a scenario file holds one)";
+      return false;
+    }
+    if (documents[0].IsNull()) {
+      YAML::Mark start;  // the document's "---", or 1:1
+      start.line = text.compare(0, 3, "---") == 0 ? 0 : -1;
+      *error = Position(file_name, start) +
+               ": the document is empty; a scenario is a mapping (name:, "
+               "workload:, ...)";
+      return false;
+    }
+    ParseRoot(documents[0], &s);
   } catch (const ParseError& e) {
-    *error = file_name + ":" + std::to_string(e.mark.line + 1) + ":" +
-             std::to_string(e.mark.column + 1) + ": " + e.message;
+    *error = Position(file_name, e.mark) + ": " + e.message;
     return false;
   } catch (const YAML::Exception& e) {
     // yaml-cpp's own syntax errors carry their position.
-    *error = file_name + ":" + std::to_string(e.mark.line + 1) + ":" +
-             std::to_string(e.mark.column + 1) + ": " + e.msg;
+    *error = Position(file_name, e.mark) + ": " + e.msg;
     return false;
   }
   *scenario = std::move(s);
   return true;
 }
 
-bool ParseScenarioFile(const std::string& path, Scenario* scenario,
-                       std::string* error) {
-  std::ifstream in(path);
-  if (!in) {
+bool ReadBoundedFile(const std::string& path, size_t max_bytes,
+                     const char* what, std::string* text, std::string* error) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     *error = path + ": cannot open: " + std::strerror(errno);
     return false;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseScenarioText(text.str(), path, scenario, error);
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    *error = path + ": is a directory, not " + what;
+    return false;
+  }
+  text->clear();
+  char buffer[16384];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = path + ": cannot read: " + std::strerror(errno);
+      close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    if (text->size() + static_cast<size_t>(n) > max_bytes) {
+      close(fd);
+      *error = path + ": larger than " + std::to_string(max_bytes / 1024) +
+               " KiB, the limit for " + what;
+      return false;
+    }
+    text->append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return true;
+}
+
+bool ParseScenarioFile(const std::string& path, Scenario* scenario,
+                       std::string* error) {
+  std::string text;
+  if (!ReadBoundedFile(path, kMaxScenarioFileBytes, "a scenario file", &text,
+                       error)) {
+    return false;
+  }
+  return ParseScenarioText(text, path, scenario, error);
 }
 
 }  // namespace rpma_harness

@@ -12,18 +12,45 @@
 #ifndef RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_PARSER_H_
 #define RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_PARSER_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "tools/scenario/scenario.h"
 
 namespace rpma_harness {
 
+// Limits on the file itself (what it asks the runner to do is bounded by
+// the budget, scenario_budget.h). The largest shipped scenario is under
+// 1 KiB; 64 KiB of YAML parses in a few MB of yaml-cpp nodes.
+constexpr size_t kMaxScenarioFileBytes = 64 * 1024;
+constexpr size_t kMaxWorkloadItems = 256;  // `count:` repeats a write
+constexpr size_t kMaxFaults = 256;
+
 // Parses `text` (the contents of `file_name`). On failure returns false and
 // sets *error to "file:line:col: message".
 bool ParseScenarioText(const std::string& text, const std::string& file_name,
                        Scenario* scenario, std::string* error);
+// Reads at most kMaxScenarioFileBytes; a missing or unreadable file, a
+// directory or a larger file is "path: message" (no line: the file is not
+// a scenario at all).
 bool ParseScenarioFile(const std::string& path, Scenario* scenario,
                        std::string* error);
+
+// The number forms of scenario files, also used for command-line values:
+// decimal without leading zeros ("0" itself is fine) or hex as 0x...; no
+// sign, no octal, no empty value, at most `max`. On failure *why says what
+// was expected.
+bool ParseUnsignedNumber(const std::string& text, uint64_t max, uint64_t* value,
+                         std::string* why);
+// A probability: a plain decimal in (0, 1] (no nan, inf, exponent, sign).
+bool ParseProbability(const std::string& text, double* value, std::string* why);
+
+// Reads the whole of `path` if it is at most `max_bytes`; false with
+// "path: message" for a missing, unreadable or larger file or a directory
+// (`what` names the expected kind of file, e.g. "a scenario file").
+bool ReadBoundedFile(const std::string& path, size_t max_bytes,
+                     const char* what, std::string* text, std::string* error);
 
 // Names used in scenario files, shared with the runner's output.
 const char* WcStatusShortName(ibv_wc_status status);  // "REM_ACCESS_ERR"

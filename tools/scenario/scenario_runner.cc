@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <librpma.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstring>
@@ -93,7 +94,8 @@ struct PlannedWrite {
 
 class Run {
  public:
-  Run(const Scenario& s, uint64_t seed) : s_(s), seed_(seed) {}
+  Run(const Scenario& s, uint64_t seed, uint64_t max_events)
+      : s_(s), seed_(seed), max_events_(max_events) {}
 
   ScenarioResult Go();
 
@@ -107,8 +109,17 @@ class Run {
     uint64_t wr_id = 0;
   };
 
+  // The run keeps every event (trace, log, timeline); past the budget's
+  // figure it stops keeping them and fails.
+  bool Keep() {
+    if (max_events_ == 0 || items_.size() < max_events_) return true;
+    events_cut_ = true;
+    return false;
+  }
+
   void App(const std::string& side, uint32_t connection,
            const std::string& call, int ret, uint64_t wr_id = 0) {
+    if (!Keep()) return;
     Item item;
     item.app = true;
     item.side = side;
@@ -146,6 +157,9 @@ class Run {
   std::map<uint32_t, std::pair<std::string, uint32_t>> qp_owner_;
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> torn_;
   std::set<std::pair<uint32_t, uint64_t>> executed_ok_;
+  bool setup_failed_ = false;
+  uint64_t max_events_ = 0;  // 0: no limit
+  bool events_cut_ = false;
   ScenarioResult r_;
 };
 
@@ -359,8 +373,9 @@ void Run::Verify() {
   for (const PlannedWrite& w : writes_) {
     Connection& c = conns_[w.connection - 1];
     if (w.zero_byte || w.size == 0) continue;
-    if (w.dst_offset + w.size > c.dst.size() ||
-        w.src_offset + w.size > c.src.size()) {
+    // offset + size may pass 2^64: compare without adding.
+    if (w.size > c.dst.size() || w.dst_offset > c.dst.size() - w.size ||
+        w.size > c.src.size() || w.src_offset > c.src.size() - w.size) {
       continue;  // deliberately out of bounds: nothing may land (checked below)
     }
     const uint8_t* got = c.dst.data() + w.dst_offset;
@@ -448,6 +463,17 @@ void Run::Check() {
              std::to_string(r_.unfinished) + ")");
   expect(!r_.stalled, "the NIC finished its work within max_steps (" +
                           std::to_string(s_.max_steps) + ")");
+  // A run whose connections never came up tested nothing, unless that is
+  // what the scenario says should happen (expect: connection:).
+  if (setup_failed_ && !e.connection) {
+    expect(false,
+           "connection set-up succeeded (it failed, see the log; a scenario "
+           "about a failing set-up says so with expect: {connection: ...})");
+  }
+  if (events_cut_) {
+    expect(false, "the run kept at most " + std::to_string(max_events_) +
+                      " events (the budget's figure; the trace is cut there)");
+  }
 }
 
 void Run::BuildTrace() {
@@ -553,9 +579,11 @@ ScenarioResult Run::Go() {
   // asks for fewer retries.
   if (s_.rnr_retry != 7) faults_->OverrideRnrRetry(s_.rnr_retry);
   nic_->AddObserver([this](const FakeNicEvent& e) {
-    Item item;
-    item.nic = e;
-    items_.push_back(std::move(item));
+    if (Keep()) {
+      Item item;
+      item.nic = e;
+      items_.push_back(std::move(item));
+    }
     if (e.kind == FakeNicEvent::Kind::kExecute ||
         (e.kind == FakeNicEvent::Kind::kCompletion &&
          e.status == IBV_WC_WR_FLUSH_ERR)) {
@@ -597,8 +625,9 @@ ScenarioResult Run::Go() {
   for (uint32_t i = 0; i < s_.connections; ++i) conns_[i].index = i + 1;
   for (Connection& c : conns_) {
     if (!ready) break;
-    SetUp(c);
+    if (!SetUp(c)) setup_failed_ = true;
   }
+  if (!ready) setup_failed_ = true;
   // "side" rules target a QP; its number is known once the connection is.
   for (size_t i = 0; i < s_.faults.size(); ++i) {
     const std::string& side = s_.fault_sides[i];
@@ -692,7 +721,7 @@ ScenarioResult Run::Go() {
 
 ScenarioResult RunScenario(const Scenario& scenario,
                            const RunOptions& options) {
-  Run run(scenario, options.seed.value_or(scenario.seed));
+  Run run(scenario, options.seed.value_or(scenario.seed), options.max_events);
   return run.Go();
 }
 
@@ -751,12 +780,35 @@ bool WriteTrace(const ScenarioResult& result, const std::string& path,
 }
 
 std::string FirstDivergence(const ScenarioResult& result,
-                            const std::string& recorded_path) {
-  std::ifstream in(recorded_path);
-  if (!in) return recorded_path + ": cannot open: " + std::strerror(errno);
+                            const std::string& recorded_path, bool* unusable) {
+  if (unusable != nullptr) *unusable = false;
+  auto bad = [&](const std::string& why) {
+    if (unusable != nullptr) *unusable = true;
+    return recorded_path + ": " + why;
+  };
+  // Streamed line by line with a bounded line: a recording of any length
+  // (or /dev/zero) takes constant memory.
+  std::unique_ptr<FILE, int (*)(FILE*)> in(
+      std::fopen(recorded_path.c_str(), "re"), &std::fclose);
+  if (!in) return bad(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  if (fstat(fileno(in.get()), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return bad("is a directory, not a trace");
+  }
   std::string line;
   size_t n = 0;
-  while (std::getline(in, line)) {
+  while (true) {
+    line.clear();
+    int ch = 0;
+    while ((ch = std::fgetc(in.get())) != EOF && ch != '\n') {
+      if (line.size() >= kMaxTraceLineBytes) {
+        return bad("line " + std::to_string(n + 1) + " is longer than " +
+                   std::to_string(kMaxTraceLineBytes / 1024) +
+                   " KiB: not a trace written by --trace");
+      }
+      line.push_back(static_cast<char>(ch));
+    }
+    if (ch == EOF && line.empty()) break;
     if (n >= result.trace.size()) {
       return "line " + std::to_string(n + 1) + ": recorded " + line +
              "\n  this run ended after " + std::to_string(n) + " events";
@@ -766,6 +818,10 @@ std::string FirstDivergence(const ScenarioResult& result,
              "\n  this run " + result.trace[n].json;
     }
     ++n;
+    if (ch == EOF) break;
+  }
+  if (std::ferror(in.get())) {
+    return bad(std::string("cannot read: ") + std::strerror(errno));
   }
   if (n < result.trace.size()) {
     return "line " + std::to_string(n + 1) + ": the recording ended after " +

@@ -13,6 +13,7 @@
 #ifndef RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_RUNNER_H_
 #define RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_RUNNER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -25,7 +26,13 @@ namespace rpma_harness {
 
 struct RunOptions {
   std::optional<uint64_t> seed;  // overrides the scenario's
+  // Events kept at most (0: no limit); a run that would keep more stops
+  // keeping them and fails. The command line sets the budget's figure.
+  uint64_t max_events = 0;
 };
+
+// A trace line longer than this is not one --trace wrote.
+constexpr size_t kMaxTraceLineBytes = 64 * 1024;
 
 // One line of the trace, kept structured for the timeline.
 struct TraceEvent {
@@ -73,10 +80,14 @@ std::string Summary(const ScenarioResult& result);
 // Trace files: one JSON object per line.
 bool WriteTrace(const ScenarioResult& result, const std::string& path,
                 std::string* error);
-// Compares a run with a recorded trace; empty when identical, else where
-// they first differ ("line 17: recorded ... / this run ...").
+// Compares a run with a recorded trace, streaming it (constant memory);
+// empty when identical, else where they first differ ("line 17: recorded
+// ... / this run ..."). When the recording cannot be used at all (missing,
+// unreadable, a directory, a line longer than kMaxTraceLineBytes) the text
+// says why and *unusable is set.
 std::string FirstDivergence(const ScenarioResult& result,
-                            const std::string& recorded_path);
+                            const std::string& recorded_path,
+                            bool* unusable = nullptr);
 
 }  // namespace rpma_harness
 

@@ -245,6 +245,58 @@ TEST(ScenarioRunnerTest, WriteParkedByRnrCountsAsUnfinished) {
   EXPECT_THAT(r.failures[0], HasSubstr("unfinished"));
 }
 
+TEST(ScenarioRunnerTest, RunKeepsNoMoreEventsThanItsBudgetAndFails) {
+  Scenario s = Parse(kMinimal);
+  RunOptions options;
+  options.max_events = 10;
+  ScenarioResult r = RunScenario(s, options);
+  EXPECT_EQ(r.trace.size(), 10u);
+  ASSERT_FALSE(r.failures.empty());
+  EXPECT_THAT(r.failures.back(), HasSubstr("kept at most 10 events"));
+}
+
+TEST(ScenarioParserTest, NumbersAreDecimalOrHexAndNothingElse) {
+  uint64_t v = 0;
+  std::string why;
+  EXPECT_TRUE(ParseUnsignedNumber("0", UINT64_MAX, &v, &why));
+  EXPECT_EQ(v, 0u);
+  EXPECT_TRUE(ParseUnsignedNumber("0x10", UINT64_MAX, &v, &why));
+  EXPECT_EQ(v, 16u);
+  EXPECT_TRUE(
+      ParseUnsignedNumber("18446744073709551615", UINT64_MAX, &v, &why));
+  EXPECT_EQ(v, UINT64_MAX);
+  EXPECT_TRUE(ParseUnsignedNumber("0xffffffffffffffff", UINT64_MAX, &v, &why));
+  for (const char* bad : {"", "010", "08", "00", "-1", "+1", "1.0", "0x", "1e3",
+                          " 1", "0x1g", "18446744073709551616",
+                          "0x10000000000000000", "0b101", "0o7", "1_000"}) {
+    EXPECT_FALSE(ParseUnsignedNumber(bad, UINT64_MAX, &v, &why)) << bad;
+  }
+  EXPECT_FALSE(ParseUnsignedNumber("65", 64, &v, &why));
+  EXPECT_THAT(why, HasSubstr("65 is larger than 64"));
+}
+
+TEST(ScenarioParserTest, ProbabilitiesArePlainDecimalsInZeroToOne) {
+  double p = 0;
+  std::string why;
+  EXPECT_TRUE(ParseProbability("0.5", &p, &why));
+  EXPECT_EQ(p, 0.5);
+  EXPECT_TRUE(ParseProbability("1", &p, &why));
+  EXPECT_TRUE(ParseProbability(".25", &p, &why));
+  for (const char* bad : {"", "0", "0.0", "nan", "NaN", ".nan", "inf", ".inf",
+                          "-0.5", "1.5", "1e-3", "0x1p-2", "0.5.5", "."}) {
+    EXPECT_FALSE(ParseProbability(bad, &p, &why)) << bad;
+  }
+}
+
+TEST(ScenarioParserTest, ValidFaultConnectionIsAccepted) {
+  Scenario s = Parse(
+      "name: x\nconnections: 2\nworkload:\n  - write_with_imm: {}\n"
+      "faults:\n  - {name: f, on: execute, side: client, connection: 2, "
+      "action: delay}\n");
+  ASSERT_EQ(s.fault_connections.size(), 1u);
+  EXPECT_EQ(s.fault_connections[0], 2u);
+}
+
 // ---- timeline ----
 
 int CountElements(const std::string& svg, const std::string& element,

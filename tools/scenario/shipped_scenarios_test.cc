@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/scenario/scenario_budget.h"
 #include "tools/scenario/scenario_parser.h"
 #include "tools/scenario/scenario_runner.h"
 
@@ -37,6 +38,9 @@ TEST_P(ShippedScenarioTest, ExpectationsHoldAndTheTraceIsReproducible) {
   ASSERT_TRUE(
       ParseScenarioFile("tools/scenarios/" + GetParam(), &scenario, &error))
       << error;
+  // Every shipped scenario fits the default budget (what `tools/harness
+  // run` allows without --budget).
+  EXPECT_TRUE(CheckBudget(scenario, Budget(), &error)) << error;
   ScenarioResult first = RunScenario(scenario, RunOptions{});
   EXPECT_TRUE(first.failures.empty()) << Summary(first);
   EXPECT_FALSE(first.trace.empty());
