@@ -39,6 +39,15 @@ class MemoryGuardTest : public ::testing::Test {
  protected:
   void SetUp() override {
     nic_ = std::make_unique<FakeNic>();
+    // The fake turns a copy that faults into an error completion and a
+    // "harness error" instead of a SIGSEGV; here nothing is ever unmapped,
+    // so such a fault is a stray access into a guard page.
+    nic_->AddObserver([](const FakeNicEvent& e) {
+      if (e.kind == FakeNicEvent::Kind::kExecute &&
+          e.text.find("harness error") != std::string::npos) {
+        ADD_FAILURE() << "the NIC touched a guard page: " << e.text;
+      }
+    });
     fabric_ = std::make_unique<ConnectedQps>(nic_.get());
     QpPairOptions options;
     options.max_inline_data = kMaxInline;

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -287,6 +288,15 @@ void WrProgram::CheckArenas() {
 
 void WrProgram::Run() {
   nic_ = std::make_unique<FakeNic>(Config());
+  // The arenas stay mapped: a copy that faults (the fake turns it into a
+  // "harness error" completion instead of a SIGSEGV) touched memory outside
+  // every registered region.
+  nic_->AddObserver([](const FakeNicEvent& e) {
+    if (e.kind == FakeNicEvent::Kind::kExecute &&
+        e.text.find("harness error") != std::string::npos) {
+      Violation("the NIC faulted on memory it verified at registration");
+    }
+  });
   for (int side = 0; side < 2; ++side) {
     sides_[side].arena = &Arena(side);
     std::memcpy(sides_[side].arena->data(), PatternOf(side), kArena);

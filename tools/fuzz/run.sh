@@ -34,13 +34,24 @@ declare -A ENTRY=(
   [mr_descriptor]=FuzzMrDescriptor
 )
 declare -A LIBS=()
+# Memory limits per target (libFuzzer flags). The scenario parser must stay
+# bounded whatever the text: its input bound is 64 KiB (inputs up to 70 KB
+# are generated, so the bound itself is fuzzed), no single allocation may
+# reach 64 MB (an MR sized from the file would), and the whole process,
+# ASan's quarantine (16 MB here) included, stays under 512 MB.
+declare -A LIMITS=(
+  [scenario_parser]="-rss_limit_mb=512 -malloc_limit_mb=64 -max_len=70000"
+)
+declare -A TARGET_ASAN=(
+  [scenario_parser]="quarantine_size_mb=16"
+)
 declare -A SOURCES=(
   [fake_nic_wr]="tools/fuzz/fake_nic_wr_fuzz.cc tests/connected_qps.cc"
   [mr_descriptor]="tools/fuzz/mr_descriptor_fuzz.cc"
 )
 if [ -f tools/scenario/scenario_parser.cc ]; then
   ENTRY[scenario_parser]=FuzzScenarioParser
-  SOURCES[scenario_parser]="tools/fuzz/scenario_parser_fuzz.cc tools/scenario/scenario_parser.cc"
+  SOURCES[scenario_parser]="tools/fuzz/scenario_parser_fuzz.cc tools/scenario/scenario_parser.cc tools/scenario/scenario_budget.cc tools/scenario/scenario_runner.cc"
   LIBS[scenario_parser]="-lyaml-cpp"
 fi
 
@@ -101,8 +112,12 @@ run_one() {  # name seconds [libfuzzer args...]
   mkdir -p "$OUT/corpus/$name" "$OUT/crashes"
   local log="$OUT/$name.log"
   local status=0
-  ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+  local asan="${ASAN_OPTIONS:-detect_leaks=1}"
+  [ -n "${TARGET_ASAN[$name]:-}" ] && asan="$asan:${TARGET_ASAN[$name]}"
+  # shellcheck disable=SC2086
+  ASAN_OPTIONS="$asan" \
     "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    ${LIMITS[$name]:-} \
     -print_final_stats=1 -artifact_prefix="$OUT/crashes/$name-" "$@" \
     "$OUT/corpus/$name" "tools/fuzz/corpus/$name" >"$log" 2>&1 || status=$?
   local execs speed units

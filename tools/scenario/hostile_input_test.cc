@@ -142,6 +142,8 @@ struct HostileCase {
   std::string message;            // a substring of stderr, with position
 };
 
+void PrintTo(const HostileCase& c, std::ostream* os) { *os << c.name; }
+
 std::vector<HostileCase> Cases() {
   const std::string big_list = [] {
     std::string t = Minimal() + "description: [";
@@ -178,6 +180,17 @@ std::vector<HostileCase> Cases() {
       {"empty_file", "", {}, "f.yaml:1:1: the file is empty"},
       {"only_comments", "# nothing\n\n", {}, "f.yaml:1:1: the file is empty"},
       {"empty_document", "---\n", {}, "f.yaml:1:1: the document is empty"},
+      {"deep_nesting",
+       "name: x\nworkload: " + std::string(3000, '[') + std::string(3000, ']') +
+           "\n",
+       {},
+       "f.yaml:2:6011: nested more than 2000 levels deep"},
+      {"alias_repeats_an_item",
+       "name: x\nworkload:\n  - &w {write_with_imm: {size: 8}}\n  - *w\n",
+       {},
+       // yaml-cpp gives an alias the position of its anchor.
+       "f.yaml:3:5: workload[1] writes server bytes [0, 8) that workload[0] "
+       "also writes"},
       {"not_a_mapping",
        "- a\n- b\n",
        {},
@@ -442,6 +455,8 @@ struct PathCase {
   std::string path;
   std::string message;
 };
+
+void PrintTo(const PathCase& c, std::ostream* os) { *os << c.name; }
 
 class UnusableScenarioPathTest : public ::testing::TestWithParam<PathCase> {};
 

@@ -5,6 +5,7 @@
 #include <librpma.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -736,6 +737,11 @@ bool ParseScenarioText(const std::string& text, const std::string& file_name,
     ParseRoot(documents[0], &s);
   } catch (const ParseError& e) {
     *error = Position(file_name, e.mark) + ": " + e.message;
+    return false;
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's depth guard (its message is a generic "bad file").
+    *error = Position(file_name, e.mark) +
+             ": nested more than 2000 levels deep (a scenario needs 4)";
     return false;
   } catch (const YAML::Exception& e) {
     // yaml-cpp's own syntax errors carry their position.
