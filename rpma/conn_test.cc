@@ -233,7 +233,8 @@ TEST_F(ConnTest, PassiveConnectArgumentErrorRejectsAndConsumesTheRequest) {
   rpma_conn* conn = nullptr;
   EXPECT_EQ(rpma_conn_req_connect(&req, &empty, &conn), RPMA_E_INVAL);
   EXPECT_EQ(req, nullptr);
-  EXPECT_EQ(conn, nullptr);  ::testing::Mock::VerifyAndClearExpectations(&mock());
+  EXPECT_EQ(conn, nullptr);
+  ::testing::Mock::VerifyAndClearExpectations(&mock());
 }
 
 TEST_F(ConnTest, FailedEventChannelConsumesTheRequest) {
