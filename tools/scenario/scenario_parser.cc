@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -597,29 +599,35 @@ const char* WcStatusShortName(ibv_wc_status status) {
 
 namespace {
 
+// Counts documents without building them and remembers where each starts.
+// (yaml-cpp's LoadAll is not used: on some malformed text its parser
+// returns an empty document at the same place forever, so LoadAll grows
+// without bound -- found by the scenario_parser fuzzer under its RSS
+// limit, tools/fuzz/corpus/scenario_parser/crash-loadall-no-progress.)
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    starts.push_back(mark);
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 std::string Position(const std::string& file, const YAML::Mark& mark) {
   // yaml-cpp has no position for some nodes (an empty document): 1:1.
   const int line = mark.line < 0 ? 1 : mark.line + 1;
   const int column = mark.line < 0 || mark.column < 0 ? 1 : mark.column + 1;
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
-}
-
-// The line where the second document starts, for a second document that
-// yaml-cpp gives no position (an empty one): the last "---" line.
-YAML::Mark SecondDocumentMark(const std::string& text, const YAML::Node& doc) {
-  if (!doc.IsNull() && doc.Mark().line >= 0) return doc.Mark();
-  YAML::Mark mark;
-  mark.line = 0;
-  mark.column = 0;
-  int line = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    if (text.compare(pos, 3, "---") == 0) mark.line = line;
-    const size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) break;
-    pos = eol + 1;
-    ++line;
-  }
-  return mark;
 }
 
 }  // namespace
@@ -714,19 +722,32 @@ bool ParseScenarioText(const std::string& text, const std::string& file_name,
     return false;
   }
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(text);
-    if (documents.empty()) {
+    // At most two documents are looked at: the scenario and the one that
+    // must not be there.
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentStarts documents;
+    const bool has_first = parser.HandleNextDocument(documents);
+    if (!has_first) {
       *error = file_name +
                ":1:1: the file is empty (or only comments); a scenario is a "
                "mapping (name:, workload:, ...)";
       return false;
     }
-    if (documents.size() > 1) {
-      *error = Position(file_name, SecondDocumentMark(text, documents[1])) +
-               ": a second YAML document (a scenario file holds one)";
+    if (parser.HandleNextDocument(documents)) {
+      const YAML::Mark& first = documents.starts.front();
+      const YAML::Mark& second = documents.starts.back();
+      if (second.pos == first.pos) {
+        *error = Position(file_name, second) +
+                 ": not valid YAML here (the parser makes no progress)";
+      } else {
+        *error = Position(file_name, second) +
+                 ": a second YAML document (a scenario file holds one)";
+      }
       return false;
     }
-    if (documents[0].IsNull()) {
+    const YAML::Node root = YAML::Load(text);
+    if (root.IsNull()) {
       YAML::Mark start;  // the document's "---", or 1:1
       start.line = text.compare(0, 3, "---") == 0 ? 0 : -1;
       *error = Position(file_name, start) +
@@ -734,7 +755,7 @@ bool ParseScenarioText(const std::string& text, const std::string& file_name,
                "workload:, ...)";
       return false;
     }
-    ParseRoot(documents[0], &s);
+    ParseRoot(root, &s);
   } catch (const ParseError& e) {
     *error = Position(file_name, e.mark) + ": " + e.message;
     return false;
