@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <utility>
 
 namespace rpma_harness {
@@ -43,6 +44,15 @@ std::string Bytes(uint64_t n) {
 std::pair<int, int> PositionOf(const Scenario& s, const std::string& key) {
   auto it = s.positions.find(key);
   return it == s.positions.end() ? std::make_pair(1, 1) : it->second;
+}
+
+// The position of the first of `keys` the file wrote (1:1 if none).
+std::pair<int, int> FirstWritten(const Scenario& s,
+                                 std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    if (s.positions.count(key)) return PositionOf(s, key);
+  }
+  return {1, 1};
 }
 
 // The workload item with the largest `weight`.
@@ -135,19 +145,19 @@ bool CheckBudget(const Scenario& s, const Budget& budget, std::string* error) {
     return false;
   }
   if (c.memory_bytes > budget.memory_bytes) {
+    // The line of what dominates: the larger MR (or the connections that
+    // multiply it), the queues, or the records.
+    const bool client_larger = s.client.mr_size >= s.server.mr_size;
     std::pair<int, int> where;
     if (c.mr_bytes >= c.queue_bytes && c.mr_bytes >= c.record_bytes) {
-      where = PositionOf(
-          s, s.client.mr_size >= s.server.mr_size
-                 ? (s.positions.count("client.mr_size") ? "client.mr_size"
-                                                        : "server.mr_size")
-                 : "server.mr_size");
-      if (!s.positions.count("client.mr_size") &&
-          !s.positions.count("server.mr_size")) {
-        where = PositionOf(s, "connections");
-      }
+      where =
+          FirstWritten(s, {client_larger ? "client.mr_size" : "server.mr_size",
+                           client_larger ? "server.mr_size" : "client.mr_size",
+                           "connections"});
     } else if (c.queue_bytes >= c.record_bytes) {
-      where = PositionOf(s, "connections");
+      where =
+          FirstWritten(s, {"connections", "client.cq_size", "server.cq_size",
+                           "client.sq_size", "server.rq_size"});
     } else {
       where = c.writes * kEventsPerWrite >= s.max_steps
                   ? HeaviestItem(s, Writes)
