@@ -6,6 +6,9 @@
 # the host's conformance_test compares the fake with that recording, this
 # compares live rxe with it, so together they compare the fake with rxe.
 #
+# It also runs every example pair (examples/, listed in examples/pairs.bzl)
+# as a server process and client processes on rxe; each pair is one case.
+#
 # Prints "softroce vm: N passed, N failed, N skipped" and exits non-zero on
 # any failure or difference. RECORD=1 rewrites the recording instead.
 set -uo pipefail
@@ -14,7 +17,10 @@ cd "$(dirname "$0")/../.."
 targets=(//tests:conformance_test //tests:write_imm_flow_test
          //tools/softroce_vm:rxe_smoke_test)
 out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
-if ! bazel build "${targets[@]}" >"$out/build.log" 2>&1; then
+# The example pairs' programs (:*_server, :*_client) and their list.
+pair_targets=(//examples:pairs.txt
+  $(bazel query 'kind("cc_binary", //examples:all)' 2>/dev/null))
+if ! bazel build "${targets[@]}" "${pair_targets[@]}" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   echo "softroce vm: 0 passed, 1 failed, 0 skipped (build failed)"
   exit 1
@@ -26,14 +32,24 @@ for t in "${targets[@]}"; do
   binaries+=("$bin/${path/://}")
 done
 
+# pairs.txt lines are "<dir> <port> <nclients> <args>"; run.sh wants the two
+# binaries after the client count.
+: >"$out/pairs"
+while read -r dir port n rest; do
+  [ -n "$dir" ] || continue
+  t=${dir//-/_}
+  echo "$dir $port $n $bin/examples/${t}_server $bin/examples/${t}_client $rest" >>"$out/pairs"
+done <"$bin/examples/pairs.txt"
+
 status=0
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
-  "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
+  --pairs "$out/pairs" "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
 grep -E "^softroce_vm: " "$out/run.log" >&2
 
 . .ci/count_cases.sh
 xmls=()
 for b in "${binaries[@]}"; do xmls+=("$out/vm/$(basename "$b").xml"); done
+xmls+=("$out/vm/example_pairs.xml")
 read -r passed failed skipped < <(count_xml_cases "${xmls[@]}")
 [ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
 
