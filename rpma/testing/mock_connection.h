@@ -63,6 +63,8 @@ class MockConnectionTest : public ::testing::Test {
   rpma_mr_local* local() { return local_; }
   rpma_mr_remote* remote() { return remote_; }
   ibv_qp* qp() { return &qp_; }
+  ibv_pd* pd() { return &pd_; }
+  ibv_context* context() { return &context_; }
   ibv_cq* cq() { return &cq_; }
   ibv_comp_channel* comp_channel() { return &comp_channel_; }
   uint8_t* local_buffer() { return local_buffer_.data(); }
