@@ -185,6 +185,24 @@ prog_runs_on_fake() {
 }
 check DebianBuiltProgramRunsOnTheFakeNic prog_runs_on_fake
 
+prog_follows_backend_choice() {
+  # RPMA_HARNESS_BACKEND=rdma-core reaches the real backend through the
+  # drop-in too; with no RDMA device here, the first call fails as librpma's
+  # would (RPMA_E_PROVIDER).
+  if ls /sys/class/infiniband/* >/dev/null 2>&1; then
+    echo "this host has an RDMA device; not asserting rdma-core fails"
+    return 0
+  fi
+  if LD_PRELOAD=$preload LD_LIBRARY_PATH=$ours_lib RPMA_HARNESS_BACKEND=rdma-core RPMA_HARNESS_LOG=1 \
+    timeout 60 "$work/prog" 192.168.0.1 7394 >"$work/rdma-core.out" 2>&1; then
+    echo "prog succeeded on the rdma-core backend without an RDMA device"
+    return 1
+  fi
+  grep -q 'Provider error' "$work/rdma-core.out" || { cat "$work/rdma-core.out"; return 1; }
+  ! grep -q '^fake_nic: ' "$work/rdma-core.out"
+}
+check DropinOnRdmaCoreBackendFailsWithoutADevice prog_follows_backend_choice
+
 # --- pkg-config: Make and CMake projects ------------------------------------------
 
 pc_points_at_ours() {
