@@ -698,6 +698,21 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
 
 // ---- the handshake ----------------------------------------------------------
 
+namespace {
+
+// The device's limit on outstanding RDMA READs / atomics per QP, in both
+// directions (QueryDevice max_qp_rd_atom / max_qp_init_rd_atom).
+constexpr uint8_t kMaxRdAtomic = 16;
+
+// rdma_connect(3) / rdma_accept(3): RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH
+// (0xFF) ask for the device's maximum; any value is clamped to it (librdmacm
+// cma.c ucma_valid_param / rdma_accept).
+uint8_t ClampDepth(uint8_t requested) {
+  return requested > kMaxRdAtomic ? kMaxRdAtomic : requested;
+}
+
+}  // namespace
+
 // rdma_connect(3): sends a REQ. A synchronous id would block here in
 // librdmacm; VerbsBackend users migrate ids to a channel first (as librpma
 // does), so the fake requires a channel.
@@ -716,6 +731,11 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   // (librdmacm/cma.c ucma_copy_conn_param_to_kern); both are 3-bit fields.
   c->req_retry_count = param ? (param->retry_count & 7) : 7;
   c->req_rnr_retry_count = param ? (param->rnr_retry_count & 7) : 7;
+  // Without a conn_param librdmacm asks for the device's maximum.
+  c->req_initiator_depth =
+      param ? ClampDepth(param->initiator_depth) : kMaxRdAtomic;
+  c->req_responder_resources =
+      param ? ClampDepth(param->responder_resources) : kMaxRdAtomic;
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -782,6 +802,8 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     child->listener_handle = listener->handle;
     child->req_retry_count = active->req_retry_count;
     child->req_rnr_retry_count = active->req_rnr_retry_count;
+    child->req_initiator_depth = active->req_initiator_depth;
+    child->req_responder_resources = active->req_responder_resources;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
     ids_by_handle_[child_handle] = child.get();
@@ -811,6 +833,14 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     return CmFail(EINVAL);
   }
   const uint8_t rep_rnr_retry = param ? (param->rnr_retry_count & 7) : 7;
+  // The IB CM pairs each side's initiator depth with the other's responder
+  // resources (drivers/infiniband/core/cm.c cm_rep_handler /
+  // ib_cm_init_qp_attr: RTR sets max_dest_rd_atomic, RTS max_rd_atomic):
+  // a QP never issues more READs than its peer accepts.
+  const uint8_t rep_initiator_depth =
+      param ? ClampDepth(param->initiator_depth) : kMaxRdAtomic;
+  const uint8_t rep_responder_resources =
+      param ? ClampDepth(param->responder_resources) : kMaxRdAtomic;
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -819,6 +849,9 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   Qp* qp = c->qp;
   qp->retry_cnt = c->req_retry_count;
   qp->rnr_retry = c->req_rnr_retry_count;
+  qp->max_rd_atomic = std::min(rep_initiator_depth, c->req_responder_resources);
+  qp->max_dest_rd_atomic =
+      std::min(rep_responder_resources, c->req_initiator_depth);
   auto active_it = ids_by_handle_.find(c->peer_handle);
   if (active_it != ids_by_handle_.end() && active_it->second->qp != nullptr) {
     Qp* active_qp = active_it->second->qp;
@@ -832,6 +865,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   const uint64_t passive_handle = c->handle;
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REP", [this, passive_handle, active_handle, rep_rnr_retry,
+                      rep_initiator_depth, rep_responder_resources,
                       private_data] {
     auto a = ids_by_handle_.find(active_handle);
     auto p = ids_by_handle_.find(passive_handle);
@@ -852,7 +886,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     // and RTS and the RTU go out, so the passive side's ESTABLISHED waits
     // for the active side to read its own (seen on rxe, see
     // tools/softroce_vm/README.md).
-    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry] {
+    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry,
+                           rep_initiator_depth, rep_responder_resources] {
       auto a = ids_by_handle_.find(active_handle);
       if (a == ids_by_handle_.end() ||
           a->second->state != CmState::kConnecting) {
@@ -866,6 +901,10 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
         Qp* qp = active->qp;
         qp->retry_cnt = active->req_retry_count;
         qp->rnr_retry = rep_rnr_retry;
+        qp->max_rd_atomic =
+            std::min(active->req_initiator_depth, rep_responder_resources);
+        qp->max_dest_rd_atomic =
+            std::min(active->req_responder_resources, rep_initiator_depth);
         if (passive != nullptr && passive->qp != nullptr) {
           qp->dest_qp_num = passive->qp->base.qp_num;
           qp->peer = passive->qp;

@@ -377,8 +377,8 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
   attr->cap = q->cap;
   attr->dest_qp_num = q->dest_qp_num;
   attr->sq_draining = 0;
-  attr->max_rd_atomic = 16;
-  attr->max_dest_rd_atomic = 16;
+  attr->max_rd_atomic = q->max_rd_atomic;
+  attr->max_dest_rd_atomic = q->max_dest_rd_atomic;
   attr->min_rnr_timer = q->min_rnr_timer;
   attr->port_num = 1;
   attr->retry_cnt = q->retry_cnt;

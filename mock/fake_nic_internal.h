@@ -225,6 +225,10 @@ struct Qp {
   uint8_t retry_cnt = 7;
   uint8_t min_rnr_timer = 0;
   uint32_t dest_qp_num = 0;
+  // RDMA READ / atomic depths negotiated by the CM (ibv_query_qp(3)
+  // max_rd_atomic: as initiator; max_dest_rd_atomic: as responder).
+  uint8_t max_rd_atomic = 0;
+  uint8_t max_dest_rd_atomic = 0;
   // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
   Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }
 };
@@ -268,6 +272,10 @@ struct CmId {
   // cm_req_handler / cm_rep_handler).
   uint8_t req_retry_count = 7;
   uint8_t req_rnr_retry_count = 7;
+  // The REQ's read depths (active side's rdma_conn_param, clamped to the
+  // device): what the passive side may use at most.
+  uint8_t req_initiator_depth = 0;
+  uint8_t req_responder_resources = 0;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
   int unacked_events = 0;
 };

@@ -185,8 +185,8 @@ void ConformanceTest::Connect(const QpOptions& options,
   client_.channel = nic().CreateEventChannel();
   ASSERT_EQ(nic().MigrateId(client_.id, client_.channel), 0);
   rdma_conn_param param{};
-  param.responder_resources = 1;
-  param.initiator_depth = 1;
+  param.responder_resources = options.client_responder_resources;
+  param.initiator_depth = options.client_initiator_depth;
   param.retry_count = options.retry_count;
   param.rnr_retry_count = options.rnr_retry_count;
   ASSERT_EQ(nic().Connect(client_.id, &param), 0);
@@ -200,7 +200,9 @@ void ConformanceTest::Connect(const QpOptions& options,
   server_.channel = nic().CreateEventChannel();
   ASSERT_EQ(nic().MigrateId(server_.id, server_.channel), 0);
   if (before_accept) before_accept();
-  ASSERT_EQ(nic().Accept(server_.id, &param), 0);
+  param.responder_resources = options.server_responder_resources;
+  param.initiator_depth = options.server_initiator_depth;
+  ASSERT_EQ(nic().Accept(server_.id, &param), 0) << std::strerror(errno);
   ASSERT_EQ(NextCmEvent(client_.channel), RDMA_CM_EVENT_ESTABLISHED);
   ASSERT_EQ(NextCmEvent(server_.channel), RDMA_CM_EVENT_ESTABLISHED);
 }

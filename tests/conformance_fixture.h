@@ -57,6 +57,12 @@ struct QpOptions {
   int sq_sig_all = 0;
   uint8_t rnr_retry_count = 7;
   uint8_t retry_count = 7;
+  // rdma_conn_param's RDMA READ depths of rdma_connect (client) and
+  // rdma_accept (server).
+  uint8_t client_initiator_depth = 1;
+  uint8_t client_responder_resources = 1;
+  uint8_t server_initiator_depth = 1;
+  uint8_t server_responder_resources = 1;
   // The server's QP takes its receives from an SRQ of this depth (0: its
   // own receive queue), as librpma's rpma_srq_new / rpma_conn_cfg_set_srq
   // set it up (one SGE per receive).

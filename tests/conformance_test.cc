@@ -590,6 +590,50 @@ TEST_P(Librpma13Conformance, SharedChannelEventNamesTheCqThatCompleted) {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 }
 
+// Responder resources (ibv_query_qp(3) max_rd_atomic / max_dest_rd_atomic,
+// set by the CM from rdma_conn_param): each side's outstanding-READ depth
+// as initiator is bounded by what the other side accepts as responder.
+TEST_P(Librpma13Conformance, ReadDepthsPairEachInitiatorWithThePeersResponder) {
+  QpOptions options;
+  options.client_initiator_depth = 4;
+  options.client_responder_resources = 2;
+  options.server_initiator_depth = 2;
+  options.server_responder_resources = 4;
+  Connect(options);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(
+      nic().QueryQp(client().qp, &attr,
+                    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
+      0);
+  EXPECT_EQ(attr.max_rd_atomic, 4);
+  EXPECT_EQ(attr.max_dest_rd_atomic, 2);
+  ASSERT_EQ(
+      nic().QueryQp(server().qp, &attr,
+                    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
+      0);
+  EXPECT_EQ(attr.max_rd_atomic, 2);
+  EXPECT_EQ(attr.max_dest_rd_atomic, 4);
+  // Four READs in flight at once are within the client's depth.
+  Fill(server(), 0, 256, 1);
+  ibv_sge sges[4];
+  ibv_send_wr wrs[4];
+  for (int i = 0; i < 4; ++i) {
+    wrs[i] = ReadWr(130 + i, 64 * i, 64 * i, 64, true, &sges[i]);
+    wrs[i].next = i < 3 ? &wrs[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wrs[0], &bad), 0);
+  for (int i = 0; i < 4; ++i) {
+    ibv_wc wc{};
+    ASSERT_TRUE(WaitCompletion(client(), &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, 130u + i);
+  }
+  EXPECT_EQ(std::memcmp(client().buffer.data(), server().buffer.data(), 256),
+            0);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Backends, Librpma13Conformance, ::testing::ValuesIn(BackendsUnderTest()),
     [](const ::testing::TestParamInfo<BackendUnderTest>& info) {
