@@ -38,6 +38,13 @@
 //   - Without background progress a blocking GetCqEvent / GetCmEvent runs
 //     the NIC itself and fails with ETIMEDOUT (and says why on stderr) if
 //     the NIC goes idle with no event for it.
+//   - SRQs: a QP created with init_attr->srq takes its receives from the
+//     SRQ (PostRecv on it is EINVAL); they complete on that QP's recv_cq;
+//     a QP in ERR flushes none of the SRQ's receives; DestroySrq while a QP
+//     uses it is EBUSY. No ODP (QueryDeviceEx), AdviseMr is EOPNOTSUPP.
+//   - A QP's WRs run one at a time, a READ completing before the next WR
+//     starts, so IBV_SEND_FENCE always holds. max_rd_atomic /
+//     max_dest_rd_atomic come from rdma_conn_param as the IB CM pairs them.
 //   - CM: Connect with no listener -> REJECTED, status 8; Reject -> REJECTED,
 //     status 28; a device that is down -> UNREACHABLE, status -ETIMEDOUT;
 //     resolving an address nobody owns -> EHOSTUNREACH (sync) or
