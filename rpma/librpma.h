@@ -183,8 +183,8 @@ int rpma_conn_cfg_get_rq_size(const struct rpma_conn_cfg *cfg,
                               uint32_t *rq_size);
 /* Whether the connection's CQ and receive CQ share one completion channel
  * (default: false). Shared, the connection is waited on with
- * rpma_conn_wait() / rpma_conn_get_compl_fd() and rpma_cq_wait() /
- * rpma_cq_get_fd() fail with RPMA_E_SHARED_CHANNEL. */
+ * rpma_conn_wait() / rpma_conn_get_compl_fd(); rpma_cq_wait() on either CQ
+ * fails with RPMA_E_SHARED_CHANNEL (rpma_cq_get_fd() gives the shared fd). */
 int rpma_conn_cfg_set_compl_channel(struct rpma_conn_cfg *cfg, bool shared);
 int rpma_conn_cfg_get_compl_channel(const struct rpma_conn_cfg *cfg,
                                     bool *shared);
@@ -245,7 +245,7 @@ int rpma_conn_get_rcq(const struct rpma_conn *conn, struct rpma_cq **rcq_ptr);
 int rpma_conn_get_compl_fd(const struct rpma_conn *conn, int *fd);
 /* Waits on the shared completion channel, acknowledges the event, re-arms
  * the CQ that fired and returns it in *cq (*is_rcq tells whether it is the
- * receive CQ; is_rcq may be NULL). flags must be 0.
+ * receive CQ; is_rcq may be NULL). flags is reserved and ignored.
  * RPMA_E_NOT_SHARED_CHNL: the connection has no shared channel.
  * RPMA_E_NO_COMPLETION: the fd is non-blocking and no event is pending.
  * RPMA_E_UNKNOWN: the event names neither of the connection's CQs. */
@@ -391,7 +391,9 @@ int rpma_recv(struct rpma_conn *conn, struct rpma_mr_local *dst, size_t offset,
 
 int rpma_cq_get_fd(const struct rpma_cq *cq, int *fd);
 /* Waits for the next completion event of the CQ and re-arms it.
- * RPMA_E_NO_COMPLETION when the fd is non-blocking and nothing is pending. */
+ * RPMA_E_NO_COMPLETION when the fd is non-blocking and nothing is pending;
+ * RPMA_E_SHARED_CHANNEL when the CQ's channel is the connection's shared one
+ * (use rpma_conn_wait()). */
 int rpma_cq_wait(struct rpma_cq *cq);
 /* Polls up to num_entries completions; each ibv_wc is the provider's, as is.
  * RPMA_E_NO_COMPLETION when there is none; num_entries_got may be NULL only
