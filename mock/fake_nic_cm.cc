@@ -23,6 +23,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -574,18 +575,27 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   Cq* recv_cq = FindCq(init_attr->recv_cq);
   const FakeDeviceCaps& caps = config_.caps;
   const ibv_qp_cap& want = init_attr->cap;
-  // Only RC without an SRQ is modelled; librdmacm would create missing CQs,
-  // we require them.
-  if (init_attr->qp_type != IBV_QPT_RC || init_attr->srq != nullptr ||
-      send_cq == nullptr || recv_cq == nullptr ||
-      send_cq->device != c->device || recv_cq->device != c->device) {
+  // Only RC is modelled; librdmacm would create missing CQs, we require
+  // them. An SRQ must be this NIC's, on the same device.
+  Srq* srq = nullptr;
+  if (init_attr->srq != nullptr) {
+    srq = FindSrq(init_attr->srq);
+    if (srq == nullptr || srq->device != c->device) return CmFail(EINVAL);
+  }
+  if (init_attr->qp_type != IBV_QPT_RC || send_cq == nullptr ||
+      recv_cq == nullptr || send_cq->device != c->device ||
+      recv_cq->device != c->device) {
     return CmFail(EINVAL);
   }
-  // ibv_create_qp(3): EINVAL when a cap exceeds the device's limits.
+  // ibv_create_qp(3): EINVAL when a cap exceeds the device's limits. With an
+  // SRQ the receive caps are not used (rxe_qp.c rxe_qp_chk_cap checks them
+  // only without one).
   if (want.max_send_wr > static_cast<uint32_t>(caps.max_qp_wr) ||
-      want.max_recv_wr > static_cast<uint32_t>(caps.max_qp_wr) ||
+      (srq == nullptr &&
+       want.max_recv_wr > static_cast<uint32_t>(caps.max_qp_wr)) ||
       want.max_send_sge > static_cast<uint32_t>(caps.max_sge) ||
-      want.max_recv_sge > static_cast<uint32_t>(caps.max_sge) ||
+      (srq == nullptr &&
+       want.max_recv_sge > static_cast<uint32_t>(caps.max_sge)) ||
       want.max_inline_data > caps.max_inline_data) {
     return CmFail(EINVAL);
   }
@@ -600,6 +610,14 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->cap = want;
   qp->cap.max_send_wr = RealDepth(static_cast<int>(want.max_send_wr));
   qp->cap.max_recv_wr = RealDepth(static_cast<int>(want.max_recv_wr));
+  if (srq != nullptr) {
+    // No receive queue of its own (rxe_qp.c: no rq with an SRQ; the caps
+    // written back say 0).
+    qp->srq = srq;
+    qp->cap.max_recv_wr = 0;
+    qp->cap.max_recv_sge = 0;
+    srq->qps.push_back(qp.get());
+  }
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
   qp->id = c;
@@ -612,6 +630,7 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->base.qp_num = NewQpNum();
   qp->base.state = IBV_QPS_RESET;
   qp->base.qp_type = IBV_QPT_RC;
+  qp->base.srq = init_attr->srq;
   Qp* raw = qp.get();
   qps_by_num_[raw->base.qp_num] = raw;
   qp_order_.push_back(raw);
@@ -663,6 +682,10 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   UnmarkReady(qp->slot);
   qp_slots_[qp->slot] = nullptr;
   qp_cache_.Clear();
+  if (qp->srq != nullptr) {
+    auto& attached = qp->srq->qps;
+    attached.erase(std::find(attached.begin(), attached.end(), qp));
+  }
   qp->pd->num_users--;
   qp->send_cq->num_qps--;
   qp->recv_cq->num_qps--;
@@ -674,6 +697,21 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
 }
 
 // ---- the handshake ----------------------------------------------------------
+
+namespace {
+
+// The device's limit on outstanding RDMA READs / atomics per QP, in both
+// directions (QueryDevice max_qp_rd_atom / max_qp_init_rd_atom).
+constexpr uint8_t kMaxRdAtomic = 16;
+
+// rdma_connect(3) / rdma_accept(3): RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH
+// (0xFF) ask for the device's maximum; any value is clamped to it (librdmacm
+// cma.c ucma_valid_param / rdma_accept).
+uint8_t ClampDepth(uint8_t requested) {
+  return requested > kMaxRdAtomic ? kMaxRdAtomic : requested;
+}
+
+}  // namespace
 
 // rdma_connect(3): sends a REQ. A synchronous id would block here in
 // librdmacm; VerbsBackend users migrate ids to a channel first (as librpma
@@ -693,6 +731,11 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   // (librdmacm/cma.c ucma_copy_conn_param_to_kern); both are 3-bit fields.
   c->req_retry_count = param ? (param->retry_count & 7) : 7;
   c->req_rnr_retry_count = param ? (param->rnr_retry_count & 7) : 7;
+  // Without a conn_param librdmacm asks for the device's maximum.
+  c->req_initiator_depth =
+      param ? ClampDepth(param->initiator_depth) : kMaxRdAtomic;
+  c->req_responder_resources =
+      param ? ClampDepth(param->responder_resources) : kMaxRdAtomic;
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -759,6 +802,8 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     child->listener_handle = listener->handle;
     child->req_retry_count = active->req_retry_count;
     child->req_rnr_retry_count = active->req_rnr_retry_count;
+    child->req_initiator_depth = active->req_initiator_depth;
+    child->req_responder_resources = active->req_responder_resources;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
     ids_by_handle_[child_handle] = child.get();
@@ -788,6 +833,14 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     return CmFail(EINVAL);
   }
   const uint8_t rep_rnr_retry = param ? (param->rnr_retry_count & 7) : 7;
+  // The IB CM pairs each side's initiator depth with the other's responder
+  // resources (drivers/infiniband/core/cm.c cm_rep_handler /
+  // ib_cm_init_qp_attr: RTR sets max_dest_rd_atomic, RTS max_rd_atomic):
+  // a QP never issues more READs than its peer accepts.
+  const uint8_t rep_initiator_depth =
+      param ? ClampDepth(param->initiator_depth) : kMaxRdAtomic;
+  const uint8_t rep_responder_resources =
+      param ? ClampDepth(param->responder_resources) : kMaxRdAtomic;
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -796,6 +849,9 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   Qp* qp = c->qp;
   qp->retry_cnt = c->req_retry_count;
   qp->rnr_retry = c->req_rnr_retry_count;
+  qp->max_rd_atomic = std::min(rep_initiator_depth, c->req_responder_resources);
+  qp->max_dest_rd_atomic =
+      std::min(rep_responder_resources, c->req_initiator_depth);
   auto active_it = ids_by_handle_.find(c->peer_handle);
   if (active_it != ids_by_handle_.end() && active_it->second->qp != nullptr) {
     Qp* active_qp = active_it->second->qp;
@@ -809,6 +865,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   const uint64_t passive_handle = c->handle;
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REP", [this, passive_handle, active_handle, rep_rnr_retry,
+                      rep_initiator_depth, rep_responder_resources,
                       private_data] {
     auto a = ids_by_handle_.find(active_handle);
     auto p = ids_by_handle_.find(passive_handle);
@@ -829,7 +886,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     // and RTS and the RTU go out, so the passive side's ESTABLISHED waits
     // for the active side to read its own (seen on rxe, see
     // tools/softroce_vm/README.md).
-    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry] {
+    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry,
+                           rep_initiator_depth, rep_responder_resources] {
       auto a = ids_by_handle_.find(active_handle);
       if (a == ids_by_handle_.end() ||
           a->second->state != CmState::kConnecting) {
@@ -843,6 +901,10 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
         Qp* qp = active->qp;
         qp->retry_cnt = active->req_retry_count;
         qp->rnr_retry = rep_rnr_retry;
+        qp->max_rd_atomic =
+            std::min(active->req_initiator_depth, rep_responder_resources);
+        qp->max_dest_rd_atomic =
+            std::min(active->req_responder_resources, rep_initiator_depth);
         if (passive != nullptr && passive->qp != nullptr) {
           qp->dest_qp_num = passive->qp->base.qp_num;
           qp->peer = passive->qp;

@@ -55,6 +55,13 @@ int ProviderPostRecv(ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return provider->post_return;
 }
 
+int ProviderPostSrqRecv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  provider->recvs.push_back(*wr);
+  provider->recv_sges.emplace_back(wr->sg_list, wr->sg_list + wr->num_sge);
+  if (provider->post_return != 0) *bad_wr = wr;
+  return provider->post_return;
+}
+
 int ProviderPollCq(ibv_cq*, int num_entries, ibv_wc* wc) {
   if (provider->poll_return_override != 0)
     return provider->poll_return_override;
@@ -78,6 +85,7 @@ class RdmaCoreDataPathTest : public MockConnectionTest {
     context->ops.post_send = ProviderPostSend;
     context->ops.post_recv = ProviderPostRecv;
     context->ops.poll_cq = ProviderPollCq;
+    context->ops.post_srq_recv = ProviderPostSrqRecv;
     ON_CALL(mock(), PostSend(_, _, _))
         .WillByDefault(Invoke(&real_, &RdmaCoreBackend::PostSend));
     ON_CALL(mock(), PostRecv(_, _, _))
@@ -219,6 +227,68 @@ TEST_F(RdmaCoreDataPathTest, ProviderCompletionsPassThroughUnmodified) {
   EXPECT_EQ(rpma_cq_get_wc(cq, 1, &got, nullptr), RPMA_E_NO_COMPLETION);
   provider_.poll_return_override = -1;
   EXPECT_EQ(rpma_cq_get_wc(cq, 1, &got, nullptr), RPMA_E_PROVIDER);
+}
+
+// ---- librpma 1.3's other operations through the real backend ----
+
+TEST_F(RdmaCoreDataPathTest, ReadAndAtomicWriteReachTheProviderExactly) {
+  ASSERT_EQ(rpma_read(conn(), local(), 8, remote(), 0x40, 64,
+                      RPMA_F_COMPLETION_ALWAYS, kContext),
+            0);
+  const char value[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_EQ(rpma_atomic_write(conn(), remote(), 0x80, value,
+                              RPMA_F_COMPLETION_ON_ERROR, kContext),
+            0);
+  ASSERT_EQ(provider_.sends.size(), 2u);
+  const ibv_send_wr& read = provider_.sends[0];
+  EXPECT_EQ(read.opcode, IBV_WR_RDMA_READ);
+  EXPECT_EQ(read.send_flags, static_cast<unsigned>(IBV_SEND_SIGNALED));
+  EXPECT_EQ(read.wr.rdma.remote_addr, kRemoteAddr + 0x40);
+  EXPECT_EQ(provider_.send_sges[0][0].addr,
+            reinterpret_cast<uint64_t>(local_buffer()) + 8);
+  const ibv_send_wr& atomic = provider_.sends[1];
+  EXPECT_EQ(atomic.opcode, IBV_WR_RDMA_WRITE);
+  EXPECT_EQ(atomic.send_flags,
+            static_cast<unsigned>(IBV_SEND_INLINE | IBV_SEND_FENCE));
+  EXPECT_EQ(atomic.wr.rdma.remote_addr, kRemoteAddr + 0x80);
+  EXPECT_EQ(provider_.send_sges[1][0].addr, reinterpret_cast<uint64_t>(value));
+  EXPECT_EQ(provider_.send_sges[1][0].length, 8u);
+}
+
+// ibv_post_srq_recv is inline in verbs.h too (srq->context->ops).
+TEST_F(RdmaCoreDataPathTest, SrqReceivesReachTheProviderExactly) {
+  ibv_srq srq{};
+  srq.context = qp()->context;
+  ON_CALL(mock(), CreateSrq(_, _)).WillByDefault(::testing::Return(&srq));
+  ON_CALL(mock(), DestroySrq(&srq)).WillByDefault(::testing::Return(0));
+  ON_CALL(mock(), PostSrqRecv(_, _, _))
+      .WillByDefault(Invoke(&real_, &RdmaCoreBackend::PostSrqRecv));
+  rpma_srq_cfg* cfg = nullptr;
+  ASSERT_EQ(rpma_srq_cfg_new(&cfg), 0);
+  ASSERT_EQ(rpma_srq_cfg_set_rcq_size(cfg, 0), 0);
+  rpma_srq* rsrq = nullptr;
+  ASSERT_EQ(rpma_srq_new(peer(), cfg, &rsrq), 0);
+  ASSERT_EQ(rpma_srq_recv(rsrq, local(), 32, 16, kContext), 0);
+  ASSERT_EQ(provider_.recvs.size(), 1u);
+  EXPECT_EQ(provider_.recvs[0].wr_id, reinterpret_cast<uint64_t>(kContext));
+  EXPECT_EQ(provider_.recv_sges[0][0].addr,
+            reinterpret_cast<uint64_t>(local_buffer()) + 32);
+  EXPECT_EQ(provider_.recv_sges[0][0].length, 16u);
+  provider_.post_return = ENOMEM;
+  EXPECT_EQ(rpma_srq_recv(rsrq, local(), 0, 8, kContext), RPMA_E_PROVIDER);
+  EXPECT_EQ(rpma_srq_delete(&rsrq), 0);
+  rpma_srq_cfg_delete(&cfg);
+}
+
+// A provider without advise_mr (a context without the extended ops, as
+// rxe's advise_mr slot is empty): rdma-core's ibv_advise_mr answers
+// EOPNOTSUPP, which rpma_mr_advise(3) reports as RPMA_E_NOSUPP.
+TEST_F(RdmaCoreDataPathTest, AdviseOnAProviderWithoutAdviseMrIsNosupp) {
+  ON_CALL(mock(), AdviseMr(_, _, _, _, _))
+      .WillByDefault(Invoke(&real_, &RdmaCoreBackend::AdviseMr));
+  EXPECT_EQ(rpma_mr_advise(local(), 0, 64, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+                           IBV_ADVISE_MR_FLAG_FLUSH),
+            RPMA_E_NOSUPP);
 }
 
 }  // namespace
