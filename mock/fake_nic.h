@@ -126,6 +126,22 @@ struct Personality {
   // siw's push_recv_wqe refuses a receive with no SGE (EINVAL); the spec and
   // rxe accept one (useful for RDMA_WRITE_WITH_IMM, which writes no SGE).
   bool refuses_receive_without_sge = false;
+  // rxe_mr.c rxe_mr_init: rkey = lkey when the MR grants any remote access
+  // (IB_ACCESS_REMOTE), 0 otherwise. The spec leaves the rkey of an MR
+  // without remote access unspecified; Spec hands out a distinct random key.
+  bool rkey_zero_without_remote_access = false;
+  bool rkey_equals_lkey = false;
+  // Error completions (flushes included) carry opcode 0 (IBV_WC_SEND),
+  // byte_len 0 and wc_flags 0 on rxe: rxe_comp.c make_send_cqe and
+  // rxe_resp.c do_complete / flush_recv_wqe fill opcode only on success.
+  // ibv_poll_cq(3) leaves opcode undefined on error; Spec reports the WR's
+  // own opcode so traces stay readable.
+  bool error_cqe_opcode_zero = false;
+  // rxe_qp.c rxe_qp_init_req: the send WQE is sized
+  // max(max_send_sge * 16, max_inline_data) bytes, and both caps granted are
+  // derived from it: max_inline_data = that size, max_send_sge = size / 16.
+  // (Asking for 1 SGE and no inline gets 16 bytes of inline.)
+  bool send_caps_from_wqe_size = false;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).
@@ -145,6 +161,15 @@ struct FakeDeviceCaps {
   int max_pd = 256;
   int max_cq = 256;
   int max_cqe = 65536;
+  // ibv_query_device(3) max_qp_rd_atom / max_qp_init_rd_atom: the bound of
+  // a QP's max_dest_rd_atomic / max_rd_atomic (ibv_modify_qp(3)).
+  int max_qp_rd_atom = 16;
+  // ibv_query_port(3) active_mtu; rdma_cm uses it as the path MTU, and the
+  // data path cuts messages into packets of the QP's path MTU. rxe over a
+  // 1500-byte netdev: IBV_MTU_1024 (rxe_net.c / rxe.c rxe_set_mtu).
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  // The local ACK timeout rdma_cm gives a QP at RTS (ibv_query_qp timeout).
+  uint8_t cm_qp_timeout = 14;
 };
 
 // One RDMA device on the in-process fabric. Every device routes to every
@@ -321,6 +346,7 @@ class FakeNic final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
   // ---- progress -------------------------------------------------------------
 
@@ -492,6 +518,23 @@ class FakeNic final : public VerbsBackend {
                   int needed_access);
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
   void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
+  // ibv_modify_qp(3) for the user and for rdma_cm (fake_nic_qp_state.cc).
+  int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
+                     const char* why);
+  void ResetQpQueues(Qp* qp);
+  struct CmQpParams {
+    uint32_t dest_qp_num = 0;
+    uint8_t retry_cnt = 7;
+    uint8_t rnr_retry = 7;
+    uint8_t initiator_depth = 0;       // ours: max_rd_atomic
+    uint8_t responder_resources = 0;   // ours: max_dest_rd_atomic
+    uint8_t peer_initiator_depth = 0;  // decides REMOTE_READ / ATOMIC
+  };
+  int CmModifyQpToInit(Qp* qp, int access_flags, const char* why);
+  // librdmacm's RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES (0xff) mean the
+  // device's limit; larger requests are clamped to it.
+  uint8_t RdDepth(int requested) const;
+  int CmModifyQpToRts(Qp* qp, const CmQpParams& params, const char* why);
   void WakeWaiters();
   std::string DebugStringLocked();
   std::cv_status WaitForEventUntil(

@@ -23,6 +23,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -600,6 +601,14 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->cap = want;
   qp->cap.max_send_wr = RealDepth(static_cast<int>(want.max_send_wr));
   qp->cap.max_recv_wr = RealDepth(static_cast<int>(want.max_recv_wr));
+  if (config_.personality.send_caps_from_wqe_size) {
+    // Personality::send_caps_from_wqe_size (rxe_qp.c rxe_qp_init_req).
+    const uint32_t wqe_size = std::max<uint32_t>(
+        want.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)),
+        want.max_inline_data);
+    qp->cap.max_send_sge = wqe_size / static_cast<uint32_t>(sizeof(ibv_sge));
+    qp->cap.max_inline_data = wqe_size;
+  }
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
   qp->id = c;
@@ -631,7 +640,16 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   c->base.recv_cq = init_attr->recv_cq;
   c->base.send_cq_channel = init_attr->send_cq->channel;
   c->base.recv_cq_channel = init_attr->recv_cq->channel;
-  SetQpState(raw, IBV_QPS_INIT, "rdma_create_qp");
+  // cma.c ucma_init_conn_qp: INIT at once; a passive id's access flags
+  // already come from the REQ (see CmModifyQpToRts).
+  const int access =
+      c->state == CmState::kRequestReceived
+          ? IBV_ACCESS_REMOTE_WRITE |
+                (c->peer_initiator_depth > 0
+                     ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                     : 0)
+          : 0;
+  CmModifyQpToInit(raw, access, "rdma_create_qp");
   return 0;
 }
 
@@ -693,6 +711,8 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   // (librdmacm/cma.c ucma_copy_conn_param_to_kern); both are 3-bit fields.
   c->req_retry_count = param ? (param->retry_count & 7) : 7;
   c->req_rnr_retry_count = param ? (param->rnr_retry_count & 7) : 7;
+  c->initiator_depth = RdDepth(param ? param->initiator_depth : 0xff);
+  c->responder_resources = RdDepth(param ? param->responder_resources : 0xff);
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -759,6 +779,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     child->listener_handle = listener->handle;
     child->req_retry_count = active->req_retry_count;
     child->req_rnr_retry_count = active->req_rnr_retry_count;
+    child->peer_initiator_depth = active->initiator_depth;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
     ids_by_handle_[child_handle] = child.get();
@@ -794,21 +815,29 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     private_data.assign(p, p + param->private_data_len);
   }
   Qp* qp = c->qp;
-  qp->retry_cnt = c->req_retry_count;
-  qp->rnr_retry = c->req_rnr_retry_count;
+  c->initiator_depth = RdDepth(param ? param->initiator_depth : 0xff);
+  c->responder_resources = RdDepth(param ? param->responder_resources : 0xff);
+  CmQpParams qp_params;
+  qp_params.retry_cnt = c->req_retry_count;
+  qp_params.rnr_retry = c->req_rnr_retry_count;
+  qp_params.initiator_depth = c->initiator_depth;
+  qp_params.responder_resources = c->responder_resources;
+  qp_params.peer_initiator_depth = c->peer_initiator_depth;
   auto active_it = ids_by_handle_.find(c->peer_handle);
   if (active_it != ids_by_handle_.end() && active_it->second->qp != nullptr) {
     Qp* active_qp = active_it->second->qp;
     qp->peer = active_qp;
     active_qp->peer = qp;
-    qp->dest_qp_num = active_qp->base.qp_num;
+    qp_params.dest_qp_num = active_qp->base.qp_num;
   }
-  SetQpState(qp, IBV_QPS_RTR, "rdma_accept");
-  SetQpState(qp, IBV_QPS_RTS, "rdma_accept");
+  CmModifyQpToRts(qp, qp_params, "rdma_accept");
+  const uint8_t rep_initiator_depth = c->initiator_depth;
+  const uint8_t rep_responder_resources = c->responder_resources;
   c->state = CmState::kAccepted;
   const uint64_t passive_handle = c->handle;
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REP", [this, passive_handle, active_handle, rep_rnr_retry,
+                      rep_initiator_depth, rep_responder_resources,
                       private_data] {
     auto a = ids_by_handle_.find(active_handle);
     auto p = ids_by_handle_.find(passive_handle);
@@ -829,7 +858,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     // and RTS and the RTU go out, so the passive side's ESTABLISHED waits
     // for the active side to read its own (seen on rxe, see
     // tools/softroce_vm/README.md).
-    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry] {
+    established->on_get = [this, active_handle, passive_handle, rep_rnr_retry,
+                           rep_initiator_depth, rep_responder_resources] {
       auto a = ids_by_handle_.find(active_handle);
       if (a == ids_by_handle_.end() ||
           a->second->state != CmState::kConnecting) {
@@ -841,15 +871,21 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
       active->state = CmState::kConnected;
       if (active->qp != nullptr) {
         Qp* qp = active->qp;
-        qp->retry_cnt = active->req_retry_count;
-        qp->rnr_retry = rep_rnr_retry;
+        // cm.c cm_rep_handler: the REP's responder resources bound our
+        // reads, its initiator depth our responder side.
+        CmQpParams qp_params;
+        qp_params.retry_cnt = active->req_retry_count;
+        qp_params.rnr_retry = rep_rnr_retry;
+        qp_params.initiator_depth =
+            std::min(active->initiator_depth, rep_responder_resources);
+        qp_params.responder_resources = rep_initiator_depth;
+        qp_params.peer_initiator_depth = rep_initiator_depth;
         if (passive != nullptr && passive->qp != nullptr) {
-          qp->dest_qp_num = passive->qp->base.qp_num;
+          qp_params.dest_qp_num = passive->qp->base.qp_num;
           qp->peer = passive->qp;
           passive->qp->peer = qp;
         }
-        SetQpState(qp, IBV_QPS_RTR, "REP processed");
-        SetQpState(qp, IBV_QPS_RTS, "REP processed");
+        CmModifyQpToRts(qp, qp_params, "REP processed");
       }
       const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num : 0;
       QueueCmWork("RTU", [this, passive_handle, active_qp_num] {

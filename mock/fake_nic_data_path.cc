@@ -158,8 +158,10 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
   // sends with EINVAL. A QP in ERR accepts them and completes them with
   // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
-  // QP in Error state" fix; rxe only refuses state < RTS).
-  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR) {
+  // QP in Error state" fix; rxe only refuses state < RTS). SQD accepts them
+  // too (rxe: req.state DRAIN >= READY) and starts them once back in RTS.
+  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR &&
+      q->base.state != IBV_QPS_SQD) {
     return refuse(wr, EINVAL, "qp not in RTS");
   }
   const auto& refused = config_.personality.opcodes_refused_at_post;
@@ -312,22 +314,14 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
   std::lock_guard<std::mutex> lock(mu_);
   Qp* q = FindQp(qp);
   if (q == nullptr || attr == nullptr) return EINVAL;
-  // ibv_query_qp(3) may fill more than attr_mask asks for; we fill it all.
-  memset(attr, 0, sizeof(*attr));
+  // ibv_query_qp(3) may fill more than attr_mask asks for; we fill it all,
+  // with what ibv_modify_qp (the user's or rdma_cm's) set
+  // (fake_nic_qp_state.cc).
+  *attr = q->attr;
   attr->qp_state = q->base.state;
   attr->cur_qp_state = q->base.state;
-  attr->path_mtu = IBV_MTU_1024;
-  attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   attr->cap = q->cap;
-  attr->dest_qp_num = q->dest_qp_num;
   attr->sq_draining = 0;
-  attr->max_rd_atomic = 16;
-  attr->max_dest_rd_atomic = 16;
-  attr->min_rnr_timer = q->min_rnr_timer;
-  attr->port_num = 1;
-  attr->retry_cnt = q->retry_cnt;
-  attr->rnr_retry = q->rnr_retry;
   if (init_attr != nullptr) {
     memset(init_attr, 0, sizeof(*init_attr));
     init_attr->qp_context = q->base.qp_context;
@@ -344,10 +338,32 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
 
 namespace {
 
-// Responder-side states that accept requests: RTR and RTS (a QP's receive
-// side works from RTR on; INIT, ERR and RESET drop incoming packets).
+// Responder-side states that accept requests: RTR, RTS and SQD (a QP's
+// receive side works from RTR on and SQD drains only the send queue; INIT,
+// ERR and RESET drop incoming packets).
 bool CanRespond(const ibv_qp& qp) {
-  return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS;
+  return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS ||
+         qp.state == IBV_QPS_SQD;
+}
+
+// rxe_resp.c check_op_valid (RC): a request the responder QP's
+// qp_access_flags do not allow is an "invalid request" NAK
+// (RESPST_ERR_UNSUPPORTED_OPCODE -> IB_WC_REM_INV_REQ_ERR at the requester),
+// checked before check_resource takes a receive, so the receive is flushed
+// when the responder goes to ERR.
+int RemoteAccessNeeded(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_ACCESS_REMOTE_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_ACCESS_REMOTE_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_ACCESS_REMOTE_ATOMIC;
+    default:
+      return 0;
+  }
 }
 
 bool NeedsReceive(ibv_wr_opcode op) {
@@ -577,6 +593,26 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // that finds no retries left completes the WR with
   // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
   // attempt is one Step(); the RNR timer is not modelled.
+  const unsigned int qp_access_needed = RemoteAccessNeeded(head.opcode);
+  if ((responder->attr.qp_access_flags & qp_access_needed) !=
+      qp_access_needed) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    const char* why = "responder QP's qp_access_flags refuse the operation";
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kExecute;
+    event.qp_num = qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = wqe.opcode;
+    event.status = IBV_WC_REM_INV_REQ_ERR;
+    event.text = why;
+    Record(std::move(event));
+    SetQpState(responder, IBV_QPS_ERR, why);
+    CompleteSend(qp, wqe, IBV_WC_REM_INV_REQ_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, why);
+    return;
+  }
+
   if (NeedsReceive(head.opcode) && responder->rq.empty()) {
     if (!head.rnr_started) {
       head.rnr_started = true;

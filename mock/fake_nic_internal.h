@@ -207,6 +207,9 @@ struct Qp {
   uint8_t retry_cnt = 7;
   uint8_t min_rnr_timer = 0;
   uint32_t dest_qp_num = 0;
+  // Everything ibv_modify_qp(3) set (fake_nic_qp_state.cc); the four fields
+  // above mirror it for the data path.
+  ibv_qp_attr attr{};
 };
 
 struct EventChannel {
@@ -248,6 +251,14 @@ struct CmId {
   // cm_req_handler / cm_rep_handler).
   uint8_t req_retry_count = 7;
   uint8_t req_rnr_retry_count = 7;
+  // The initiator depth the peer's REQ (passive) or REP (active) carried:
+  // the IB CM grants REMOTE_READ and REMOTE_ATOMIC only when it is non-zero
+  // (cm.c cm_init_qp_init_attr).
+  uint8_t peer_initiator_depth = 0;
+  // Ours, from the rdma_conn_param of Connect / Accept (RDMA_MAX_INIT_DEPTH /
+  // RDMA_MAX_RESP_RES already replaced by the device's limit).
+  uint8_t initiator_depth = 0;
+  uint8_t responder_resources = 0;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
   int unacked_events = 0;
 };

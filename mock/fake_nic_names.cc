@@ -36,6 +36,10 @@ Personality Personality::Rxe() {
   p.recv_status_on_rkey_violation = IBV_WC_REM_ACCESS_ERR;
   p.recv_status_on_short_buffer = IBV_WC_REM_INV_REQ_ERR;
   p.recv_status_on_bad_recv_sge = IBV_WC_LOC_QP_OP_ERR;
+  p.rkey_zero_without_remote_access = true;
+  p.rkey_equals_lkey = true;
+  p.error_cqe_opcode_zero = true;
+  p.send_caps_from_wqe_size = true;
   return p;
 }
 

@@ -64,6 +64,7 @@ MockVerbsBackend::MockVerbsBackend() {
   ON_CALL(*this, Reject).WillByDefault(FailWith(-1));
   ON_CALL(*this, Disconnect).WillByDefault(FailWith(-1));
   ON_CALL(*this, MigrateId).WillByDefault(FailWith(-1));
+  ON_CALL(*this, ModifyQp).WillByDefault(Return(ENOSYS));
 }
 
 void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
@@ -117,6 +118,7 @@ void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
   ON_CALL(*this, Disconnect)
       .WillByDefault(Invoke(f, &VerbsBackend::Disconnect));
   ON_CALL(*this, MigrateId).WillByDefault(Invoke(f, &VerbsBackend::MigrateId));
+  ON_CALL(*this, ModifyQp).WillByDefault(Invoke(f, &VerbsBackend::ModifyQp));
 }
 
 }  // namespace rpma_harness

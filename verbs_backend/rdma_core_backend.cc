@@ -182,5 +182,8 @@ int RdmaCoreBackend::Disconnect(rdma_cm_id* id) { return rdma_disconnect(id); }
 int RdmaCoreBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return rdma_migrate_id(id, channel);
 }
+int RdmaCoreBackend::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  return ibv_modify_qp(qp, attr, attr_mask);
+}
 
 }  // namespace rpma_harness

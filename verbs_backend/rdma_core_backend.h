@@ -71,6 +71,7 @@ class RdmaCoreBackend final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
  private:
   // librdmacm opens a device when an id first needs it and closes it when

@@ -130,5 +130,6 @@ int UnavailableBackend::MigrateId(rdma_cm_id*, rdma_event_channel*) {
   Fail();
   return -1;
 }
+int UnavailableBackend::ModifyQp(ibv_qp*, ibv_qp_attr*, int) { return Fail(); }
 
 }  // namespace rpma_harness

@@ -56,6 +56,7 @@ class UnavailableBackend final : public VerbsBackend {
   int Reject(rdma_cm_id*, const void*, uint8_t) override;
   int Disconnect(rdma_cm_id*) override;
   int MigrateId(rdma_cm_id*, rdma_event_channel*) override;
+  int ModifyQp(ibv_qp*, ibv_qp_attr*, int) override;
 
  private:
   // Logs the reason on the first failure; returns ENOSYS and sets errno.

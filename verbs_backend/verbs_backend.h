@@ -177,6 +177,14 @@ class VerbsBackend {
   virtual int Disconnect(rdma_cm_id* id) = 0;
   // rdma_migrate_id(3): events of `id` arrive on `channel` from now on. "cm".
   virtual int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) = 0;
+
+  // ---- QP attributes (appended after the CM methods) ------------------------
+
+  // ibv_modify_qp(3): moves the QP through the RC state machine
+  // (RESET -> INIT -> RTR -> RTS, SQD, any -> ERR / RESET) and sets the
+  // attributes `attr_mask` names; each transition requires the mask bits of
+  // the table in ibv_modify_qp(3) (EINVAL otherwise). "ibv errno".
+  virtual int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) = 0;
 };
 
 }  // namespace rpma_harness
