@@ -291,7 +291,7 @@ int FakeNic::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
   snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake-%s",
            config_.personality.name.c_str());
   attr->max_mr_size = caps.max_mr_size;
-  attr->page_size_cap = 4096;
+  attr->page_size_cap = caps.page_size_cap;
   attr->max_qp = caps.max_qp;
   attr->max_qp_wr = caps.max_qp_wr;
   attr->max_sge = caps.max_sge;

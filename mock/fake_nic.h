@@ -142,6 +142,21 @@ struct Personality {
   // derived from it: max_inline_data = that size, max_send_sge = size / 16.
   // (Asking for 1 SGE and no inline gets 16 bytes of inline.)
   bool send_caps_from_wqe_size = false;
+  // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
+  // protocol processing": the requester runs inside ibv_post_send, so the
+  // packets are on the wire before it returns. With background progress
+  // the fake does the same (PostSend executes what it can); in manual mode
+  // Step() stays the only thing that executes, so a test keeps control.
+  bool executes_at_post = false;
+  // What a DREQ does to the peer's QP. The kernel's rdma_cm moves only
+  // kernel consumers' QPs to ERR (cma.c cma_ib_handler IB_CM_DREQ_RECEIVED
+  // just reports RDMA_CM_EVENT_DISCONNECTED); a user-space QP stays in RTS
+  // until its own rdma_disconnect (librdmacm ucma_modify_qp_err), recorded
+  // on rxe (server state 3 in WritePostedBeforeDisconnectArrives). Spec
+  // keeps the fake's older, stricter behaviour (the peer's QP goes to ERR
+  // when the DREQ arrives, so its receives flush without the peer calling
+  // rdma_disconnect).
+  bool peer_qp_to_err_on_dreq = true;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).
@@ -164,12 +179,21 @@ struct FakeDeviceCaps {
   // ibv_query_device(3) max_qp_rd_atom / max_qp_init_rd_atom: the bound of
   // a QP's max_dest_rd_atomic / max_rd_atomic (ibv_modify_qp(3)).
   int max_qp_rd_atom = 16;
+  uint64_t page_size_cap = 4096;
   // ibv_query_port(3) active_mtu; rdma_cm uses it as the path MTU, and the
   // data path cuts messages into packets of the QP's path MTU. rxe over a
   // 1500-byte netdev: IBV_MTU_1024 (rxe_net.c / rxe.c rxe_set_mtu).
   ibv_mtu active_mtu = IBV_MTU_1024;
-  // The local ACK timeout rdma_cm gives a QP at RTS (ibv_query_qp timeout).
-  uint8_t cm_qp_timeout = 14;
+  // The local ACK timeout rdma_cm gives a QP at RTS (ibv_query_qp timeout):
+  // for RoCE the CM uses a packet life time of 18 (kernel cma.c
+  // CMA_IBOE_PACKET_LIFETIME) and the QP timeout is one more (cm.c
+  // cm_init_qp_rts_attr); 19 recorded on rxe.
+  uint8_t cm_qp_timeout = 19;
+
+  // What rxe (Linux 6.1) reports in ibv_query_device, recorded in the
+  // soft-RoCE VM (tests/testdata/rxe_streams.txt, DeviceCapsAsReported;
+  // rxe_param.h).
+  static FakeDeviceCaps Rxe();
 };
 
 // One RDMA device on the in-process fabric. Every device routes to every
@@ -202,6 +226,10 @@ struct FakeNicConfig {
   // random from the seed, which interleaves the completions of different
   // QPs differently per seed (still the same order for the same seed).
   bool random_schedule = false;
+  // Adds a kPacket record per request packet of a write (position, offset,
+  // the responder's ACK / NAK). Off by default: traces and their sequence
+  // numbers stay as they were without it.
+  bool trace_packets = false;
 };
 
 // A send WR about to be carried out (first attempt only), as a fault
@@ -247,6 +275,8 @@ struct FakeNicEvent {
     kQpState,     // a QP changed state (opcode: new ibv_qp_state)
     kCmEvent,     // a CM event was queued (opcode: rdma_cm_event_type)
     kFault,       // a fault hook fired
+    kPacket,      // one request packet and the responder's answer (text);
+                  // only with FakeNicConfig::trace_packets
   };
   uint64_t seq = 0;
   Kind kind = Kind::kPostSend;
@@ -289,6 +319,8 @@ struct EventChannel;
 struct CmId;
 struct CmEvent;
 struct SendWqe;
+struct RecvWqe;
+struct RequestPacket;
 struct Sge;
 class SgeList;
 }  // namespace fake_nic_internal
@@ -505,6 +537,24 @@ class FakeNic final : public VerbsBackend {
   bool HasReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
   void ExecuteSendWqe(Qp* qp);
+  // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
+  // packet by packet against `responder`'s per-packet checks.
+  void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  void RecordPacket(Qp* qp, const SendWqe& wqe,
+                    const fake_nic_internal::RequestPacket& packet,
+                    const char* answer);
+  void RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                      const char* why);
+  void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
+                       const SendWqe& wqe, ibv_wc_status status,
+                       ibv_wc_opcode opcode, uint32_t byte_len);
+  // The responder answered the head WR with an RNR NAK: one retry used (or
+  // parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR.
+  void RnrNakHead(Qp* qp);
+  // Transmission order (fake_nic_packets.cc): runs `qp`'s requester now, WR
+  // after WR, until its send queue is empty or its head cannot go on (RNR,
+  // a delay fault, a state that does not send).
+  void RunRequesterNow(Qp* qp);
   // Applies execute_hook_ to the head WR; true when the verdict consumed
   // this step (the WR failed, was torn, or waits).
   bool ApplyExecuteHook(Qp* qp);

@@ -671,6 +671,9 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
     return;
   }
   Qp* qp = c->qp;
+  // Transmission order: with background progress a real NIC would have
+  // sent what was posted before the destroy (see Disconnect).
+  if (background_running_) RunRequesterNow(qp);
   DetachFromPeer(qp);
   for (size_t i = 0; i < qp_order_.size(); ++i) {
     if (qp_order_[i] == qp) {
@@ -950,6 +953,12 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
     return CmFail(EINVAL);
   }
+  // Transmission order: WRs posted before rdma_disconnect were on the wire
+  // on a real NIC before librdmacm moved the QP to ERR (rxe runs the
+  // requester inside ibv_post_send; a hardware NIC's doorbell has started
+  // them). With background progress the fake sends them now; in manual
+  // mode the test decides with Step() and they flush.
+  if (c->qp != nullptr && background_running_) RunRequesterNow(c->qp);
   if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
   c->state = CmState::kDisconnected;
   const uint64_t local = c->handle;
@@ -960,7 +969,10 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
       CmId* p = it->second;
       if (p->state == CmState::kConnected || p->state == CmState::kAccepted) {
         p->state = CmState::kDisconnected;
-        if (p->qp != nullptr) SetQpState(p->qp, IBV_QPS_ERR, "DREQ received");
+        // Personality::peer_qp_to_err_on_dreq.
+        if (p->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
+          SetQpState(p->qp, IBV_QPS_ERR, "DREQ received");
+        }
       }
       if (p->state == CmState::kDisconnected && !p->disconnect_seen) {
         p->disconnect_seen = true;

@@ -146,6 +146,11 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     event.status = err;
     event.text = why;
     Record(std::move(event));
+    // The WRs before `w` were posted: they go as they would have.
+    if (w != wr && config_.personality.executes_at_post &&
+        background_running_) {
+      RunRequesterNow(q);
+    }
     return PostErrno(err);
   };
   for (auto it = post_faults_.begin(); it != post_faults_.end(); ++it) {
@@ -249,6 +254,10 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     });
     q->sq.push_back(std::move(wqe));
     MarkMaybeReady(q);
+  }
+  // Personality::executes_at_post (rxe_verbs.c rxe_post_send).
+  if (config_.personality.executes_at_post && background_running_) {
+    RunRequesterNow(q);
   }
   return 0;
 }
@@ -587,12 +596,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
 
-  // Receiver not ready: the responder answers with an RNR NAK and the
-  // requester retries. rnr_retry 7 means retry forever (IB spec; rxe_comp.c
-  // COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
-  // that finds no retries left completes the WR with
-  // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
-  // attempt is one Step(); the RNR timer is not modelled.
+  // check_op_valid (see RemoteAccessNeeded).
   const unsigned int qp_access_needed = RemoteAccessNeeded(head.opcode);
   if ((responder->attr.qp_access_flags & qp_access_needed) !=
       qp_access_needed) {
@@ -613,29 +617,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
 
+  if (head.opcode == IBV_WR_RDMA_WRITE ||
+      head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    ExecuteWriteByPackets(qp, responder);
+    return;
+  }
+
   if (NeedsReceive(head.opcode) && responder->rq.empty()) {
-    if (!head.rnr_started) {
-      head.rnr_started = true;
-      head.rnr_retries_left = qp->rnr_retry;
-    }
-    if (qp->rnr_retry != 7) {
-      if (head.rnr_retries_left == 0) {
-        fail(IBV_WC_RNR_RETRY_EXC_ERR, "RNR retries exhausted");
-        return;
-      }
-      head.rnr_retries_left--;
-    } else {
-      head.waiting_for_receive = true;
-    }
-    FakeNicEvent event;
-    event.kind = FakeNicEvent::Kind::kRnrNak;
-    event.qp_num = qp_num;
-    event.wr_id = head.wr_id;
-    event.opcode = head.opcode;
-    event.text = qp->rnr_retry == 7
-                     ? "waiting for a receive (rnr_retry 7)"
-                     : "retries left: " + std::to_string(head.rnr_retries_left);
-    Record(std::move(event));
+    RnrNakHead(qp);
     return;
   }
   head.waiting_for_receive = false;
@@ -725,40 +714,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
       return;
     }
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: {
-      // IB spec C9-88 / rxe_resp.c check_rkey: a zero-length RDMA is not
-      // required to carry a valid R_Key or VA, so they are not checked.
-      if (length > 0) {
-        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
-                        IBV_ACCESS_REMOTE_WRITE)) {
-          if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-            // The receive was already taken (rxe_resp.c: check_resource
-            // runs before check_rkey), so it completes with the error.
-            RecvWqe recv = std::move(responder->rq.front());
-            responder->rq.pop_front();
-            respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
-                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
-          }
-          nak(IBV_WC_REM_ACCESS_ERR,
-              "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
-          return;
-        }
-        const Span target{wqe.remote_addr, length};
-        MoveBytes(source, num_source, &target, 1, length);
-      }
-      Record(std::move(executed));
-      if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-        // The receive is consumed but its SGEs are not touched; byte_len is
-        // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
-        RecvWqe recv = std::move(responder->rq.front());
-        responder->rq.pop_front();
-        respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
-                    static_cast<uint32_t>(length));
-      }
-      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
-      return;
-    }
+    // RDMA_WRITE / RDMA_WRITE_WITH_IMM: ExecuteWriteByPackets above.
     case IBV_WR_RDMA_READ: {
       if (length > 0) {
         if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
@@ -806,6 +762,51 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
       return;
   }
+}
+
+// Receiver not ready: the responder answers with an RNR NAK and the
+// requester retries. rnr_retry 7 means retry forever (IB spec; rxe_comp.c
+// COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
+// that finds no retries left completes the WR with
+// IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
+// attempt is one Step(); the RNR timer is not modelled.
+void FakeNic::RnrNakHead(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  const uint32_t qp_num = qp->base.qp_num;
+  if (!head.rnr_started) {
+    head.rnr_started = true;
+    head.rnr_retries_left = qp->rnr_retry;
+  }
+  if (qp->rnr_retry != 7) {
+    if (head.rnr_retries_left == 0) {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      const char* why = "RNR retries exhausted";
+      FakeNicEvent event;
+      event.kind = FakeNicEvent::Kind::kExecute;
+      event.qp_num = qp_num;
+      event.wr_id = wqe.wr_id;
+      event.opcode = wqe.opcode;
+      event.status = IBV_WC_RNR_RETRY_EXC_ERR;
+      event.text = why;
+      Record(std::move(event));
+      CompleteSend(qp, wqe, IBV_WC_RNR_RETRY_EXC_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, why);
+      return;
+    }
+    head.rnr_retries_left--;
+  } else {
+    head.waiting_for_receive = true;
+  }
+  FakeNicEvent event;
+  event.kind = FakeNicEvent::Kind::kRnrNak;
+  event.qp_num = qp_num;
+  event.wr_id = head.wr_id;
+  event.opcode = head.opcode;
+  event.text = qp->rnr_retry == 7
+                   ? "waiting for a receive (rnr_retry 7)"
+                   : "retries left: " + std::to_string(head.rnr_retries_left);
+  Record(std::move(event));
 }
 
 bool FakeNic::ApplyExecuteHook(Qp* qp) {

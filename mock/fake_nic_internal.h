@@ -182,7 +182,36 @@ struct SendWqe {
   // Fault injection: the execute hook was asked, and steps left to wait.
   bool hook_consulted = false;
   int delay_steps_left = 0;
+  // Packets of the message already acknowledged (fake_nic_packets.cc); a
+  // retry after an RNR NAK resumes here.
+  uint32_t next_packet = 0;
   uint64_t total_length() const;
+};
+
+// One request packet of an RC message (IB spec 9.2 / rxe_opcode.c).
+struct RequestPacket {
+  enum class Position { kFirst, kMiddle, kLast, kOnly };
+  Position position = Position::kOnly;
+  uint32_t index = 0;          // in the message (PSN - first PSN)
+  uint64_t offset = 0;         // of its payload in the message
+  uint32_t length = 0;         // payload bytes (<= path MTU)
+  bool has_reth = false;       // FIRST / ONLY: va, rkey, DMA length
+  bool has_imm = false;        // LAST / ONLY of a *_WITH_IMM
+  bool takes_receive = false;  // RXE_RWR_MASK
+  bool ends_message = false;   // LAST / ONLY
+};
+uint32_t MtuBytes(ibv_mtu mtu);
+uint32_t PacketCount(uint64_t length, uint32_t mtu);
+RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
+                              uint32_t mtu, uint32_t index);
+const char* PositionName(RequestPacket::Position position);
+
+// What a responder remembers between the packets of one message (rxe's
+// qp->resp: va, resid, the rkey check's verdict).
+struct ResponderState {
+  uint64_t write_va = 0;
+  uint64_t write_length = 0;
+  bool write_checked = false;
 };
 
 struct RecvWqe {
@@ -210,6 +239,7 @@ struct Qp {
   // Everything ibv_modify_qp(3) set (fake_nic_qp_state.cc); the four fields
   // above mirror it for the data path.
   ibv_qp_attr attr{};
+  ResponderState responder;  // fake_nic_packets.cc
 };
 
 struct EventChannel {
