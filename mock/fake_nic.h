@@ -157,6 +157,13 @@ struct Personality {
   // when the DREQ arrives, so its receives flush without the peer calling
   // rdma_disconnect).
   bool peer_qp_to_err_on_dreq = true;
+  // A receive posted to a QP already in ERR: the spec flushes it (IB spec
+  // C10-42; rdmavt's "post receive for QP in ERR state" fix). rxe 6.1
+  // queues it and never completes it: rxe_post_recv does not run the
+  // responder, whose flush ran once, when the QP entered ERR. Found by the
+  // random differential (program 2, shrunk: a write refused by the
+  // responder's access flags, then a receive).
+  bool flushes_receives_posted_in_err = true;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).

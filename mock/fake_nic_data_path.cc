@@ -295,7 +295,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (w->num_sge == 0 && config_.personality.refuses_receive_without_sge) {
       return refuse(w, EINVAL, "receive without SGE refused by personality");
     }
-    if (q->rq.size() >= q->cap.max_recv_wr) {
+    if (q->rq.size() + q->stranded_recvs >= q->cap.max_recv_wr) {
       return refuse(w, ENOMEM, "receive queue full");
     }
     RecvWqe wqe;
@@ -310,6 +310,13 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       event->wr_id = wqe.wr_id;
       DescribeAddresses(event, wqe.sges, 0, 0);
     });
+    if (q->base.state == IBV_QPS_ERR &&
+        !config_.personality.flushes_receives_posted_in_err) {
+      // Personality::flushes_receives_posted_in_err: it stays in the queue
+      // (taking a slot) and never completes.
+      q->stranded_recvs++;
+      continue;
+    }
     q->rq.push_back(std::move(wqe));
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
     MarkMaybeReady(q);

@@ -240,6 +240,9 @@ struct Qp {
   // above mirror it for the data path.
   ibv_qp_attr attr{};
   ResponderState responder;  // fake_nic_packets.cc
+  // Receives posted in ERR that the personality never completes (they keep
+  // their queue slot until RESET); see Personality.
+  uint32_t stranded_recvs = 0;
 };
 
 struct EventChannel {

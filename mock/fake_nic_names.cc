@@ -42,6 +42,7 @@ Personality Personality::Rxe() {
   p.send_caps_from_wqe_size = true;
   p.executes_at_post = true;
   p.peer_qp_to_err_on_dreq = false;
+  p.flushes_receives_posted_in_err = false;
   return p;
 }
 

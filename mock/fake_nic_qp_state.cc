@@ -188,6 +188,15 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     memset(&a, 0, sizeof(a));
     a.port_num = port;
   }
+  // A peer's WR parked on an RNR NAK (rnr_retry 7) retries on rxe every
+  // RNR timer, so it sees a changed responder (access flags, state) at its
+  // next retry: let it retry now (found by the random differential,
+  // programs 53 and 180).
+  if (qp->peer != nullptr && !qp->peer->sq.empty() &&
+      qp->peer->sq.front().waiting_for_receive) {
+    qp->peer->sq.front().waiting_for_receive = false;
+    MarkMaybeReady(qp->peer);
+  }
   if (next != current) SetQpState(qp, next, why);
   a.qp_state = next;
   a.cur_qp_state = next;
@@ -197,6 +206,7 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
 void FakeNic::ResetQpQueues(Qp* qp) {
   while (!qp->sq.empty()) qp->sq.pop_front();
   while (!qp->rq.empty()) qp->rq.pop_front();
+  qp->stranded_recvs = 0;
   DetachFromPeer(qp);
 }
 

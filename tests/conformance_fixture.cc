@@ -56,20 +56,31 @@ std::vector<BackendUnderTest> BackendsUnderTest() {
           BackendUnderTest{"fake_rxe", true}};
 }
 
-void ConformanceTest::SetUp() {
-  const BackendUnderTest& param = GetParam();
-  if (param.name == "rdma_core") {
+void ConformanceTest::SetUp() { UseBackend(GetParam().name); }
+
+void ConformanceTest::UseBackend(const std::string& name) {
+  if (in_section_) EndSection();
+  if (fake_ != nullptr) fake_->StopBackgroundProgress();
+  fake_ = nullptr;
+  backend_.reset();
+  if (name == "rdma_core") {
     backend_ = std::make_shared<RdmaCoreBackend>();
   } else {
     FakeNicConfig config;
     config.personality =
-        param.name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
-    if (param.name == "fake_rxe") config.caps = FakeDeviceCaps::Rxe();
+        name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
+    if (name == "fake_rxe") config.caps = FakeDeviceCaps::Rxe();
     auto fake = std::make_shared<FakeNic>(config);
     fake->StartBackgroundProgress();
     fake_ = fake.get();
     backend_ = fake;
   }
+}
+
+std::vector<std::string> ConformanceTest::TakeStream() {
+  std::vector<std::string> taken;
+  taken.swap(stream_);
+  return taken;
 }
 
 void ConformanceTest::TearDown() {
@@ -91,7 +102,8 @@ void ConformanceTest::TearDown() {
       std::printf("STREAM %s %s\n", name.c_str(), line.c_str());
     }
   }
-  if (GetParam().name == "fake_rxe" && !stream_.empty()) {
+  if (GetParam().name == "fake_rxe" && compare_with_recording_ &&
+      !stream_.empty()) {
     std::ifstream golden("tests/testdata/rxe_streams.txt");
     if (!golden) return;  // no recording yet (see tools/softroce_vm)
     std::vector<std::string> expected;
@@ -339,13 +351,12 @@ void ConformanceTest::DrainAndRecord(Endpoint& side) {
   }
   // A kernel driver: whatever is still to come arrives well within 300 ms
   // of the last completion (flushes follow the error that caused them).
-  auto quiet_until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  const auto quiet = std::chrono::milliseconds(drain_quiet_ms_);
+  auto quiet_until = std::chrono::steady_clock::now() + quiet;
   while (std::chrono::steady_clock::now() < quiet_until) {
     if (nic().PollCq(side.cq, 1, &wc) == 1) {
       Record(&side == &client_ ? "client" : "server", wc);
-      quiet_until =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+      quiet_until = std::chrono::steady_clock::now() + quiet;
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }

@@ -134,11 +134,23 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // (1024; recorded by the QueryQpAfterConnect case).
   static std::vector<uint32_t> WriteSizes();
 
+  // For differentials inside one test (the random programs): switch to
+  // another backend ("rdma_core", "fake_rxe", "fake_spec"; ends an open
+  // section), and take the stream recorded so far.
+  void UseBackend(const std::string& name);
+  std::vector<std::string> TakeStream();
+  // Records every completion still pending on `side` (EndSection does both
+  // sides): on the fake it runs the NIC until idle; on a kernel driver it
+  // polls until nothing arrives for drain_quiet_ms_.
+  void DrainAndRecord(Endpoint& side);
+  bool compare_with_recording_ = true;
+  int drain_quiet_ms_ = 300;
+  bool on_fake() const { return fake_ != nullptr; }
+
  private:
   void SetUpEndpointQueues(Endpoint& side, const QpOptions& options);
   void TearDownEndpoint(Endpoint& side);
   rdma_cm_event_type NextCmEvent(rdma_event_channel* channel);
-  void DrainAndRecord(Endpoint& side);
 
   std::shared_ptr<VerbsBackend> backend_;
   FakeNic* fake_ = nullptr;  // set when the backend is the fake NIC
