@@ -300,7 +300,7 @@ void FakeNic::FillDeviceAttr(ibv_device_attr* attr) const {
   snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake-%s",
            config_.personality.name.c_str());
   attr->max_mr_size = caps.max_mr_size;
-  attr->page_size_cap = 4096;
+  attr->page_size_cap = caps.page_size_cap;
   attr->max_qp = caps.max_qp;
   attr->max_qp_wr = caps.max_qp_wr;
   attr->max_sge = caps.max_sge;
@@ -309,8 +309,8 @@ void FakeNic::FillDeviceAttr(ibv_device_attr* attr) const {
   attr->max_cqe = caps.max_cqe;
   attr->max_mr = caps.max_mr;
   attr->max_pd = caps.max_pd;
-  attr->max_qp_rd_atom = 16;
-  attr->max_qp_init_rd_atom = 16;
+  attr->max_qp_rd_atom = caps.max_qp_rd_atom;
+  attr->max_qp_init_rd_atom = caps.max_qp_rd_atom;
   attr->atomic_cap = IBV_ATOMIC_HCA;
   attr->max_srq = caps.max_srq;
   attr->max_srq_wr = caps.max_srq_wr;
@@ -389,16 +389,25 @@ ibv_mr* FakeNic::RegMr(ibv_pd* pd, void* addr, size_t length, int access) {
   // each other and from every live key, and not a guessable sequence, so a
   // test that uses a stale or made-up key is caught.
   mr->base.lkey = NewKey();
-  do {
-    mr->base.rkey = NewKey();
-  } while (mr->base.rkey == mr->base.lkey);
+  const bool remote =
+      access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                IBV_ACCESS_REMOTE_ATOMIC);
+  if (!remote && config_.personality.rkey_zero_without_remote_access) {
+    mr->base.rkey = 0;
+  } else if (config_.personality.rkey_equals_lkey) {
+    mr->base.rkey = mr->base.lkey;
+  } else {
+    do {
+      mr->base.rkey = NewKey();
+    } while (mr->base.rkey == mr->base.lkey);
+  }
   mr->pd = p;
   mr->access = access;
   mr->ordinal = next_mr_ordinal_++;
   p->num_users++;
   p->device->num_mrs++;
   mrs_by_lkey_[mr->base.lkey] = mr.get();
-  mrs_by_rkey_[mr->base.rkey] = mr.get();
+  if (mr->base.rkey != 0) mrs_by_rkey_[mr->base.rkey] = mr.get();
   ibv_mr* result = &mr->base;
   mrs_[result] = std::move(mr);
   return result;
@@ -410,7 +419,7 @@ int FakeNic::DeregMr(ibv_mr* mr) {
   if (it == mrs_.end()) return EINVAL;
   Mr* m = it->second.get();
   mrs_by_lkey_.erase(m->base.lkey);
-  mrs_by_rkey_.erase(m->base.rkey);
+  if (m->base.rkey != 0) mrs_by_rkey_.erase(m->base.rkey);
   lkey_cache_.Clear();
   rkey_cache_.Clear();
   m->pd->num_users--;
@@ -583,7 +592,17 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-void FakeNic::AddCqe(Cq* cq, const ibv_wc& wc, bool solicited) {
+void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
+  ibv_wc wc = built;
+  if (wc.status != IBV_WC_SUCCESS &&
+      config_.personality.error_cqe_opcode_zero) {
+    // See Personality::error_cqe_opcode_zero (rxe fills these on success
+    // only).
+    wc.opcode = IBV_WC_SEND;
+    wc.byte_len = 0;
+    wc.wc_flags = 0;
+    wc.imm_data = 0;
+  }
   auto describe = [&](FakeNicEvent* event) {
     event->qp_num = wc.qp_num;
     event->wr_id = wc.wr_id;

@@ -133,6 +133,44 @@ struct Personality {
   // siw's push_recv_wqe refuses a receive with no SGE (EINVAL); the spec and
   // rxe accept one (useful for RDMA_WRITE_WITH_IMM, which writes no SGE).
   bool refuses_receive_without_sge = false;
+  // rxe_mr.c rxe_mr_init: rkey = lkey when the MR grants any remote access
+  // (IB_ACCESS_REMOTE), 0 otherwise. The spec leaves the rkey of an MR
+  // without remote access unspecified; Spec hands out a distinct random key.
+  bool rkey_zero_without_remote_access = false;
+  bool rkey_equals_lkey = false;
+  // Error completions (flushes included) carry opcode 0 (IBV_WC_SEND),
+  // byte_len 0 and wc_flags 0 on rxe: rxe_comp.c make_send_cqe and
+  // rxe_resp.c do_complete / flush_recv_wqe fill opcode only on success.
+  // ibv_poll_cq(3) leaves opcode undefined on error; Spec reports the WR's
+  // own opcode so traces stay readable.
+  bool error_cqe_opcode_zero = false;
+  // rxe_qp.c rxe_qp_init_req: the send WQE is sized
+  // max(max_send_sge * 16, max_inline_data) bytes, and both caps granted are
+  // derived from it: max_inline_data = that size, max_send_sge = size / 16.
+  // (Asking for 1 SGE and no inline gets 16 bytes of inline.)
+  bool send_caps_from_wqe_size = false;
+  // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
+  // protocol processing": the requester runs inside ibv_post_send, so the
+  // packets are on the wire before it returns. With background progress
+  // the fake does the same (PostSend executes what it can); in manual mode
+  // Step() stays the only thing that executes, so a test keeps control.
+  bool executes_at_post = false;
+  // What a DREQ does to the peer's QP. The kernel's rdma_cm moves only
+  // kernel consumers' QPs to ERR (cma.c cma_ib_handler IB_CM_DREQ_RECEIVED
+  // just reports RDMA_CM_EVENT_DISCONNECTED); a user-space QP stays in RTS
+  // until its own rdma_disconnect (librdmacm ucma_modify_qp_err), recorded
+  // on rxe (server state 3 in WritePostedBeforeDisconnectArrives). Spec
+  // keeps the fake's older, stricter behaviour (the peer's QP goes to ERR
+  // when the DREQ arrives, so its receives flush without the peer calling
+  // rdma_disconnect).
+  bool peer_qp_to_err_on_dreq = true;
+  // A receive posted to a QP already in ERR: the spec flushes it (IB spec
+  // C10-42; rdmavt's "post receive for QP in ERR state" fix). rxe 6.1
+  // queues it and never completes it: rxe_post_recv does not run the
+  // responder, whose flush ran once, when the QP entered ERR. Found by the
+  // random differential (program 2, shrunk: a write refused by the
+  // responder's access flags, then a receive).
+  bool flushes_receives_posted_in_err = true;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).
@@ -157,6 +195,25 @@ struct FakeDeviceCaps {
   int max_srq = 256;
   int max_srq_wr = 4096;
   int max_srq_sge = 16;
+
+  // ibv_query_device(3) max_qp_rd_atom / max_qp_init_rd_atom: the bound of
+  // a QP's max_dest_rd_atomic / max_rd_atomic (ibv_modify_qp(3)).
+  int max_qp_rd_atom = 16;
+  uint64_t page_size_cap = 4096;
+  // ibv_query_port(3) active_mtu; rdma_cm uses it as the path MTU, and the
+  // data path cuts messages into packets of the QP's path MTU. rxe over a
+  // 1500-byte netdev: IBV_MTU_1024 (rxe_net.c / rxe.c rxe_set_mtu).
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  // The local ACK timeout rdma_cm gives a QP at RTS (ibv_query_qp timeout):
+  // for RoCE the CM uses a packet life time of 18 (kernel cma.c
+  // CMA_IBOE_PACKET_LIFETIME) and the QP timeout is one more (cm.c
+  // cm_init_qp_rts_attr); 19 recorded on rxe.
+  uint8_t cm_qp_timeout = 19;
+
+  // What rxe (Linux 6.1) reports in ibv_query_device, recorded in the
+  // soft-RoCE VM (tests/testdata/rxe_streams.txt, DeviceCapsAsReported;
+  // rxe_param.h).
+  static FakeDeviceCaps Rxe();
 };
 
 // One RDMA device on the in-process fabric. Every device routes to every
@@ -189,6 +246,10 @@ struct FakeNicConfig {
   // random from the seed, which interleaves the completions of different
   // QPs differently per seed (still the same order for the same seed).
   bool random_schedule = false;
+  // Adds a kPacket record per request packet of a write (position, offset,
+  // the responder's ACK / NAK). Off by default: traces and their sequence
+  // numbers stay as they were without it.
+  bool trace_packets = false;
 };
 
 // A send WR about to be carried out (first attempt only), as a fault
@@ -234,6 +295,8 @@ struct FakeNicEvent {
     kQpState,     // a QP changed state (opcode: new ibv_qp_state)
     kCmEvent,     // a CM event was queued (opcode: rdma_cm_event_type)
     kFault,       // a fault hook fired
+    kPacket,      // one request packet and the responder's answer (text);
+                  // only with FakeNicConfig::trace_packets
   };
   uint64_t seq = 0;
   Kind kind = Kind::kPostSend;
@@ -277,6 +340,8 @@ struct EventChannel;
 struct CmId;
 struct CmEvent;
 struct SendWqe;
+struct RecvWqe;
+struct RequestPacket;
 struct Sge;
 class SgeList;
 }  // namespace fake_nic_internal
@@ -334,6 +399,7 @@ class FakeNic final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
@@ -507,6 +573,24 @@ class FakeNic final : public VerbsBackend {
   bool HasReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
   void ExecuteSendWqe(Qp* qp);
+  // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
+  // packet by packet against `responder`'s per-packet checks.
+  void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  void RecordPacket(Qp* qp, const SendWqe& wqe,
+                    const fake_nic_internal::RequestPacket& packet,
+                    const char* answer);
+  void RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                      const char* why);
+  void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
+                       const SendWqe& wqe, ibv_wc_status status,
+                       ibv_wc_opcode opcode, uint32_t byte_len);
+  // The responder answered the head WR with an RNR NAK: one retry used (or
+  // parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR.
+  void RnrNakHead(Qp* qp);
+  // Transmission order (fake_nic_packets.cc): runs `qp`'s requester now, WR
+  // after WR, until its send queue is empty or its head cannot go on (RNR,
+  // a delay fault, a state that does not send).
+  void RunRequesterNow(Qp* qp);
   // Applies execute_hook_ to the head WR; true when the verdict consumed
   // this step (the WR failed, was torn, or waits).
   bool ApplyExecuteHook(Qp* qp);
@@ -520,6 +604,23 @@ class FakeNic final : public VerbsBackend {
                   int needed_access);
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
   void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
+  // ibv_modify_qp(3) for the user and for rdma_cm (fake_nic_qp_state.cc).
+  int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
+                     const char* why);
+  void ResetQpQueues(Qp* qp);
+  struct CmQpParams {
+    uint32_t dest_qp_num = 0;
+    uint8_t retry_cnt = 7;
+    uint8_t rnr_retry = 7;
+    uint8_t initiator_depth = 0;       // ours: max_rd_atomic
+    uint8_t responder_resources = 0;   // ours: max_dest_rd_atomic
+    uint8_t peer_initiator_depth = 0;  // decides REMOTE_READ / ATOMIC
+  };
+  int CmModifyQpToInit(Qp* qp, int access_flags, const char* why);
+  // librdmacm's RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES (0xff) mean the
+  // device's limit; larger requests are clamped to it.
+  uint8_t RdDepth(int requested) const;
+  int CmModifyQpToRts(Qp* qp, const CmQpParams& params, const char* why);
   void WakeWaiters();
   std::string DebugStringLocked();
   std::cv_status WaitForEventUntil(

@@ -618,6 +618,14 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
     qp->cap.max_recv_sge = 0;
     srq->qps.push_back(qp.get());
   }
+  if (config_.personality.send_caps_from_wqe_size) {
+    // Personality::send_caps_from_wqe_size (rxe_qp.c rxe_qp_init_req).
+    const uint32_t wqe_size = std::max<uint32_t>(
+        want.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)),
+        want.max_inline_data);
+    qp->cap.max_send_sge = wqe_size / static_cast<uint32_t>(sizeof(ibv_sge));
+    qp->cap.max_inline_data = wqe_size;
+  }
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
   qp->id = c;
@@ -650,7 +658,16 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   c->base.recv_cq = init_attr->recv_cq;
   c->base.send_cq_channel = init_attr->send_cq->channel;
   c->base.recv_cq_channel = init_attr->recv_cq->channel;
-  SetQpState(raw, IBV_QPS_INIT, "rdma_create_qp");
+  // cma.c ucma_init_conn_qp: INIT at once; a passive id's access flags
+  // already come from the REQ (see CmModifyQpToRts).
+  const int access =
+      c->state == CmState::kRequestReceived
+          ? IBV_ACCESS_REMOTE_WRITE |
+                (c->peer_initiator_depth > 0
+                     ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                     : 0)
+          : 0;
+  CmModifyQpToInit(raw, access, "rdma_create_qp");
   return 0;
 }
 
@@ -672,6 +689,9 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
     return;
   }
   Qp* qp = c->qp;
+  // Transmission order: with background progress a real NIC would have
+  // sent what was posted before the destroy (see Disconnect).
+  if (background_running_) RunRequesterNow(qp);
   DetachFromPeer(qp);
   for (size_t i = 0; i < qp_order_.size(); ++i) {
     if (qp_order_[i] == qp) {
@@ -698,21 +718,6 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
 
 // ---- the handshake ----------------------------------------------------------
 
-namespace {
-
-// The device's limit on outstanding RDMA READs / atomics per QP, in both
-// directions (QueryDevice max_qp_rd_atom / max_qp_init_rd_atom).
-constexpr uint8_t kMaxRdAtomic = 16;
-
-// rdma_connect(3) / rdma_accept(3): RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH
-// (0xFF) ask for the device's maximum; any value is clamped to it (librdmacm
-// cma.c ucma_valid_param / rdma_accept).
-uint8_t ClampDepth(uint8_t requested) {
-  return requested > kMaxRdAtomic ? kMaxRdAtomic : requested;
-}
-
-}  // namespace
-
 // rdma_connect(3): sends a REQ. A synchronous id would block here in
 // librdmacm; VerbsBackend users migrate ids to a channel first (as librpma
 // does), so the fake requires a channel.
@@ -731,11 +736,8 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   // (librdmacm/cma.c ucma_copy_conn_param_to_kern); both are 3-bit fields.
   c->req_retry_count = param ? (param->retry_count & 7) : 7;
   c->req_rnr_retry_count = param ? (param->rnr_retry_count & 7) : 7;
-  // Without a conn_param librdmacm asks for the device's maximum.
-  c->req_initiator_depth =
-      param ? ClampDepth(param->initiator_depth) : kMaxRdAtomic;
-  c->req_responder_resources =
-      param ? ClampDepth(param->responder_resources) : kMaxRdAtomic;
+  c->initiator_depth = RdDepth(param ? param->initiator_depth : 0xff);
+  c->responder_resources = RdDepth(param ? param->responder_resources : 0xff);
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -802,8 +804,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     child->listener_handle = listener->handle;
     child->req_retry_count = active->req_retry_count;
     child->req_rnr_retry_count = active->req_rnr_retry_count;
-    child->req_initiator_depth = active->req_initiator_depth;
-    child->req_responder_resources = active->req_responder_resources;
+    child->peer_initiator_depth = active->initiator_depth;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
     ids_by_handle_[child_handle] = child.get();
@@ -833,34 +834,30 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     return CmFail(EINVAL);
   }
   const uint8_t rep_rnr_retry = param ? (param->rnr_retry_count & 7) : 7;
-  // The IB CM pairs each side's initiator depth with the other's responder
-  // resources (drivers/infiniband/core/cm.c cm_rep_handler /
-  // ib_cm_init_qp_attr: RTR sets max_dest_rd_atomic, RTS max_rd_atomic):
-  // a QP never issues more READs than its peer accepts.
-  const uint8_t rep_initiator_depth =
-      param ? ClampDepth(param->initiator_depth) : kMaxRdAtomic;
-  const uint8_t rep_responder_resources =
-      param ? ClampDepth(param->responder_resources) : kMaxRdAtomic;
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
     private_data.assign(p, p + param->private_data_len);
   }
   Qp* qp = c->qp;
-  qp->retry_cnt = c->req_retry_count;
-  qp->rnr_retry = c->req_rnr_retry_count;
-  qp->max_rd_atomic = std::min(rep_initiator_depth, c->req_responder_resources);
-  qp->max_dest_rd_atomic =
-      std::min(rep_responder_resources, c->req_initiator_depth);
+  c->initiator_depth = RdDepth(param ? param->initiator_depth : 0xff);
+  c->responder_resources = RdDepth(param ? param->responder_resources : 0xff);
+  CmQpParams qp_params;
+  qp_params.retry_cnt = c->req_retry_count;
+  qp_params.rnr_retry = c->req_rnr_retry_count;
+  qp_params.initiator_depth = c->initiator_depth;
+  qp_params.responder_resources = c->responder_resources;
+  qp_params.peer_initiator_depth = c->peer_initiator_depth;
   auto active_it = ids_by_handle_.find(c->peer_handle);
   if (active_it != ids_by_handle_.end() && active_it->second->qp != nullptr) {
     Qp* active_qp = active_it->second->qp;
     qp->peer = active_qp;
     active_qp->peer = qp;
-    qp->dest_qp_num = active_qp->base.qp_num;
+    qp_params.dest_qp_num = active_qp->base.qp_num;
   }
-  SetQpState(qp, IBV_QPS_RTR, "rdma_accept");
-  SetQpState(qp, IBV_QPS_RTS, "rdma_accept");
+  CmModifyQpToRts(qp, qp_params, "rdma_accept");
+  const uint8_t rep_initiator_depth = c->initiator_depth;
+  const uint8_t rep_responder_resources = c->responder_resources;
   c->state = CmState::kAccepted;
   const uint64_t passive_handle = c->handle;
   const uint64_t active_handle = c->peer_handle;
@@ -899,19 +896,21 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
       active->state = CmState::kConnected;
       if (active->qp != nullptr) {
         Qp* qp = active->qp;
-        qp->retry_cnt = active->req_retry_count;
-        qp->rnr_retry = rep_rnr_retry;
-        qp->max_rd_atomic =
-            std::min(active->req_initiator_depth, rep_responder_resources);
-        qp->max_dest_rd_atomic =
-            std::min(active->req_responder_resources, rep_initiator_depth);
+        // cm.c cm_rep_handler: the REP's responder resources bound our
+        // reads, its initiator depth our responder side.
+        CmQpParams qp_params;
+        qp_params.retry_cnt = active->req_retry_count;
+        qp_params.rnr_retry = rep_rnr_retry;
+        qp_params.initiator_depth =
+            std::min(active->initiator_depth, rep_responder_resources);
+        qp_params.responder_resources = rep_initiator_depth;
+        qp_params.peer_initiator_depth = rep_initiator_depth;
         if (passive != nullptr && passive->qp != nullptr) {
-          qp->dest_qp_num = passive->qp->base.qp_num;
+          qp_params.dest_qp_num = passive->qp->base.qp_num;
           qp->peer = passive->qp;
           passive->qp->peer = qp;
         }
-        SetQpState(qp, IBV_QPS_RTR, "REP processed");
-        SetQpState(qp, IBV_QPS_RTS, "REP processed");
+        CmModifyQpToRts(qp, qp_params, "REP processed");
       }
       const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num : 0;
       QueueCmWork("RTU", [this, passive_handle, active_qp_num] {
@@ -976,6 +975,12 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
     return CmFail(EINVAL);
   }
+  // Transmission order: WRs posted before rdma_disconnect were on the wire
+  // on a real NIC before librdmacm moved the QP to ERR (rxe runs the
+  // requester inside ibv_post_send; a hardware NIC's doorbell has started
+  // them). With background progress the fake sends them now; in manual
+  // mode the test decides with Step() and they flush.
+  if (c->qp != nullptr && background_running_) RunRequesterNow(c->qp);
   if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
   c->state = CmState::kDisconnected;
   const uint64_t local = c->handle;
@@ -986,7 +991,10 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
       CmId* p = it->second;
       if (p->state == CmState::kConnected || p->state == CmState::kAccepted) {
         p->state = CmState::kDisconnected;
-        if (p->qp != nullptr) SetQpState(p->qp, IBV_QPS_ERR, "DREQ received");
+        // Personality::peer_qp_to_err_on_dreq.
+        if (p->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
+          SetQpState(p->qp, IBV_QPS_ERR, "DREQ received");
+        }
       }
       if (p->state == CmState::kDisconnected && !p->disconnect_seen) {
         p->disconnect_seen = true;

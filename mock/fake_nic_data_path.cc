@@ -177,6 +177,11 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     event.status = err;
     event.text = why;
     Record(std::move(event));
+    // The WRs before `w` were posted: they go as they would have.
+    if (w != wr && config_.personality.executes_at_post &&
+        background_running_) {
+      RunRequesterNow(q);
+    }
     return PostErrno(err);
   };
   for (auto it = post_faults_.begin(); it != post_faults_.end(); ++it) {
@@ -189,8 +194,10 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
   // sends with EINVAL. A QP in ERR accepts them and completes them with
   // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
-  // QP in Error state" fix; rxe only refuses state < RTS).
-  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR) {
+  // QP in Error state" fix; rxe only refuses state < RTS). SQD accepts them
+  // too (rxe: req.state DRAIN >= READY) and starts them once back in RTS.
+  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR &&
+      q->base.state != IBV_QPS_SQD) {
     return refuse(wr, EINVAL, "qp not in RTS");
   }
   const auto& refused = config_.personality.opcodes_refused_at_post;
@@ -279,6 +286,10 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     q->sq.push_back(std::move(wqe));
     MarkMaybeReady(q);
   }
+  // Personality::executes_at_post (rxe_verbs.c rxe_post_send).
+  if (config_.personality.executes_at_post && background_running_) {
+    RunRequesterNow(q);
+  }
   return 0;
 }
 
@@ -320,7 +331,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (w->num_sge == 0 && config_.personality.refuses_receive_without_sge) {
       return refuse(w, EINVAL, "receive without SGE refused by personality");
     }
-    if (q->rq.size() >= q->cap.max_recv_wr) {
+    if (q->rq.size() + q->stranded_recvs >= q->cap.max_recv_wr) {
       return refuse(w, ENOMEM, "receive queue full");
     }
     RecvWqe wqe;
@@ -335,6 +346,13 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       event->wr_id = wqe.wr_id;
       DescribeAddresses(event, wqe.sges, 0, 0);
     });
+    if (q->base.state == IBV_QPS_ERR &&
+        !config_.personality.flushes_receives_posted_in_err) {
+      // Personality::flushes_receives_posted_in_err: it stays in the queue
+      // (taking a slot) and never completes.
+      q->stranded_recvs++;
+      continue;
+    }
     q->rq.push_back(std::move(wqe));
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
     MarkMaybeReady(q);
@@ -397,22 +415,14 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
   std::lock_guard<std::mutex> lock(mu_);
   Qp* q = FindQp(qp);
   if (q == nullptr || attr == nullptr) return EINVAL;
-  // ibv_query_qp(3) may fill more than attr_mask asks for; we fill it all.
-  memset(attr, 0, sizeof(*attr));
+  // ibv_query_qp(3) may fill more than attr_mask asks for; we fill it all,
+  // with what ibv_modify_qp (the user's or rdma_cm's) set
+  // (fake_nic_qp_state.cc).
+  *attr = q->attr;
   attr->qp_state = q->base.state;
   attr->cur_qp_state = q->base.state;
-  attr->path_mtu = IBV_MTU_1024;
-  attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   attr->cap = q->cap;
-  attr->dest_qp_num = q->dest_qp_num;
   attr->sq_draining = 0;
-  attr->max_rd_atomic = q->max_rd_atomic;
-  attr->max_dest_rd_atomic = q->max_dest_rd_atomic;
-  attr->min_rnr_timer = q->min_rnr_timer;
-  attr->port_num = 1;
-  attr->retry_cnt = q->retry_cnt;
-  attr->rnr_retry = q->rnr_retry;
   if (init_attr != nullptr) {
     memset(init_attr, 0, sizeof(*init_attr));
     init_attr->qp_context = q->base.qp_context;
@@ -429,10 +439,32 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
 
 namespace {
 
-// Responder-side states that accept requests: RTR and RTS (a QP's receive
-// side works from RTR on; INIT, ERR and RESET drop incoming packets).
+// Responder-side states that accept requests: RTR, RTS and SQD (a QP's
+// receive side works from RTR on and SQD drains only the send queue; INIT,
+// ERR and RESET drop incoming packets).
 bool CanRespond(const ibv_qp& qp) {
-  return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS;
+  return qp.state == IBV_QPS_RTR || qp.state == IBV_QPS_RTS ||
+         qp.state == IBV_QPS_SQD;
+}
+
+// rxe_resp.c check_op_valid (RC): a request the responder QP's
+// qp_access_flags do not allow is an "invalid request" NAK
+// (RESPST_ERR_UNSUPPORTED_OPCODE -> IB_WC_REM_INV_REQ_ERR at the requester),
+// checked before check_resource takes a receive, so the receive is flushed
+// when the responder goes to ERR.
+int RemoteAccessNeeded(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_ACCESS_REMOTE_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_ACCESS_REMOTE_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_ACCESS_REMOTE_ATOMIC;
+    default:
+      return 0;
+  }
 }
 
 bool NeedsReceive(ibv_wr_opcode op) {
@@ -657,38 +689,38 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
 
-  // Receiver not ready: the responder answers with an RNR NAK and the
-  // requester retries. rnr_retry 7 means retry forever (IB spec; rxe_comp.c
-  // COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
-  // that finds no retries left completes the WR with
-  // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
-  // attempt is one Step(); the RNR timer is not modelled.
+  // check_op_valid (see RemoteAccessNeeded).
+  const unsigned int qp_access_needed = RemoteAccessNeeded(head.opcode);
+  if ((responder->attr.qp_access_flags & qp_access_needed) !=
+      qp_access_needed) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    const char* why = "responder QP's qp_access_flags refuse the operation";
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kExecute;
+    event.qp_num = qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = wqe.opcode;
+    event.status = IBV_WC_REM_INV_REQ_ERR;
+    event.text = why;
+    Record(std::move(event));
+    SetQpState(responder, IBV_QPS_ERR, why);
+    CompleteSend(qp, wqe, IBV_WC_REM_INV_REQ_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, why);
+    return;
+  }
+
+  if (head.opcode == IBV_WR_RDMA_WRITE ||
+      head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    ExecuteWriteByPackets(qp, responder);
+    return;
+  }
+
   // With an SRQ the receive comes from it (IB spec 10.2.9; rxe_resp.c
   // get_srq_wqe), so an empty SRQ is an RNR NAK like an empty RQ.
   Ring<RecvWqe>& responder_rq = responder->ReceiveQueue();
   if (NeedsReceive(head.opcode) && responder_rq.empty()) {
-    if (!head.rnr_started) {
-      head.rnr_started = true;
-      head.rnr_retries_left = qp->rnr_retry;
-    }
-    if (qp->rnr_retry != 7) {
-      if (head.rnr_retries_left == 0) {
-        fail(IBV_WC_RNR_RETRY_EXC_ERR, "RNR retries exhausted");
-        return;
-      }
-      head.rnr_retries_left--;
-    } else {
-      head.waiting_for_receive = true;
-    }
-    FakeNicEvent event;
-    event.kind = FakeNicEvent::Kind::kRnrNak;
-    event.qp_num = qp_num;
-    event.wr_id = head.wr_id;
-    event.opcode = head.opcode;
-    event.text = qp->rnr_retry == 7
-                     ? "waiting for a receive (rnr_retry 7)"
-                     : "retries left: " + std::to_string(head.rnr_retries_left);
-    Record(std::move(event));
+    RnrNakHead(qp);
     return;
   }
   head.waiting_for_receive = false;
@@ -810,55 +842,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
       return;
     }
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM: {
-      // IB spec C9-88 / rxe_resp.c check_rkey: a zero-length RDMA is not
-      // required to carry a valid R_Key or VA, so they are not checked.
-      if (length > 0) {
-        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
-                        IBV_ACCESS_REMOTE_WRITE)) {
-          if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-            // The receive was already taken (rxe_resp.c: check_resource
-            // runs before check_rkey), so it completes with the error.
-            RecvWqe recv = std::move(responder_rq.front());
-            responder_rq.pop_front();
-            respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
-                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
-          }
-          nak(IBV_WC_REM_ACCESS_ERR,
-              "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
-          return;
-        }
-        const Span target{wqe.remote_addr, length};
-        const CopyFault copied =
-            MoveBytes(source, num_source, &target, 1, length);
-        if (copied == CopyFault::kSource) {
-          local_fault();
-          return;
-        }
-        if (copied == CopyFault::kDestination) {
-          if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-            RecvWqe recv = std::move(responder->rq.front());
-            responder->rq.pop_front();
-            respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
-                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
-          }
-          remote_fault(IBV_WC_REM_ACCESS_ERR);
-          return;
-        }
-      }
-      Record(std::move(executed));
-      if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-        // The receive is consumed but its SGEs are not touched; byte_len is
-        // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
-        RecvWqe recv = std::move(responder_rq.front());
-        responder_rq.pop_front();
-        respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
-                    static_cast<uint32_t>(length));
-      }
-      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
-      return;
-    }
+    // RDMA_WRITE / RDMA_WRITE_WITH_IMM: ExecuteWriteByPackets above.
     case IBV_WR_RDMA_READ: {
       if (length > 0) {
         if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
@@ -930,6 +914,51 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
       return;
   }
+}
+
+// Receiver not ready: the responder answers with an RNR NAK and the
+// requester retries. rnr_retry 7 means retry forever (IB spec; rxe_comp.c
+// COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
+// that finds no retries left completes the WR with
+// IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
+// attempt is one Step(); the RNR timer is not modelled.
+void FakeNic::RnrNakHead(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  const uint32_t qp_num = qp->base.qp_num;
+  if (!head.rnr_started) {
+    head.rnr_started = true;
+    head.rnr_retries_left = qp->rnr_retry;
+  }
+  if (qp->rnr_retry != 7) {
+    if (head.rnr_retries_left == 0) {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      const char* why = "RNR retries exhausted";
+      FakeNicEvent event;
+      event.kind = FakeNicEvent::Kind::kExecute;
+      event.qp_num = qp_num;
+      event.wr_id = wqe.wr_id;
+      event.opcode = wqe.opcode;
+      event.status = IBV_WC_RNR_RETRY_EXC_ERR;
+      event.text = why;
+      Record(std::move(event));
+      CompleteSend(qp, wqe, IBV_WC_RNR_RETRY_EXC_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, why);
+      return;
+    }
+    head.rnr_retries_left--;
+  } else {
+    head.waiting_for_receive = true;
+  }
+  FakeNicEvent event;
+  event.kind = FakeNicEvent::Kind::kRnrNak;
+  event.qp_num = qp_num;
+  event.wr_id = head.wr_id;
+  event.opcode = head.opcode;
+  event.text = qp->rnr_retry == 7
+                   ? "waiting for a receive (rnr_retry 7)"
+                   : "retries left: " + std::to_string(head.rnr_retries_left);
+  Record(std::move(event));
 }
 
 bool FakeNic::ApplyExecuteHook(Qp* qp) {

@@ -183,7 +183,36 @@ struct SendWqe {
   // Fault injection: the execute hook was asked, and steps left to wait.
   bool hook_consulted = false;
   int delay_steps_left = 0;
+  // Packets of the message already acknowledged (fake_nic_packets.cc); a
+  // retry after an RNR NAK resumes here.
+  uint32_t next_packet = 0;
   uint64_t total_length() const;
+};
+
+// One request packet of an RC message (IB spec 9.2 / rxe_opcode.c).
+struct RequestPacket {
+  enum class Position { kFirst, kMiddle, kLast, kOnly };
+  Position position = Position::kOnly;
+  uint32_t index = 0;          // in the message (PSN - first PSN)
+  uint64_t offset = 0;         // of its payload in the message
+  uint32_t length = 0;         // payload bytes (<= path MTU)
+  bool has_reth = false;       // FIRST / ONLY: va, rkey, DMA length
+  bool has_imm = false;        // LAST / ONLY of a *_WITH_IMM
+  bool takes_receive = false;  // RXE_RWR_MASK
+  bool ends_message = false;   // LAST / ONLY
+};
+uint32_t MtuBytes(ibv_mtu mtu);
+uint32_t PacketCount(uint64_t length, uint32_t mtu);
+RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
+                              uint32_t mtu, uint32_t index);
+const char* PositionName(RequestPacket::Position position);
+
+// What a responder remembers between the packets of one message (rxe's
+// qp->resp: va, resid, the rkey check's verdict).
+struct ResponderState {
+  uint64_t write_va = 0;
+  uint64_t write_length = 0;
+  bool write_checked = false;
 };
 
 struct RecvWqe {
@@ -225,10 +254,13 @@ struct Qp {
   uint8_t retry_cnt = 7;
   uint8_t min_rnr_timer = 0;
   uint32_t dest_qp_num = 0;
-  // RDMA READ / atomic depths negotiated by the CM (ibv_query_qp(3)
-  // max_rd_atomic: as initiator; max_dest_rd_atomic: as responder).
-  uint8_t max_rd_atomic = 0;
-  uint8_t max_dest_rd_atomic = 0;
+  // Everything ibv_modify_qp(3) set (fake_nic_qp_state.cc); the four fields
+  // above mirror it for the data path.
+  ibv_qp_attr attr{};
+  ResponderState responder;  // fake_nic_packets.cc
+  // Receives posted in ERR that the personality never completes (they keep
+  // their queue slot until RESET); see Personality.
+  uint32_t stranded_recvs = 0;
   // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
   Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }
 };
@@ -272,10 +304,14 @@ struct CmId {
   // cm_req_handler / cm_rep_handler).
   uint8_t req_retry_count = 7;
   uint8_t req_rnr_retry_count = 7;
-  // The REQ's read depths (active side's rdma_conn_param, clamped to the
-  // device): what the passive side may use at most.
-  uint8_t req_initiator_depth = 0;
-  uint8_t req_responder_resources = 0;
+  // The initiator depth the peer's REQ (passive) or REP (active) carried:
+  // the IB CM grants REMOTE_READ and REMOTE_ATOMIC only when it is non-zero
+  // (cm.c cm_init_qp_init_attr).
+  uint8_t peer_initiator_depth = 0;
+  // Ours, from the rdma_conn_param of Connect / Accept (RDMA_MAX_INIT_DEPTH /
+  // RDMA_MAX_RESP_RES already replaced by the device's limit).
+  uint8_t initiator_depth = 0;
+  uint8_t responder_resources = 0;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
   int unacked_events = 0;
 };

@@ -36,7 +36,30 @@ Personality Personality::Rxe() {
   p.recv_status_on_rkey_violation = IBV_WC_REM_ACCESS_ERR;
   p.recv_status_on_short_buffer = IBV_WC_REM_INV_REQ_ERR;
   p.recv_status_on_bad_recv_sge = IBV_WC_LOC_QP_OP_ERR;
+  p.rkey_zero_without_remote_access = true;
+  p.rkey_equals_lkey = true;
+  p.error_cqe_opcode_zero = true;
+  p.send_caps_from_wqe_size = true;
+  p.executes_at_post = true;
+  p.peer_qp_to_err_on_dreq = false;
+  p.flushes_receives_posted_in_err = false;
   return p;
+}
+
+FakeDeviceCaps FakeDeviceCaps::Rxe() {
+  FakeDeviceCaps caps;
+  caps.max_qp = 1048560;
+  caps.max_qp_wr = 1048576;
+  caps.max_sge = 32;
+  caps.max_inline_data = 512;  // rxe_param.h RXE_MAX_INLINE_DATA
+  caps.max_mr_size = ~uint64_t{0};
+  caps.max_mr = 524287;
+  caps.max_pd = 1048576;
+  caps.max_cq = 1048576;
+  caps.max_cqe = 32767;
+  caps.max_qp_rd_atom = 128;
+  caps.page_size_cap = 0xfffff000u;
+  return caps;
 }
 
 Personality Personality::Siw() {
@@ -257,6 +280,8 @@ const char* ToString(FakeNicEvent::Kind kind) {
       return "cm_event";
     case FakeNicEvent::Kind::kFault:
       return "fault";
+    case FakeNicEvent::Kind::kPacket:
+      return "packet";
   }
   return "unknown";
 }

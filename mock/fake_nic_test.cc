@@ -127,6 +127,11 @@ class FakeNicTest : public ::testing::Test {
     param.private_data_len = len;
     param.retry_count = options_.retry_count;
     param.rnr_retry_count = options_.connect_rnr_retry;
+    // RDMA READ and atomics need read credits on both ends: the IB CM grants
+    // the responder REMOTE_READ / REMOTE_ATOMIC only for a non-zero
+    // initiator depth (cm.c cm_init_qp_init_attr), as the fake does now.
+    param.initiator_depth = 1;
+    param.responder_resources = 1;
     ASSERT_EQ(nic_->Connect(client_.id, &param), 0);
   }
 
@@ -155,6 +160,11 @@ class FakeNicTest : public ::testing::Test {
     param.private_data = data;
     param.private_data_len = len;
     param.rnr_retry_count = options_.accept_rnr_retry;
+    // RDMA READ and atomics need read credits on both ends: the IB CM grants
+    // the responder REMOTE_READ / REMOTE_ATOMIC only for a non-zero
+    // initiator depth (cm.c cm_init_qp_init_attr), as the fake does now.
+    param.initiator_depth = 1;
+    param.responder_resources = 1;
     ASSERT_EQ(nic_->Accept(server_.id, &param), 0);
   }
 
@@ -1863,6 +1873,194 @@ TEST_F(FakeNicTest, BackgroundProgressCarriesManyWritesBetweenTwoThreads) {
   nic_->StopBackgroundProgress();
   EXPECT_EQ(completed, kWrites);
   EXPECT_EQ(received, kWrites);
+}
+
+// ---- ibv_modify_qp(3) and QP attributes
+// --------------------------------------
+
+int ToErr(FakeNic& nic, ibv_qp* qp) {
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_ERR;
+  return nic.ModifyQp(qp, &attr, IBV_QP_STATE);
+}
+
+TEST_F(FakeNicTest, ModifyQpRefusesTransitionsOutsideTheRcTable) {
+  PrepareHosts();  // the client's QP is in INIT (rdma_create_qp)
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_RTS;  // INIT -> RTS skips RTR
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), EINVAL);
+  attr.qp_state = IBV_QPS_RTR;  // required AV, PATH_MTU, ... missing
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), EINVAL);
+  attr.qp_state = IBV_QPS_SQD;
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), EINVAL);
+  // CUR_STATE must name the state the QP is in.
+  attr.qp_state = IBV_QPS_ERR;
+  attr.cur_qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE | IBV_QP_CUR_STATE),
+            EINVAL);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_INIT);
+}
+
+TEST_F(FakeNicTest, ModifyQpWalksResetInitRtrRtsWithTheRequiredMasks) {
+  PrepareHosts();
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_RESET);
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  // RESET -> INIT without ACCESS_FLAGS: EINVAL.
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT),
+            EINVAL);
+  // An attribute RESET -> INIT does not take: EINVAL.
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                               IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN),
+            EINVAL);
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                               IBV_QP_ACCESS_FLAGS),
+            0);
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = IBV_MTU_2048;
+  attr.dest_qp_num = 0x123;
+  attr.rq_psn = 7;
+  attr.max_dest_rd_atomic = 1;
+  attr.min_rnr_timer = 12;
+  attr.ah_attr.port_num = 1;
+  ASSERT_EQ(
+      nic_->ModifyQp(client_.qp, &attr,
+                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                         IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+      0);
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 9;
+  attr.max_rd_atomic = 1;
+  attr.retry_cnt = 5;
+  attr.rnr_retry = 3;
+  attr.timeout = 14;
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN),
+            EINVAL);
+  ASSERT_EQ(
+      nic_->ModifyQp(client_.qp, &attr,
+                     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+                         IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_TIMEOUT),
+      0);
+  ibv_qp_attr got;
+  ibv_qp_init_attr init;
+  ASSERT_EQ(nic_->QueryQp(client_.qp, &got, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(got.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(got.path_mtu, IBV_MTU_2048);
+  EXPECT_EQ(got.dest_qp_num, 0x123u);
+  EXPECT_EQ(got.rq_psn, 7u);
+  EXPECT_EQ(got.sq_psn, 9u);
+  EXPECT_EQ(got.qp_access_flags,
+            static_cast<unsigned>(IBV_ACCESS_REMOTE_WRITE));
+  EXPECT_EQ(got.min_rnr_timer, 12);
+  EXPECT_EQ(got.retry_cnt, 5);
+  EXPECT_EQ(got.rnr_retry, 3);
+  EXPECT_EQ(got.timeout, 14);
+  // RTS -> SQD -> RTS, and RTS -> RTS changing only what RTS may change.
+  attr.qp_state = IBV_QPS_SQD;
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_SQD);
+  attr.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN),
+            EINVAL);
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_MIN_RNR_TIMER), 0);
+}
+
+TEST_F(FakeNicTest, RdmaCmTransitionsSetTheAttributesQueryQpReports) {
+  ConnectHosts();
+  for (Host* host : {&client_, &server_}) {
+    ibv_qp_attr got;
+    ibv_qp_init_attr init;
+    ASSERT_EQ(nic_->QueryQp(host->qp, &got, IBV_QP_STATE, &init), 0);
+    EXPECT_EQ(got.qp_state, IBV_QPS_RTS);
+    EXPECT_EQ(got.path_mtu, IBV_MTU_1024);
+    // cm.c cm_init_qp_init_attr: REMOTE_WRITE, and READ | ATOMIC for a
+    // non-zero initiator depth (both ends ask for 1).
+    EXPECT_EQ(
+        got.qp_access_flags,
+        static_cast<unsigned>(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                              IBV_ACCESS_REMOTE_ATOMIC));
+    EXPECT_EQ(got.max_rd_atomic, 1);
+    EXPECT_EQ(got.max_dest_rd_atomic, 1);
+    EXPECT_EQ(got.port_num, 1);
+  }
+  ibv_qp_attr c, s;
+  ibv_qp_init_attr init;
+  nic_->QueryQp(client_.qp, &c, IBV_QP_STATE, &init);
+  nic_->QueryQp(server_.qp, &s, IBV_QP_STATE, &init);
+  EXPECT_EQ(c.dest_qp_num, server_.qp->qp_num);
+  EXPECT_EQ(s.dest_qp_num, client_.qp->qp_num);
+}
+
+TEST_F(FakeNicTest, ResponderQpWithoutRemoteWriteIsInvalidRequestAndFlushes) {
+  ConnectHosts();
+  ASSERT_EQ(PostRecv(server_, 77, 0, 64), 0);
+  // RTS -> RTS may change the access flags (ibv_modify_qp(3)).
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_ACCESS_FLAGS), 0);
+  ASSERT_EQ(Write(1, 8, IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE_WITH_IMM), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> client = PollAll(client_.cq);
+  std::vector<ibv_wc> server = PollAll(server_.cq);
+  ASSERT_EQ(client.size(), 1u);
+  EXPECT_EQ(client[0].status, IBV_WC_REM_INV_REQ_ERR);
+  ASSERT_EQ(server.size(), 1u);
+  EXPECT_EQ(server[0].status, IBV_WC_WR_FLUSH_ERR);  // not consumed
+  EXPECT_EQ(server[0].wr_id, 77u);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
+}
+
+TEST_F(FakeNicTest, ModifyToErrFlushesAndResetDiscardsWithoutCompletions) {
+  ConnectHosts();
+  ASSERT_EQ(PostRecv(server_, 1, 0, 64), 0);
+  ASSERT_EQ(PostRecv(server_, 2, 0, 64), 0);
+  ASSERT_EQ(ToErr(*nic_, server_.qp), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> flushed = PollAll(server_.cq);
+  ASSERT_EQ(flushed.size(), 2u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+  // A receive posted in ERR flushes too; one left when the QP goes to RESET
+  // is discarded without a completion.
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(PostRecv(server_, 3, 0, 64), 0);
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(server_.cq).empty());
+  EXPECT_EQ(State(server_.qp), IBV_QPS_RESET);
+  EXPECT_EQ(PostRecv(server_, 4, 0, 64), EINVAL);  // below INIT
+}
+
+TEST_F(FakeNicTest, SqdAcceptsSendsAndStartsThemBackInRts) {
+  ConnectHosts();
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_SQD;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(Write(1, 8, IBV_SEND_SIGNALED), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(client_.cq).empty());
+  attr.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ bool GuardedCopy(void* dst, const void* src, size_t n, uintptr_t* fault_addr) {
   }
   t_guard = &guard;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(dst, src, n);
+  std::memmove(dst, src, n);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = nullptr;
   return true;

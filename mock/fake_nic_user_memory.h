@@ -33,7 +33,8 @@ namespace fake_nic_internal {
 // (process_vm_readv) and cannot tell a read-only page.
 int CheckUserMapping(uintptr_t addr, size_t length, bool need_write);
 
-// memcpy(dst, src, n), except that a SIGSEGV or SIGBUS raised by the copy
+// memmove(dst, src, n) (in loopback a source and a destination may
+// overlap), except that a SIGSEGV or SIGBUS raised by the copy
 // itself ends the copy and returns false with the faulting address in
 // *fault_addr (some bytes may have been copied). Costs a sigsetjmp without
 // a signal mask and two thread-local stores when nothing faults. The

@@ -483,6 +483,9 @@ int FaultInjector::Disconnect(rdma_cm_id* id) { return nic_->Disconnect(id); }
 int FaultInjector::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return nic_->MigrateId(id, channel);
 }
+int FaultInjector::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  return nic_->ModifyQp(qp, attr, attr_mask);
+}
 
 // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
 

@@ -175,6 +175,7 @@ class FaultInjector final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   // PostSrqRecv is a kPostRecv call site (qp_num 0: an SRQ belongs to no

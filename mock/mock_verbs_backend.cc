@@ -74,6 +74,8 @@ MockVerbsBackend::MockVerbsBackend() {
       });
   ON_CALL(*this, QueryDeviceEx).WillByDefault(Return(ENOSYS));
   ON_CALL(*this, AdviseMr).WillByDefault(Return(ENOSYS));
+
+  ON_CALL(*this, ModifyQp).WillByDefault(Return(ENOSYS));
 }
 
 void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
@@ -136,6 +138,8 @@ void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
   ON_CALL(*this, QueryDeviceEx)
       .WillByDefault(Invoke(f, &VerbsBackend::QueryDeviceEx));
   ON_CALL(*this, AdviseMr).WillByDefault(Invoke(f, &VerbsBackend::AdviseMr));
+
+  ON_CALL(*this, ModifyQp).WillByDefault(Invoke(f, &VerbsBackend::ModifyQp));
 }
 
 }  // namespace rpma_harness

@@ -102,6 +102,8 @@ class MockVerbsBackend : public VerbsBackend {
   MOCK_METHOD(int, Disconnect, (rdma_cm_id * id), (override));
   MOCK_METHOD(int, MigrateId, (rdma_cm_id * id, rdma_event_channel* channel),
               (override));
+  MOCK_METHOD(int, ModifyQp, (ibv_qp * qp, ibv_qp_attr* attr, int attr_mask),
+              (override));
 
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   MOCK_METHOD(ibv_srq*, CreateSrq, (ibv_pd * pd, ibv_srq_init_attr* init_attr),

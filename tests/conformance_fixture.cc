@@ -56,14 +56,20 @@ std::vector<BackendUnderTest> BackendsUnderTest() {
           BackendUnderTest{"fake_rxe", true}};
 }
 
-void ConformanceTest::SetUp() {
-  const BackendUnderTest& param = GetParam();
-  if (param.name == "rdma_core") {
+void ConformanceTest::SetUp() { UseBackend(GetParam().name); }
+
+void ConformanceTest::UseBackend(const std::string& name) {
+  if (in_section_) EndSection();
+  if (fake_ != nullptr) fake_->StopBackgroundProgress();
+  fake_ = nullptr;
+  backend_.reset();
+  if (name == "rdma_core") {
     backend_ = std::make_shared<RdmaCoreBackend>();
   } else {
     FakeNicConfig config;
     config.personality =
-        param.name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
+        name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
+    if (name == "fake_rxe") config.caps = FakeDeviceCaps::Rxe();
     auto fake = std::make_shared<FakeNic>(config);
     fake->StartBackgroundProgress();
     fake_ = fake.get();
@@ -71,11 +77,20 @@ void ConformanceTest::SetUp() {
   }
 }
 
+std::vector<std::string> ConformanceTest::TakeStream() {
+  std::vector<std::string> taken;
+  taken.swap(stream_);
+  return taken;
+}
+
 void ConformanceTest::TearDown() {
+  if (in_section_) EndSection();
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);
   if (listen_id_ != nullptr) nic().DestroyId(listen_id_);
   if (listen_channel_ != nullptr) nic().DestroyEventChannel(listen_channel_);
+  listen_id_ = nullptr;
+  listen_channel_ = nullptr;
   if (fake_ != nullptr) fake_->StopBackgroundProgress();
 
   // The completion stream: printed for the differential test to collect
@@ -87,7 +102,8 @@ void ConformanceTest::TearDown() {
       std::printf("STREAM %s %s\n", name.c_str(), line.c_str());
     }
   }
-  if (GetParam().name == "fake_rxe" && !stream_.empty()) {
+  if (GetParam().name == "fake_rxe" && compare_with_recording_ &&
+      !stream_.empty()) {
     std::ifstream golden("tests/testdata/rxe_streams.txt");
     if (!golden) return;  // no recording yet (see tools/softroce_vm)
     std::vector<std::string> expected;
@@ -161,6 +177,9 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
   ASSERT_EQ(nic().CreateQp(side.id, side.pd, &attr), 0) << std::strerror(errno);
   side.qp = side.id->qp;
   side.buffer.assign(kBufferSize, 0);
+  if (&side == &client_) {
+    for (size_t i = 0; i < kBufferSize; ++i) side.buffer[i] = Pattern(i);
+  }
   side.mr = nic().RegMr(side.pd, side.buffer.data(), side.buffer.size(),
                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                             IBV_ACCESS_REMOTE_READ);
@@ -169,6 +188,7 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
 
 void ConformanceTest::Connect(const QpOptions& options,
                               const std::function<void()>& before_accept) {
+  in_section_ = true;
   const std::string addr = TestAddress();
   const std::string port = std::to_string(NextPort());
   listen_channel_ = nic().CreateEventChannel();
@@ -232,7 +252,10 @@ int ConformanceTest::PostRecv(Endpoint& side, uint64_t wr_id, size_t offset,
     wr.num_sge = 1;
   }
   ibv_recv_wr* bad = nullptr;
-  return nic().PostRecv(side.qp, &wr, &bad);
+  const int ret = nic().PostRecv(side.qp, &wr, &bad);
+  RecordPost(&side == &client_ ? "recv client" : "recv server", ret,
+             ret == 0 ? -1 : (bad == &wr ? 0 : -2));
+  return ret;
 }
 
 ibv_send_wr ConformanceTest::WriteWr(uint64_t wr_id, size_t src_offset,
@@ -259,7 +282,18 @@ ibv_send_wr ConformanceTest::WriteWr(uint64_t wr_id, size_t src_offset,
 
 int ConformanceTest::PostSend(Endpoint& side, ibv_send_wr* wr,
                               ibv_send_wr** bad_wr) {
-  return nic().PostSend(side.qp, wr, bad_wr);
+  *bad_wr = nullptr;
+  const int ret = nic().PostSend(side.qp, wr, bad_wr);
+  int bad_index = -1;
+  if (ret != 0) {
+    bad_index = -2;  // *bad_wr names no WR of the chain
+    int i = 0;
+    for (ibv_send_wr* w = wr; w != nullptr; w = w->next, ++i) {
+      if (w == *bad_wr) bad_index = i;
+    }
+  }
+  RecordPost(&side == &client_ ? "send client" : "send server", ret, bad_index);
+  return ret;
 }
 
 int ConformanceTest::PostSrqRecv(uint64_t wr_id, size_t offset, uint32_t len) {
@@ -314,21 +348,95 @@ ibv_qp_state ConformanceTest::QpState(Endpoint& side) {
 }
 
 void ConformanceTest::Record(const char* side_name, const ibv_wc& wc) {
-  // Fields the spec defines for this completion; qp numbers and addresses
-  // differ between runs and NICs by nature and are left out.
+  // Every field a program reads; qp numbers differ between runs and NICs by
+  // nature and are left out.
   std::ostringstream line;
-  line << side_name << " wr_id=" << wc.wr_id << " status=" << wc.status;
-  if (wc.status == IBV_WC_SUCCESS) {
-    line << " opcode=" << wc.opcode << " byte_len=" << wc.byte_len
-         << " flags=" << wc.wc_flags;
-    if (wc.wc_flags & IBV_WC_WITH_IMM) line << " imm=" << ntohl(wc.imm_data);
-  }
-  stream_.push_back(line.str());
+  line << side_name << " wr_id=" << wc.wr_id << " status=" << wc.status
+       << " opcode=" << wc.opcode << " byte_len=" << wc.byte_len
+       << " flags=" << wc.wc_flags << " imm=" << ntohl(wc.imm_data);
+  RecordLine(line.str());
 }
 
-void ConformanceTest::RecordPost(const char* what, int ret) {
-  stream_.push_back(std::string("post ") + what +
-                    " ret=" + std::to_string(ret < 0 ? -ret : ret));
+void ConformanceTest::RecordPost(const char* what, int ret, int bad_index) {
+  RecordLine(std::string("post ") + what +
+             " ret=" + std::to_string(ret < 0 ? -ret : ret) +
+             " bad=" + std::to_string(bad_index));
+}
+
+void ConformanceTest::RecordLine(const std::string& line) {
+  stream_.push_back(section_ + line);
+}
+
+std::vector<uint32_t> ConformanceTest::WriteSizes() {
+  return {0, 1, 64, 1023, 1024, 1025, 4096, 64 * 1024};
+}
+
+void ConformanceTest::BeginSection(const std::string& tag) {
+  if (in_section_) EndSection();
+  section_ = tag.empty() ? "" : tag + " ";
+}
+
+void ConformanceTest::DrainAndRecord(Endpoint& side) {
+  if (side.cq == nullptr) return;
+  ibv_wc wc;
+  if (fake_ != nullptr) {
+    fake_->RunUntilIdle();
+    while (nic().PollCq(side.cq, 1, &wc) == 1) {
+      Record(&side == &client_ ? "client" : "server", wc);
+    }
+    return;
+  }
+  // A kernel driver: whatever is still to come arrives well within 300 ms
+  // of the last completion (flushes follow the error that caused them).
+  const auto quiet = std::chrono::milliseconds(drain_quiet_ms_);
+  auto quiet_until = std::chrono::steady_clock::now() + quiet;
+  while (std::chrono::steady_clock::now() < quiet_until) {
+    if (nic().PollCq(side.cq, 1, &wc) == 1) {
+      Record(&side == &client_ ? "client" : "server", wc);
+      quiet_until = std::chrono::steady_clock::now() + quiet;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
+void ConformanceTest::EndSection() {
+  in_section_ = false;
+  DrainAndRecord(client_);
+  DrainAndRecord(server_);
+  if (client_.qp != nullptr && server_.qp != nullptr) {
+    RecordLine(std::string("state client=") + std::to_string(QpState(client_)) +
+               " server=" + std::to_string(QpState(server_)));
+  }
+  if (!server_.buffer.empty()) {
+    // The server buffer starts zeroed and the client's pattern has no 0, so
+    // the non-zero ranges are exactly the bytes that landed.
+    std::ostringstream landed;
+    landed << "landed";
+    size_t i = 0;
+    bool any = false;
+    const std::vector<uint8_t>& b = server_.buffer;
+    while (i < b.size()) {
+      if (b[i] == 0) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < b.size() && b[j] != 0) ++j;
+      landed << " [" << i << "," << j << ")";
+      any = true;
+      i = j;
+    }
+    if (!any) landed << " none";
+    RecordLine(landed.str());
+  }
+  TearDownEndpoint(client_);
+  TearDownEndpoint(server_);
+  if (listen_id_ != nullptr) nic().DestroyId(listen_id_);
+  if (listen_channel_ != nullptr) nic().DestroyEventChannel(listen_channel_);
+  listen_id_ = nullptr;
+  listen_channel_ = nullptr;
+  section_.clear();
 }
 
 }  // namespace rpma_harness

@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,9 @@ struct Endpoint {
 class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
  protected:
   static constexpr size_t kBufferSize = 64 * 1024;
+  // The client's buffer holds this pattern (never 0) from Connect on, the
+  // server's is zero, so the server's non-zero ranges are what landed.
+  static uint8_t Pattern(size_t i) { return static_cast<uint8_t>(1 + i % 251); }
 
   void SetUp() override;
   void TearDown() override;
@@ -127,10 +131,41 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   ibv_qp_state QpState(Endpoint& side);
 
   // Appends one line describing `wc` of `side` to the case's completion
-  // stream (see conformance_stream.h), which the differential test compares
-  // across backends.
+  // stream, which the differential compares across backends: every field a
+  // program reads (status, opcode, byte_len, wc_flags, imm_data, wr_id), on
+  // success and on error alike (ibv_poll_cq(3) leaves them undefined on
+  // error, so a personality must reproduce its NIC's values).
   void Record(const char* side_name, const ibv_wc& wc);
-  void RecordPost(const char* what, int ret);
+  // A post's return code and which WR of the chain *bad_wr names (-1: none).
+  void RecordPost(const char* what, int ret, int bad_index = -1);
+  void RecordLine(const std::string& line);
+
+  // Sections let one test run the same case at several write sizes, each on
+  // a fresh connection: BeginSection tags the stream lines that follow;
+  // EndSection waits for every completion still to come on both sides
+  // (after an error the responder's flushes too), records them, the QP
+  // states and the byte ranges of the server buffer that changed, then
+  // tears the connection down. TearDown ends an open section.
+  void BeginSection(const std::string& tag);
+  void EndSection();
+
+  // The write sizes the sized cases run at: 0, 1, 64, MTU-1, MTU, MTU+1,
+  // 4 KiB, 64 KiB, with MTU the path MTU of rxe over a 1500-byte netdev
+  // (1024; recorded by the QueryQpAfterConnect case).
+  static std::vector<uint32_t> WriteSizes();
+
+  // For differentials inside one test (the random programs): switch to
+  // another backend ("rdma_core", "fake_rxe", "fake_spec"; ends an open
+  // section), and take the stream recorded so far.
+  void UseBackend(const std::string& name);
+  std::vector<std::string> TakeStream();
+  // Records every completion still pending on `side` (EndSection does both
+  // sides): on the fake it runs the NIC until idle; on a kernel driver it
+  // polls until nothing arrives for drain_quiet_ms_.
+  void DrainAndRecord(Endpoint& side);
+  bool compare_with_recording_ = true;
+  int drain_quiet_ms_ = 300;
+  bool on_fake() const { return fake_ != nullptr; }
 
  private:
   void SetUpEndpointQueues(Endpoint& side, const QpOptions& options);
@@ -144,6 +179,8 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   Endpoint client_;
   Endpoint server_;
   std::vector<std::string> stream_;
+  std::string section_;  // "" or "size=64 " etc.
+  bool in_section_ = false;
 };
 
 }  // namespace rpma_harness

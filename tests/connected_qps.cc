@@ -148,6 +148,11 @@ QpPair* ConnectedQps::Connect(const QpPairOptions& options) {
   std::memset(&param, 0, sizeof(param));
   param.retry_count = 7;
   param.rnr_retry_count = options.rnr_retry;
+  // RDMA READ and atomics need read credits on both ends: the IB CM grants
+  // the responder REMOTE_READ / REMOTE_ATOMIC only for a non-zero
+  // initiator depth (cm.c cm_init_qp_init_attr), as the fake does now.
+  param.initiator_depth = 1;
+  param.responder_resources = 1;
   if (nic_->Connect(client.id, &param) != 0) {
     Fail("Connect");
     return nullptr;

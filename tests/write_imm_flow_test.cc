@@ -203,6 +203,82 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
   server.join();
 }
 
+// librpma's ping-pong examples: the client posts a message and calls
+// rpma_conn_disconnect at once. A real NIC transmits what was posted before
+// the disconnect (rxe runs the requester inside ibv_post_send), so the
+// server's receive completes with the message, not with WR_FLUSH_ERR.
+TEST_F(WriteImmFlowTest, SendPostedJustBeforeDisconnectArrives) {
+  const std::string message = "ping";
+  std::promise<void> listening;
+  std::thread server([&] {
+    ibv_context* dev = nullptr;
+    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
+                                         RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
+              0);
+    rpma_peer* peer = nullptr;
+    ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+    std::vector<char> recv_buf(64, 0);
+    rpma_mr_local* recv_mr = nullptr;
+    ASSERT_EQ(rpma_mr_reg(peer, recv_buf.data(), recv_buf.size(),
+                          RPMA_MR_USAGE_RECV, &recv_mr),
+              0);
+    rpma_ep* ep = nullptr;
+    ASSERT_EQ(rpma_ep_listen(peer, addr_.c_str(), port_.c_str(), &ep), 0);
+    listening.set_value();
+    rpma_conn_req* req = nullptr;
+    ASSERT_EQ(rpma_ep_next_conn_req(ep, nullptr, &req), 0);
+    ASSERT_EQ(
+        rpma_conn_req_recv(req, recv_mr, 0, recv_buf.size(), kRecvContext), 0);
+    rpma_conn* conn = nullptr;
+    ASSERT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), 0);
+    EXPECT_EQ(NextEvent(conn), RPMA_CONN_ESTABLISHED);
+    rpma_cq* cq = nullptr;
+    ASSERT_EQ(rpma_conn_get_cq(conn, &cq), 0);
+    ibv_wc wc = WaitForCompletion(cq);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << Describe(wc);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+    EXPECT_EQ(wc.byte_len, message.size());
+    EXPECT_EQ(std::string(recv_buf.data(), message.size()), message);
+    EXPECT_EQ(NextEvent(conn), RPMA_CONN_CLOSED);
+    EXPECT_EQ(rpma_conn_disconnect(conn), 0);
+    EXPECT_EQ(rpma_conn_delete(&conn), 0);
+    EXPECT_EQ(rpma_ep_shutdown(&ep), 0);
+    EXPECT_EQ(rpma_mr_dereg(&recv_mr), 0);
+    EXPECT_EQ(rpma_peer_delete(&peer), 0);
+  });
+  std::thread client([&] {
+    listening.get_future().wait();
+    ibv_context* dev = nullptr;
+    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
+                                         RPMA_UTIL_IBV_CONTEXT_REMOTE, &dev),
+              0);
+    rpma_peer* peer = nullptr;
+    ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+    std::vector<char> src(message.begin(), message.end());
+    rpma_mr_local* src_mr = nullptr;
+    ASSERT_EQ(
+        rpma_mr_reg(peer, src.data(), src.size(), RPMA_MR_USAGE_SEND, &src_mr),
+        0);
+    rpma_conn_req* req = nullptr;
+    ASSERT_EQ(
+        rpma_conn_req_new(peer, addr_.c_str(), port_.c_str(), nullptr, &req),
+        0);
+    rpma_conn* conn = nullptr;
+    ASSERT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), 0);
+    EXPECT_EQ(NextEvent(conn), RPMA_CONN_ESTABLISHED);
+    ASSERT_EQ(rpma_send(conn, src_mr, 0, src.size(), RPMA_F_COMPLETION_ON_ERROR,
+                        nullptr),
+              0);
+    EXPECT_EQ(rpma_conn_disconnect(conn), 0);  // at once
+    EXPECT_EQ(NextEvent(conn), RPMA_CONN_CLOSED);
+    EXPECT_EQ(rpma_conn_delete(&conn), 0);
+    EXPECT_EQ(rpma_mr_dereg(&src_mr), 0);
+    EXPECT_EQ(rpma_peer_delete(&peer), 0);
+  });
+  client.join();
+  server.join();
+}
+
 // Both ends set up in one thread (the NIC progresses on its own thread), for
 // the variations of the flow.
 class ConnectedPairTest : public WriteImmFlowTest {

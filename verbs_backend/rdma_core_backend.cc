@@ -182,6 +182,9 @@ int RdmaCoreBackend::Disconnect(rdma_cm_id* id) { return rdma_disconnect(id); }
 int RdmaCoreBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return rdma_migrate_id(id, channel);
 }
+int RdmaCoreBackend::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  return ibv_modify_qp(qp, attr, attr_mask);
+}
 
 // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
 

@@ -71,6 +71,7 @@ class RdmaCoreBackend final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;

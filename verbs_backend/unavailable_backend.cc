@@ -130,6 +130,7 @@ int UnavailableBackend::MigrateId(rdma_cm_id*, rdma_event_channel*) {
   Fail();
   return -1;
 }
+int UnavailableBackend::ModifyQp(ibv_qp*, ibv_qp_attr*, int) { return Fail(); }
 
 // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
 

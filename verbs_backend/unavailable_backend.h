@@ -56,6 +56,7 @@ class UnavailableBackend final : public VerbsBackend {
   int Reject(rdma_cm_id*, const void*, uint8_t) override;
   int Disconnect(rdma_cm_id*) override;
   int MigrateId(rdma_cm_id*, rdma_event_channel*) override;
+  int ModifyQp(ibv_qp*, ibv_qp_attr*, int) override;
 
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd*, ibv_srq_init_attr*) override;

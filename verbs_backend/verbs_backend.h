@@ -199,6 +199,14 @@ class VerbsBackend {
   // "ibv errno".
   virtual int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
                        ibv_sge* sg_list, uint32_t num_sge) = 0;
+
+  // ---- QP attributes (appended after the CM methods) ------------------------
+
+  // ibv_modify_qp(3): moves the QP through the RC state machine
+  // (RESET -> INIT -> RTR -> RTS, SQD, any -> ERR / RESET) and sets the
+  // attributes `attr_mask` names; each transition requires the mask bits of
+  // the table in ibv_modify_qp(3) (EINVAL otherwise). "ibv errno".
+  virtual int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) = 0;
 };
 
 }  // namespace rpma_harness

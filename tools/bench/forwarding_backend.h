@@ -121,6 +121,9 @@ class ForwardingBackend : public VerbsBackend {
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override {
     return target_->MigrateId(id, channel);
   }
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override {
+    return target_->ModifyQp(qp, attr, attr_mask);
+  }
 
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override {

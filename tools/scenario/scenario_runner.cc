@@ -571,6 +571,7 @@ ScenarioResult Run::Go() {
   config.personality = s_.personality == "rxe"   ? Personality::Rxe()
                        : s_.personality == "siw" ? Personality::Siw()
                                                  : Personality::Spec();
+  if (s_.personality == "rxe") config.caps = FakeDeviceCaps::Rxe();
   config.random_schedule = s_.random_schedule;
   nic_ = std::make_shared<FakeNic>(config);
   faults_ = std::make_shared<FaultInjector>(nic_, seed_);

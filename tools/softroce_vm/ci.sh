@@ -17,7 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 targets=(//tests:conformance_test //tests:write_imm_flow_test
-         //tools/softroce_vm:rxe_smoke_test)
+         //tools/softroce_vm:rxe_smoke_test //tests:random_differential_test)
 out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
 # The example pairs' programs (:*_server, :*_client) and their list.
 pair_targets=(//examples:pairs.txt //rpma/dropin
@@ -66,8 +66,13 @@ for dir in 10-write-with-imm 12-srq-ping-pong; do
 done
 
 status=0
+# random_differential_test: 200 random programs, each on rxe and on the
+# fake in the VM (~0.7 s a program under TCG).
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
+  --timeout 900 --binary-timeout 500 \
+  --env RPMA_HARNESS_RANDOM_PROGRAMS=200 \
   --pairs "$out/pairs" "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
+tr -d '\r' <"$out/vm/console.log" | grep -a "^random differential:" >&2
 grep -E "^softroce_vm: " "$out/run.log" >&2
 
 . .ci/count_cases.sh
@@ -87,6 +92,18 @@ if [ "${RECORD:-0}" = 1 ]; then
 elif ! diff <(grep -v '^#' "$recording") "$out/streams.txt" >"$out/streams.diff"; then
   echo "softroce vm: rxe's completion streams differ from $recording:" >&2
   cat "$out/streams.diff" >&2
+  failed=$((failed + 1))
+fi
+# The random programs' rxe streams: the host's random_differential_test
+# holds the fake to them (in the VM it compares rxe with the fake directly).
+random_recording=tests/testdata/rxe_random_streams.txt
+grep -a '^RANDOM ' "$out/vm/console.log" | tr -d '\r' >"$out/random.txt"
+if [ "${RECORD:-0}" = 1 ]; then
+  { grep '^#' "$random_recording"; cat "$out/random.txt"; } >"$out/new.txt"
+  mv "$out/new.txt" "$random_recording"
+elif ! diff <(grep -v '^#' "$random_recording") "$out/random.txt" >"$out/random.diff"; then
+  echo "softroce vm: rxe's random-program streams differ from $random_recording:" >&2
+  head -40 "$out/random.diff" >&2
   failed=$((failed + 1))
 fi
 echo "softroce vm: ${passed} passed, ${failed} failed, ${skipped} skipped ($out)"

@@ -1,0 +1,352 @@
+// fake_nic_packets.cc: RDMA WRITE and RDMA WRITE with immediate as the wire
+// carries them, packet by packet.
+//
+// The requester cuts a message into packets of the QP's path MTU
+// (ibv_query_qp path_mtu; rdma_cm sets the port's active MTU, 1024 on rxe
+// over a 1500-byte netdev): ONLY when it fits in one, otherwise FIRST,
+// MIDDLE..., LAST (IB spec 9.4.3; rxe_req.c next_opcode). The RETH (va,
+// rkey, DMA length) rides on FIRST / ONLY, the immediate on LAST / ONLY.
+// The responder runs rxe's checks on every packet, in rxe_resp.c's order:
+//   check_op_valid   (RESPST_CHK_OP_VALID)  qp_access_flags allow a write
+//                                           (done for the whole message in
+//                                           ExecuteSendWqe: same answer for
+//                                           every packet)
+//   check_resource   (RESPST_CHK_RESOURCE)  a packet with RXE_RWR_MASK takes
+//                                           a receive: for write with imm
+//                                           that is LAST / ONLY only
+//                                           (rxe_opcode.c); none -> RNR NAK
+//   check_rkey       (RESPST_CHK_RKEY)      a RETH packet: rkey, PD, access
+//                                           and the whole [va, va + len)
+//                                           (zero length: not checked,
+//                                           C9-88)
+//   execute          (RESPST_EXECUTE)       the payload lands at va + offset
+//   complete         (RESPST_COMPLETE)      LAST / ONLY with a receive:
+//                                           RECV_RDMA_WITH_IMM
+// so where a message fails decides what each side sees: a multi-packet
+// write with imm that fails check_rkey fails on FIRST, before any receive
+// was taken; the responder goes to ERR (do_class_ac_error) and the receive
+// is flushed (WR_FLUSH_ERR) instead of completing with the access error,
+// which only an ONLY packet (check_resource before check_rkey) produces. An
+// RNR NAK on LAST implicitly acknowledges the packets before it (IB spec
+// 9.7.5.1.1): their bytes have landed, and a retry resends LAST only.
+//
+// The wire here is the call stack: one Step() carries every packet of the
+// message from the requester to the responder and the ACK / NAK back, unless
+// an RNR NAK parks the message. See README "Fidelity" for why there is no
+// separately scheduled Wire yet.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "mock/fake_nic.h"
+#include "mock/fake_nic_internal.h"
+#include "mock/fake_nic_user_memory.h"
+
+namespace rpma_harness {
+
+using fake_nic_internal::RecvWqe;
+using fake_nic_internal::RequestPacket;
+using fake_nic_internal::Sge;
+
+namespace fake_nic_internal {
+
+uint32_t MtuBytes(ibv_mtu mtu) {
+  switch (mtu) {
+    case IBV_MTU_256:
+      return 256;
+    case IBV_MTU_512:
+      return 512;
+    case IBV_MTU_2048:
+      return 2048;
+    case IBV_MTU_4096:
+      return 4096;
+    case IBV_MTU_1024:
+    default:
+      return 1024;
+  }
+}
+
+uint32_t PacketCount(uint64_t length, uint32_t mtu) {
+  if (length == 0) return 1;
+  return static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
+RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
+                              uint32_t mtu, uint32_t index) {
+  RequestPacket p;
+  const uint32_t count = PacketCount(length, mtu);
+  p.index = index;
+  p.offset = uint64_t{index} * mtu;
+  p.length = static_cast<uint32_t>(
+      std::min<uint64_t>(mtu, length > p.offset ? length - p.offset : 0));
+  const bool first = index == 0;
+  const bool last = index + 1 == count;
+  p.position = count == 1 ? RequestPacket::Position::kOnly
+               : first    ? RequestPacket::Position::kFirst
+               : last     ? RequestPacket::Position::kLast
+                          : RequestPacket::Position::kMiddle;
+  p.has_reth = first;
+  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  p.has_imm = with_imm && last;
+  // rxe_opcode.c: RDMA_WRITE_LAST_WITH_IMMEDIATE and
+  // RDMA_WRITE_ONLY_WITH_IMMEDIATE carry RXE_RWR_MASK.
+  p.takes_receive = with_imm && last;
+  p.ends_message = last;
+  return p;
+}
+
+const char* PositionName(RequestPacket::Position position) {
+  switch (position) {
+    case RequestPacket::Position::kFirst:
+      return "FIRST";
+    case RequestPacket::Position::kMiddle:
+      return "MIDDLE";
+    case RequestPacket::Position::kLast:
+      return "LAST";
+    case RequestPacket::Position::kOnly:
+      return "ONLY";
+  }
+  return "?";
+}
+
+}  // namespace fake_nic_internal
+
+namespace {
+
+uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// Copies `length` bytes starting `offset` bytes into the gather list `src`
+// to `dst`, with GuardedCopy (memmove semantics: in loopback a packet's
+// source and target may overlap). A copy that faults stops there: returns
+// false with the faulting address in *fault (fake_nic_user_memory.h).
+bool GatherAt(const Sge* src, size_t nsrc, uint64_t offset, uint8_t* dst,
+              uint64_t length, uintptr_t* fault) {
+  for (size_t i = 0; i < nsrc && length > 0; ++i) {
+    if (offset >= src[i].length) {
+      offset -= src[i].length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(src[i].length - offset, length);
+    if (!fake_nic_internal::GuardedCopy(
+            dst, reinterpret_cast<const void*>(src[i].addr + offset), n,
+            fault)) {
+      return false;
+    }
+    dst += n;
+    length -= n;
+    offset = 0;
+  }
+  return true;
+}
+
+// The program unmapped or protected registered memory after registering it:
+// a real NIC would not notice (it DMAs the pages it pinned), so this is the
+// program's bug, reported loudly on stderr and in the event's text.
+std::string PacketMemoryError(const char* whose, uint64_t wr_id) {
+  std::string text = std::string("harness error: ") + whose + " memory of WR " +
+                     std::to_string(wr_id) +
+                     " faulted (unmapped or protected after registration; "
+                     "a real NIC keeps the pages it pinned)";
+  std::fprintf(stderr, "fake NIC: %s\n", text.c_str());
+  return text;
+}
+
+}  // namespace
+
+// The responder's answer to one packet.
+enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess };
+
+void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
+  using fake_nic_internal::MakeWritePacket;
+  using fake_nic_internal::MtuBytes;
+  using fake_nic_internal::PacketCount;
+  SendWqe& head = qp->sq.front();
+  const uint64_t length = head.total_length();
+  const uint32_t mtu = MtuBytes(qp->attr.path_mtu);
+  const uint32_t count = PacketCount(length, mtu);
+  auto& resp = responder->responder;
+
+  const Sge inline_source{Address(head.inline_data.data()),
+                          static_cast<uint32_t>(head.inline_data.size()), 0};
+  const Sge* source = head.is_inline ? &inline_source : head.sges.begin();
+  const size_t num_source = head.is_inline ? 1 : head.sges.size();
+
+  for (uint32_t i = head.next_packet; i < count; ++i) {
+    const RequestPacket packet = MakeWritePacket(head.opcode, length, mtu, i);
+    PacketAnswer answer = PacketAnswer::kAck;
+    bool took_receive = false;
+    // check_resource.
+    if (packet.takes_receive) {
+      if (responder->ReceiveQueue().empty()) {
+        answer = PacketAnswer::kRnrNak;
+      } else {
+        took_receive = true;
+      }
+    }
+    // check_rkey, on the RETH packet, for the whole message.
+    if (answer == PacketAnswer::kAck && packet.has_reth) {
+      resp.write_va = head.remote_addr;
+      resp.write_length = length;
+      resp.write_checked =
+          length == 0 || RemoteMrOk(responder, head.rkey, head.remote_addr,
+                                    length, IBV_ACCESS_REMOTE_WRITE);
+      if (!resp.write_checked) answer = PacketAnswer::kNakRemoteAccess;
+    }
+    RecordPacket(qp, head, packet,
+                 answer == PacketAnswer::kAck      ? "ACK"
+                 : answer == PacketAnswer::kRnrNak ? "RNR NAK"
+                                                   : "NAK remote access");
+    if (answer == PacketAnswer::kRnrNak) {
+      head.next_packet = i;  // the NAK acknowledged the packets before it
+      RnrNakHead(qp);
+      return;
+    }
+    if (answer == PacketAnswer::kNakRemoteAccess) {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      const char* why =
+          "rkey/PD/bounds/REMOTE_WRITE check failed at the responder";
+      if (took_receive) {
+        // An ONLY packet: check_resource took the receive before
+        // check_rkey failed, so it completes with the error.
+        RecvWqe recv = std::move(responder->ReceiveQueue().front());
+        responder->ReceiveQueue().pop_front();
+        CompleteReceive(responder, recv, wqe,
+                        config_.personality.recv_status_on_rkey_violation,
+                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
+      }
+      RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why);
+      SetQpState(responder, IBV_QPS_ERR, why);
+      CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, why);
+      return;
+    }
+    // execute: the payload lands.
+    uintptr_t fault = 0;
+    auto* target = reinterpret_cast<uint8_t*>(resp.write_va + packet.offset);
+    if (packet.length > 0 && !GatherAt(source, num_source, packet.offset,
+                                       target, packet.length, &fault)) {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      const uint64_t target_addr = Address(target);
+      if (fault >= target_addr && fault - target_addr < packet.length) {
+        // The responder's memory faulted: answered as its own protection
+        // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
+        // packet took completes with the error as on a failed check_rkey.
+        const std::string why = PacketMemoryError("the responder's", wqe.wr_id);
+        if (took_receive) {
+          RecvWqe recv = std::move(responder->ReceiveQueue().front());
+          responder->ReceiveQueue().pop_front();
+          CompleteReceive(responder, recv, wqe,
+                          config_.personality.recv_status_on_rkey_violation,
+                          IBV_WC_RECV_RDMA_WITH_IMM, 0);
+        }
+        RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
+        SetQpState(responder, IBV_QPS_ERR, why.c_str());
+        CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+        SetQpState(qp, IBV_QPS_ERR, why.c_str());
+      } else {
+        // The requester's own memory faulted: a local protection error
+        // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
+        // local SGE fails its checks. The message was cut: the responder's
+        // receive, if taken, is flushed with its QP.
+        const std::string why = PacketMemoryError("the requester's", wqe.wr_id);
+        if (took_receive) {
+          RecvWqe recv = std::move(responder->ReceiveQueue().front());
+          responder->ReceiveQueue().pop_front();
+          CompleteReceive(responder, recv, wqe, IBV_WC_WR_FLUSH_ERR,
+                          IBV_WC_RECV_RDMA_WITH_IMM, 0);
+          SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
+        }
+        RecordExecuted(qp, wqe, IBV_WC_LOC_PROT_ERR, why.c_str());
+        CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+        SetQpState(qp, IBV_QPS_ERR, "local memory fault");
+      }
+      return;
+    }
+    if (packet.ends_message) {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+      if (took_receive) {
+        // The receive is consumed but its SGEs are not touched; byte_len is
+        // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
+        RecvWqe recv = std::move(responder->ReceiveQueue().front());
+        responder->ReceiveQueue().pop_front();
+        CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
+                        IBV_WC_RECV_RDMA_WITH_IMM,
+                        static_cast<uint32_t>(length));
+      }
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return;
+    }
+  }
+}
+
+void FakeNic::RunRequesterNow(Qp* qp) {
+  while (qp->base.state == IBV_QPS_RTS && !qp->sq.empty() &&
+         QpHasReadyWork(qp)) {
+    const size_t before = qp->sq.size();
+    ExecuteSendWqe(qp);
+    if (qp->sq.size() == before) break;  // RNR NAK, delay: retried by Step()
+  }
+  MarkMaybeReady(qp);
+  MarkMaybeReady(qp->peer);
+}
+
+void FakeNic::RecordPacket(Qp* qp, const SendWqe& wqe,
+                           const RequestPacket& packet, const char* answer) {
+  if (!config_.trace_packets) return;
+  RecordLazily([&](FakeNicEvent* event) {
+    event->kind = FakeNicEvent::Kind::kPacket;
+    event->qp_num = qp->base.qp_num;
+    event->wr_id = wqe.wr_id;
+    event->opcode = wqe.opcode;
+    event->byte_len = packet.length;
+    event->text =
+        std::string(fake_nic_internal::PositionName(packet.position)) + " #" +
+        std::to_string(packet.index) + " offset " +
+        std::to_string(packet.offset) + ": " + answer;
+  });
+}
+
+void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                             const char* why) {
+  FakeNicEvent executed;
+  executed.kind = FakeNicEvent::Kind::kExecute;
+  executed.qp_num = qp->base.qp_num;
+  executed.wr_id = wqe.wr_id;
+  executed.opcode = wqe.opcode;
+  executed.status = status;
+  executed.byte_len = wqe.total_length();
+  executed.text = why;
+  DescribeAddresses(&executed, wqe.sges, wqe.rkey, wqe.remote_addr);
+  Record(std::move(executed));
+}
+
+void FakeNic::CompleteReceive(Qp* responder, const RecvWqe& recv,
+                              const SendWqe& wqe, ibv_wc_status status,
+                              ibv_wc_opcode opcode, uint32_t byte_len) {
+  ibv_wc wc;
+  memset(&wc, 0, sizeof(wc));
+  wc.wr_id = recv.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = responder->base.qp_num;
+  const bool with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM ||
+                        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (status == IBV_WC_SUCCESS && with_imm) {
+    // ibv_poll_cq(3): imm_data is in network byte order, passed through.
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = wqe.imm_data;
+  }
+  if (status == IBV_WC_SUCCESS && config_.personality.recv_cqe_has_grh_flag) {
+    wc.wc_flags |= IBV_WC_GRH;
+  }
+  AddCqe(responder->recv_cq, wc, wqe.send_flags & IBV_SEND_SOLICITED);
+}
+
+}  // namespace rpma_harness
