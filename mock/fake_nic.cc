@@ -31,6 +31,7 @@
 #include <utility>
 
 #include "mock/fake_nic_internal.h"
+#include "mock/fake_nic_lifecycle.h"
 
 namespace rpma_harness {
 
@@ -122,9 +123,11 @@ FakeNic::FakeNic(FakeNicConfig config)
     device->config = dc;
     devices_.push_back(std::move(device));
   }
+  fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
 }
 
 FakeNic::~FakeNic() {
+  fake_nic_internal::NotifyDestroying(this);
   StopBackgroundProgress();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, channel] : comp_channels_) close(channel->base.fd);
