@@ -26,6 +26,7 @@
 #include <string>
 
 #include "mock/matchers.h"  // Describe(const ibv_wc&)
+#include "rpma/librpma_check.h"
 
 namespace rpma_harness {
 
