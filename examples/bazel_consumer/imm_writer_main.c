@@ -53,7 +53,8 @@ int main(int argc, char *argv[])
 	if (dst)
 		rpma_mr_remote_delete(&dst);
 	if (conn) {
-		rpma_conn_disconnect(conn);
+		if (event == RPMA_CONN_ESTABLISHED)
+			rpma_conn_disconnect(conn);
 		rpma_conn_delete(&conn);
 	}
 	if (peer)
