@@ -10,11 +10,11 @@
 #   PREFIX/lib/librpma_harness_testing.a   gMock matchers (WR/WC and rpma),
 #                                          ConnectedPair, MockVerbsBackend
 #   PREFIX/lib/librpma_harness_gtest_main.a  main() + the flight recorder
-#   PREFIX/lib/librpma.so.0 (+ librpma.so) the drop-in shared librpma, when
-#                                          this tree has rpma/dropin
+#   PREFIX/lib/librpma.so.0, librpma.so    the drop-in shared librpma, when
+#   PREFIX/lib/pkgconfig/librpma.pc        this tree has rpma/dropin (its
+#   PREFIX/include/librpma.h               //rpma/dropin:prefix tree)
 #   PREFIX/lib/pkgconfig/rpma-harness.pc, rpma-harness-testing.pc,
-#                        rpma-harness-gtest-main.pc (and librpma.pc with
-#                        the drop-in)
+#                        rpma-harness-gtest-main.pc
 #   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake
 #   PREFIX/bin/rpma-harness-scenario       the scenario runner
 #
@@ -43,7 +43,7 @@ gtest_main=(//mock:gtest_main //mock:flight_recorder)
 targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario)
 dropin=()
 if [ -f rpma/dropin/BUILD ]; then
-  dropin=(//rpma/dropin:all)
+  dropin=(//rpma/dropin:prefix)
 fi
 
 bazel build -c opt "$@" "${targets[@]}" "${dropin[@]}"
@@ -99,14 +99,15 @@ merge "$lib/librpma_harness_testing.a" "${testing[@]}"
 merge "$lib/librpma_harness_gtest_main.a" "${gtest_main[@]}"
 install -m 755 "$bin/tools/scenario" "$prefix/bin/rpma-harness-scenario"
 
+# The drop-in: its own install-shaped tree (a relocatable librpma.pc).
 with_dropin=0
 if [ ${#dropin[@]} -gt 0 ]; then
-  so="$(find "$bin/rpma/dropin" -maxdepth 1 -name 'librpma.so*' -type f | head -1)"
-  if [ -n "$so" ]; then
-    install -m 755 "$so" "$lib/librpma.so.0"
-    ln -sf librpma.so.0 "$lib/librpma.so"
-    with_dropin=1
-  fi
+  tree="$bin/rpma/dropin/prefix"
+  install -m 755 "$tree/lib/librpma.so.0" "$lib/librpma.so.0"
+  ln -sf librpma.so.0 "$lib/librpma.so"
+  install -m 644 "$tree/lib/pkgconfig/librpma.pc" "$lib/pkgconfig/librpma.pc"
+  install -m 644 "$tree/include/librpma.h" "$prefix/include/librpma.h"
+  with_dropin=1
 fi
 
 subst() {
@@ -116,9 +117,6 @@ subst "$here/rpma-harness.pc.in" "$lib/pkgconfig/rpma-harness.pc"
 subst "$here/rpma-harness-testing.pc.in" "$lib/pkgconfig/rpma-harness-testing.pc"
 subst "$here/rpma-harness-gtest-main.pc.in" "$lib/pkgconfig/rpma-harness-gtest-main.pc"
 install -m 644 "$here/rpma_harnessConfig.cmake" "$lib/cmake/rpma_harness/"
-if [ "$with_dropin" -eq 1 ] && [ -f "$here/librpma.pc.in" ]; then
-  subst "$here/librpma.pc.in" "$lib/pkgconfig/librpma.pc"
-fi
 
 echo "installed rpma-harness in $prefix$([ "$with_dropin" -eq 1 ] && echo " (with the drop-in librpma.so.0)")"
 echo "  pkg-config: PKG_CONFIG_PATH=$lib/pkgconfig pkg-config --cflags --libs rpma-harness"
