@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -205,6 +206,8 @@ FakeNic::Qp* FakeNic::FindQp(ibv_qp* qp) {
   return found;
 }
 
+FakeNic::Srq* FakeNic::FindSrq(ibv_srq* srq) { return FindIn(srqs_, srq); }
+
 FakeNic::Mr* FakeNic::FindMrByLkey(uint32_t lkey) {
   if (Mr* hit = lkey_cache_.Find(lkey)) return hit;
   auto it = mrs_by_lkey_.find(lkey);
@@ -289,6 +292,11 @@ int FakeNic::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
   std::lock_guard<std::mutex> lock(mu_);
   Device* device = FindDevice(ctx);
   if (device == nullptr || attr == nullptr) return EINVAL;
+  FillDeviceAttr(attr);
+  return 0;
+}
+
+void FakeNic::FillDeviceAttr(ibv_device_attr* attr) const {
   const FakeDeviceCaps& caps = config_.caps;
   memset(attr, 0, sizeof(*attr));
   snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake-%s",
@@ -306,8 +314,10 @@ int FakeNic::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
   attr->max_qp_rd_atom = 16;
   attr->max_qp_init_rd_atom = 16;
   attr->atomic_cap = IBV_ATOMIC_HCA;
+  attr->max_srq = caps.max_srq;
+  attr->max_srq_wr = caps.max_srq_wr;
+  attr->max_srq_sge = caps.max_srq_sge;
   attr->phys_port_cnt = 1;
-  return 0;
 }
 
 // ---- protection domains and memory regions ----------------------------------
@@ -809,6 +819,88 @@ bool FakeNic::SetDeviceUp(const std::string& device_name, bool up) {
     }
   }
   return false;
+}
+
+}  // namespace rpma_harness
+
+namespace rpma_harness {
+
+// ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ---------
+
+// ibv_query_device_ex(3): orig_attr as ibv_query_device(3) reports it. No
+// on-demand paging: odp_caps.general_caps lacks IBV_ODP_SUPPORT, as on rxe
+// in Linux 6.1 (rxe_verbs.c fills no odp_caps; ODP for rxe came later), so
+// rpma_utils_ibv_context_is_odp_capable(3) reports 0 on both.
+int FakeNic::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Device* device = FindDevice(ctx);
+  if (device == nullptr || attr == nullptr) return EINVAL;
+  memset(attr, 0, sizeof(*attr));
+  FillDeviceAttr(&attr->orig_attr);
+  return 0;
+}
+
+// ibv_advise_mr(3) exists only for ODP memory; rdma-core's inline
+// ibv_advise_mr returns EOPNOTSUPP when the provider has no advise_mr op,
+// which is rxe's case and ours.
+int FakeNic::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice, uint32_t, ibv_sge*,
+                      uint32_t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (FindPd(pd) == nullptr) return EINVAL;
+  return EOPNOTSUPP;
+}
+
+// ibv_create_srq(3). The limits are rxe's rules (rxe_srq.c
+// rxe_srq_chk_init): max_wr of 0 or above the device's max_srq_wr, or
+// max_sge above max_srq_sge, is EINVAL; the queue's real depth is written
+// back (rounded as the personality rounds queues).
+ibv_srq* FakeNic::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Pd* p = FindPd(pd);
+  const FakeDeviceCaps& caps = config_.caps;
+  if (p == nullptr || init_attr == nullptr || init_attr->attr.max_wr == 0 ||
+      init_attr->attr.max_wr > static_cast<uint32_t>(caps.max_srq_wr) ||
+      init_attr->attr.max_sge > static_cast<uint32_t>(caps.max_srq_sge)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (p->device->num_srqs >= caps.max_srq) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  auto srq = std::make_unique<Srq>();
+  memset(&srq->base, 0, sizeof(srq->base));
+  srq->base.context = pd->context;
+  srq->base.srq_context = init_attr->srq_context;
+  srq->base.pd = pd;
+  srq->base.handle = static_cast<uint32_t>(next_handle_++);
+  srq->device = p->device;
+  srq->pd = p;
+  srq->max_wr = static_cast<uint32_t>(
+      RealDepth(static_cast<int>(init_attr->attr.max_wr)));
+  // At least one SGE per receive (rxe: RXE_MIN_SRQ_SGE).
+  srq->max_sge = std::max<uint32_t>(1, init_attr->attr.max_sge);
+  init_attr->attr.max_wr = srq->max_wr;
+  init_attr->attr.max_sge = srq->max_sge;
+  ibv_srq* handle = &srq->base;
+  p->num_users++;
+  p->device->num_srqs++;
+  srqs_[handle] = std::move(srq);
+  return handle;
+}
+
+// ibv_destroy_srq(3); the kernel (uverbs ib_destroy_srq_user) refuses while
+// a QP uses the SRQ: EBUSY. Receives still queued vanish without
+// completions.
+int FakeNic::DestroySrq(ibv_srq* srq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Srq* s = FindSrq(srq);
+  if (s == nullptr) return EINVAL;
+  if (!s->qps.empty()) return EBUSY;
+  s->pd->num_users--;
+  s->device->num_srqs--;
+  srqs_.erase(srq);
+  return 0;
 }
 
 }  // namespace rpma_harness

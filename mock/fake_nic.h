@@ -145,6 +145,11 @@ struct FakeDeviceCaps {
   int max_pd = 256;
   int max_cq = 256;
   int max_cqe = 65536;
+  // Shared receive queues (ibv_query_device(3) max_srq / max_srq_wr /
+  // max_srq_sge), as generous as the QP limits.
+  int max_srq = 256;
+  int max_srq_wr = 4096;
+  int max_srq_sge = 16;
 };
 
 // One RDMA device on the in-process fabric. Every device routes to every
@@ -260,6 +265,7 @@ struct Mr;
 struct CompChannel;
 struct Cq;
 struct Qp;
+struct Srq;
 struct EventChannel;
 struct CmId;
 struct CmEvent;
@@ -321,6 +327,18 @@ class FakeNic final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
+  int DestroySrq(ibv_srq* srq) override;
+  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  // Reports no on-demand paging (odp_caps all zero) and no extended
+  // capability flags, as rxe in Linux 6.1 does (rxe has no ODP there).
+  int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
+  // EOPNOTSUPP: no ODP, so no advice (rdma-core's ibv_advise_mr returns
+  // EOPNOTSUPP for a provider without advise_mr, which rxe is).
+  int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
+               ibv_sge* sg_list, uint32_t num_sge) override;
 
   // ---- progress -------------------------------------------------------------
 
@@ -385,6 +403,7 @@ class FakeNic final : public VerbsBackend {
   using CompChannel = fake_nic_internal::CompChannel;
   using Cq = fake_nic_internal::Cq;
   using Qp = fake_nic_internal::Qp;
+  using Srq = fake_nic_internal::Srq;
   using EventChannel = fake_nic_internal::EventChannel;
   using CmId = fake_nic_internal::CmId;
   using CmEvent = fake_nic_internal::CmEvent;
@@ -459,6 +478,8 @@ class FakeNic final : public VerbsBackend {
   Cq* FindCq(ibv_cq* cq);
   Qp* FindQp(ibv_qp* qp);
   Qp* FindQpByNum(uint32_t qp_num);
+  Srq* FindSrq(ibv_srq* srq);
+  void FillDeviceAttr(ibv_device_attr* attr) const;
   CmId* FindId(rdma_cm_id* id);
   EventChannel* FindEventChannel(rdma_event_channel* channel);
   int PostErrno(int errno_value) const;
@@ -546,6 +567,7 @@ class FakeNic final : public VerbsBackend {
   std::unordered_map<const void*, std::unique_ptr<Cq>> cqs_;
   std::unordered_map<const void*, std::unique_ptr<Qp>> qps_;
   std::map<uint32_t, Qp*> qps_by_num_;
+  std::map<const void*, std::unique_ptr<Srq>> srqs_;
   std::vector<Qp*> qp_order_;             // creation order (DebugString)
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
   std::vector<uint64_t> marked_;          // one bit per slot

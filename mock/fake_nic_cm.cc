@@ -23,6 +23,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -574,18 +575,27 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   Cq* recv_cq = FindCq(init_attr->recv_cq);
   const FakeDeviceCaps& caps = config_.caps;
   const ibv_qp_cap& want = init_attr->cap;
-  // Only RC without an SRQ is modelled; librdmacm would create missing CQs,
-  // we require them.
-  if (init_attr->qp_type != IBV_QPT_RC || init_attr->srq != nullptr ||
-      send_cq == nullptr || recv_cq == nullptr ||
-      send_cq->device != c->device || recv_cq->device != c->device) {
+  // Only RC is modelled; librdmacm would create missing CQs, we require
+  // them. An SRQ must be this NIC's, on the same device.
+  Srq* srq = nullptr;
+  if (init_attr->srq != nullptr) {
+    srq = FindSrq(init_attr->srq);
+    if (srq == nullptr || srq->device != c->device) return CmFail(EINVAL);
+  }
+  if (init_attr->qp_type != IBV_QPT_RC || send_cq == nullptr ||
+      recv_cq == nullptr || send_cq->device != c->device ||
+      recv_cq->device != c->device) {
     return CmFail(EINVAL);
   }
-  // ibv_create_qp(3): EINVAL when a cap exceeds the device's limits.
+  // ibv_create_qp(3): EINVAL when a cap exceeds the device's limits. With an
+  // SRQ the receive caps are not used (rxe_qp.c rxe_qp_chk_cap checks them
+  // only without one).
   if (want.max_send_wr > static_cast<uint32_t>(caps.max_qp_wr) ||
-      want.max_recv_wr > static_cast<uint32_t>(caps.max_qp_wr) ||
+      (srq == nullptr &&
+       want.max_recv_wr > static_cast<uint32_t>(caps.max_qp_wr)) ||
       want.max_send_sge > static_cast<uint32_t>(caps.max_sge) ||
-      want.max_recv_sge > static_cast<uint32_t>(caps.max_sge) ||
+      (srq == nullptr &&
+       want.max_recv_sge > static_cast<uint32_t>(caps.max_sge)) ||
       want.max_inline_data > caps.max_inline_data) {
     return CmFail(EINVAL);
   }
@@ -600,6 +610,14 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->cap = want;
   qp->cap.max_send_wr = RealDepth(static_cast<int>(want.max_send_wr));
   qp->cap.max_recv_wr = RealDepth(static_cast<int>(want.max_recv_wr));
+  if (srq != nullptr) {
+    // No receive queue of its own (rxe_qp.c: no rq with an SRQ; the caps
+    // written back say 0).
+    qp->srq = srq;
+    qp->cap.max_recv_wr = 0;
+    qp->cap.max_recv_sge = 0;
+    srq->qps.push_back(qp.get());
+  }
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
   qp->id = c;
@@ -612,6 +630,7 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->base.qp_num = NewQpNum();
   qp->base.state = IBV_QPS_RESET;
   qp->base.qp_type = IBV_QPT_RC;
+  qp->base.srq = init_attr->srq;
   Qp* raw = qp.get();
   qps_by_num_[raw->base.qp_num] = raw;
   qp_order_.push_back(raw);
@@ -663,6 +682,10 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   UnmarkReady(qp->slot);
   qp_slots_[qp->slot] = nullptr;
   qp_cache_.Clear();
+  if (qp->srq != nullptr) {
+    auto& attached = qp->srq->qps;
+    attached.erase(std::find(attached.begin(), attached.end(), qp));
+  }
   qp->pd->num_users--;
   qp->send_cq->num_qps--;
   qp->recv_cq->num_qps--;

@@ -24,6 +24,7 @@
 namespace rpma_harness {
 
 using fake_nic_internal::RecvWqe;
+using fake_nic_internal::Ring;
 using fake_nic_internal::Sge;
 
 namespace {
@@ -276,6 +277,11 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   if (q->base.state == IBV_QPS_RESET) {
     return refuse(wr, EINVAL, "qp in RESET");
   }
+  // A QP attached to an SRQ has no receive queue of its own: rxe_verbs.c
+  // rxe_post_recv refuses with EINVAL (IB spec C10-97.2.1).
+  if (q->srq != nullptr) {
+    return refuse(wr, EINVAL, "qp uses an SRQ: post to the SRQ");
+  }
   for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
     if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_recv_sge) ||
         (w->num_sge > 0 && w->sg_list == nullptr)) {
@@ -303,6 +309,55 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
     MarkMaybeReady(q);
     MarkMaybeReady(q->peer);
+  }
+  return 0;
+}
+
+// ibv_post_srq_recv(3), with PostRecv's rules (rxe_srq.c / rxe_verbs.c
+// rxe_post_srq_recv: num_sge above the SRQ's max_sge is EINVAL, a full SRQ
+// ENOMEM). A WR parked on an RNR wait at a peer of an attached QP may go.
+int FakeNic::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Srq* s = FindSrq(srq);
+  if (s == nullptr || bad_wr == nullptr) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return PostErrno(EINVAL);
+  }
+  auto refuse = [&](ibv_recv_wr* w, int err, const char* why) {
+    *bad_wr = w;
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kPostFailed;
+    event.wr_id = w ? w->wr_id : 0;
+    event.status = err;
+    event.text = std::string("srq: ") + why;
+    Record(std::move(event));
+    return PostErrno(err);
+  };
+  for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
+    if (w->num_sge < 0 || w->num_sge > static_cast<int>(s->max_sge) ||
+        (w->num_sge > 0 && w->sg_list == nullptr)) {
+      return refuse(w, EINVAL, "num_sge above max_sge");
+    }
+    if (w->num_sge == 0 && config_.personality.refuses_receive_without_sge) {
+      return refuse(w, EINVAL, "receive without SGE refused by personality");
+    }
+    if (s->rq.size() >= s->max_wr) {
+      return refuse(w, ENOMEM, "shared receive queue full");
+    }
+    RecvWqe wqe;
+    wqe.wr_id = w->wr_id;
+    for (int i = 0; i < w->num_sge; ++i) {
+      wqe.sges.push_back(
+          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
+    }
+    RecordLazily([&](FakeNicEvent* event) {
+      event->kind = FakeNicEvent::Kind::kPostRecv;
+      event->wr_id = wqe.wr_id;
+      event->text = "srq";
+      DescribeAddresses(event, wqe.sges, 0, 0);
+    });
+    s->rq.push_back(std::move(wqe));
+    for (Qp* q : s->qps) MarkMaybeReady(q->peer);
   }
   return 0;
 }
@@ -365,7 +420,8 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
   // Parked by an RNR NAK with rnr_retry 7: ready again once the responder
   // has a receive, or once the responder can no longer answer at all.
   Qp* peer = qp->peer;
-  return peer == nullptr || !CanRespond(peer->base) || !peer->rq.empty();
+  return peer == nullptr || !CanRespond(peer->base) ||
+         !peer->ReceiveQueue().empty();
 }
 
 void FakeNic::MarkMaybeReady(Qp* qp) {
@@ -577,7 +633,10 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // that finds no retries left completes the WR with
   // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
   // attempt is one Step(); the RNR timer is not modelled.
-  if (NeedsReceive(head.opcode) && responder->rq.empty()) {
+  // With an SRQ the receive comes from it (IB spec 10.2.9; rxe_resp.c
+  // get_srq_wqe), so an empty SRQ is an RNR NAK like an empty RQ.
+  Ring<RecvWqe>& responder_rq = responder->ReceiveQueue();
+  if (NeedsReceive(head.opcode) && responder_rq.empty()) {
     if (!head.rnr_started) {
       head.rnr_started = true;
       head.rnr_retries_left = qp->rnr_retry;
@@ -656,8 +715,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   switch (wqe.opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM: {
-      RecvWqe recv = std::move(responder->rq.front());
-      responder->rq.pop_front();
+      RecvWqe recv = std::move(responder_rq.front());
+      responder_rq.pop_front();
       uint64_t capacity = 0;
       for (const Sge& sge : recv.sges) capacity += sge.length;
       if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
@@ -699,8 +758,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
           if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
             // The receive was already taken (rxe_resp.c: check_resource
             // runs before check_rkey), so it completes with the error.
-            RecvWqe recv = std::move(responder->rq.front());
-            responder->rq.pop_front();
+            RecvWqe recv = std::move(responder_rq.front());
+            responder_rq.pop_front();
             respond_cqe(recv, config_.personality.recv_status_on_rkey_violation,
                         IBV_WC_RECV_RDMA_WITH_IMM, 0);
           }
@@ -715,8 +774,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
-        RecvWqe recv = std::move(responder->rq.front());
-        responder->rq.pop_front();
+        RecvWqe recv = std::move(responder_rq.front());
+        responder_rq.pop_front();
         respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
                     static_cast<uint32_t>(length));
       }

@@ -88,6 +88,7 @@ struct Device {
   int num_cqs = 0;
   int num_qps = 0;
   int num_mrs = 0;
+  int num_srqs = 0;
 };
 
 struct Pd {
@@ -190,6 +191,22 @@ struct RecvWqe {
   SgeList sges;
 };
 
+struct Qp;
+
+// A shared receive queue (ibv_create_srq(3)): receives posted to it are
+// consumed, in order, by whichever attached QP needs one next, and complete
+// on that QP's recv_cq with that QP's qp_num (IB spec 10.2.9, "Shared
+// Receive Queues"; rxe_resp.c get_srq_wqe).
+struct Srq {
+  ibv_srq base;
+  Device* device = nullptr;
+  Pd* pd = nullptr;
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  Ring<RecvWqe> rq;
+  std::vector<Qp*> qps;  // attached QPs
+};
+
 struct Qp {
   ibv_qp base;
   size_t slot = 0;  // FakeNic::qp_slots_ index, in creation order
@@ -203,10 +220,13 @@ struct Qp {
   Ring<RecvWqe> rq;
   Qp* peer = nullptr;
   CmId* id = nullptr;
+  Srq* srq = nullptr;  // receives come from here instead of rq
   uint8_t rnr_retry = 7;
   uint8_t retry_cnt = 7;
   uint8_t min_rnr_timer = 0;
   uint32_t dest_qp_num = 0;
+  // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
+  Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }
 };
 
 struct EventChannel {

@@ -484,4 +484,33 @@ int FaultInjector::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return nic_->MigrateId(id, channel);
 }
 
+// ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+
+int FaultInjector::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                               ibv_recv_wr** bad_wr) {
+  CallInfo info(FaultCall::kPostRecv);
+  info.qp_num = 0;
+  info.wr_id = wr != nullptr ? wr->wr_id : 0;
+  std::optional<FaultRule> rule = Decide(info);
+  if (rule && rule->action == FaultAction::kFailCall) {
+    Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
+    *bad_wr = wr;
+    return Sign(rule->error);
+  }
+  if (rule) ApplySideEffect(*rule, info, nullptr);
+  return nic_->PostSrqRecv(srq, wr, bad_wr);
+}
+ibv_srq* FaultInjector::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
+  return nic_->CreateSrq(pd, init_attr);
+}
+int FaultInjector::DestroySrq(ibv_srq* srq) { return nic_->DestroySrq(srq); }
+int FaultInjector::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
+  return nic_->QueryDeviceEx(ctx, attr);
+}
+int FaultInjector::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,
+                            uint32_t flags, ibv_sge* sg_list,
+                            uint32_t num_sge) {
+  return nic_->AdviseMr(pd, advice, flags, sg_list, num_sge);
+}
+
 }  // namespace rpma_harness

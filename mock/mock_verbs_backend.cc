@@ -64,6 +64,16 @@ MockVerbsBackend::MockVerbsBackend() {
   ON_CALL(*this, Reject).WillByDefault(FailWith(-1));
   ON_CALL(*this, Disconnect).WillByDefault(FailWith(-1));
   ON_CALL(*this, MigrateId).WillByDefault(FailWith(-1));
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ON_CALL(*this, CreateSrq).WillByDefault(FailWith<ibv_srq*>(nullptr));
+  ON_CALL(*this, DestroySrq).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, PostSrqRecv)
+      .WillByDefault([](ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+        *bad_wr = wr;
+        return ENOSYS;
+      });
+  ON_CALL(*this, QueryDeviceEx).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, AdviseMr).WillByDefault(Return(ENOSYS));
 }
 
 void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
@@ -117,6 +127,15 @@ void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
   ON_CALL(*this, Disconnect)
       .WillByDefault(Invoke(f, &VerbsBackend::Disconnect));
   ON_CALL(*this, MigrateId).WillByDefault(Invoke(f, &VerbsBackend::MigrateId));
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ON_CALL(*this, CreateSrq).WillByDefault(Invoke(f, &VerbsBackend::CreateSrq));
+  ON_CALL(*this, DestroySrq)
+      .WillByDefault(Invoke(f, &VerbsBackend::DestroySrq));
+  ON_CALL(*this, PostSrqRecv)
+      .WillByDefault(Invoke(f, &VerbsBackend::PostSrqRecv));
+  ON_CALL(*this, QueryDeviceEx)
+      .WillByDefault(Invoke(f, &VerbsBackend::QueryDeviceEx));
+  ON_CALL(*this, AdviseMr).WillByDefault(Invoke(f, &VerbsBackend::AdviseMr));
 }
 
 }  // namespace rpma_harness

@@ -103,6 +103,20 @@ class MockVerbsBackend : public VerbsBackend {
   MOCK_METHOD(int, MigrateId, (rdma_cm_id * id, rdma_event_channel* channel),
               (override));
 
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  MOCK_METHOD(ibv_srq*, CreateSrq, (ibv_pd * pd, ibv_srq_init_attr* init_attr),
+              (override));
+  MOCK_METHOD(int, DestroySrq, (ibv_srq * srq), (override));
+  MOCK_METHOD(int, PostSrqRecv,
+              (ibv_srq * srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr),
+              (override));
+  MOCK_METHOD(int, QueryDeviceEx, (ibv_context * ctx, ibv_device_attr_ex* attr),
+              (override));
+  MOCK_METHOD(int, AdviseMr,
+              (ibv_pd * pd, ibv_advise_mr_advice advice, uint32_t flags,
+               ibv_sge* sg_list, uint32_t num_sge),
+              (override));
+
  private:
   std::shared_ptr<VerbsBackend> fake_;
 };

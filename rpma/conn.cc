@@ -106,6 +106,57 @@ extern "C" int rpma_conn_get_rcq(const struct rpma_conn* conn,
   return 0;
 }
 
+extern "C" int rpma_conn_get_compl_fd(const struct rpma_conn* conn, int* fd) {
+  if (conn == nullptr || fd == nullptr) return RPMA_E_INVAL;
+  if (conn->comp_channel == nullptr) return RPMA_E_NOT_SHARED_CHNL;
+  *fd = conn->comp_channel->fd;
+  return 0;
+}
+
+extern "C" int rpma_conn_wait(struct rpma_conn* conn, int /*flags*/,
+                              struct rpma_cq** cq, bool* is_rcq) {
+  // rpma_conn_wait(3); flags is reserved (librpma 1.3 ignores it).
+  if (conn == nullptr || cq == nullptr) return RPMA_E_INVAL;
+  if (conn->comp_channel == nullptr) return RPMA_E_NOT_SHARED_CHNL;
+  rpma_harness::VerbsBackend* backend = conn->peer->backend.get();
+  ibv_cq* event_cq = nullptr;
+  void* event_context = nullptr;
+  errno = 0;
+  if (backend->GetCqEvent(conn->comp_channel, &event_cq, &event_context) != 0) {
+    // EAGAIN on a non-blocking fd (or the wait failed): nothing to report.
+    return RPMA_E_NO_COMPLETION;
+  }
+  rpma_cq* fired = nullptr;
+  bool fired_is_rcq = false;
+  if (conn->cq != nullptr && conn->cq->cq == event_cq) {
+    fired = conn->cq;
+  } else if (conn->rcq != nullptr && conn->rcq->cq == event_cq) {
+    fired = conn->rcq;
+    fired_is_rcq = true;
+  } else {
+    Log("%s backend: ibv_get_cq_event returned an unknown CQ %p",
+        backend->Name(), static_cast<void*>(event_cq));
+    return RPMA_E_UNKNOWN;
+  }
+  backend->AckCqEvents(event_cq, 1);
+  int err = backend->ReqNotifyCq(event_cq, 0);
+  if (err != 0) {
+    Log("%s backend: ibv_req_notify_cq failed: %s", backend->Name(),
+        rpma_harness::internal::ErrnoText(err));
+    return RPMA_E_PROVIDER;
+  }
+  *cq = fired;
+  if (is_rcq != nullptr) *is_rcq = fired_is_rcq;
+  return 0;
+}
+
+extern "C" int rpma_conn_apply_remote_peer_cfg(
+    struct rpma_conn* conn, const struct rpma_peer_cfg* pcfg) {
+  if (conn == nullptr || pcfg == nullptr) return RPMA_E_INVAL;
+  return rpma_peer_cfg_get_direct_write_to_pmem(pcfg,
+                                                &conn->direct_write_to_pmem);
+}
+
 extern "C" int rpma_conn_disconnect(struct rpma_conn* conn) {
   if (conn == nullptr) return RPMA_E_INVAL;
   rpma_harness::VerbsBackend* backend = conn->peer->backend.get();
@@ -125,8 +176,12 @@ extern "C" int rpma_conn_delete(struct rpma_conn** conn_ptr) {
   rpma_harness::VerbsBackend* backend = conn->peer->backend.get();
   // Everything is released even when one step fails; the first failure is
   // reported.
-  int ret = rpma_harness::internal::ConnReqTearDownQueues(
-      conn->peer, conn->id, &conn->cq, &conn->rcq);
+  // As librpma's rpma_conn_delete: the flush buffer first, then the QP, the
+  // CQs and the shared completion channel.
+  int ret = rpma_harness::internal::RawBufferDelete(&conn->raw);
+  int teardown = rpma_harness::internal::ConnReqTearDownQueues(
+      conn->peer, conn->id, &conn->cq, &conn->rcq, &conn->comp_channel);
+  if (ret == 0) ret = teardown;
   errno = 0;
   if (backend->DestroyId(conn->id) != 0) {
     Log("%s backend: rdma_destroy_id failed: %s", backend->Name(),

@@ -1,4 +1,5 @@
-// Connection configuration: timeouts and queue sizes.
+// Connection configuration: timeouts, queue sizes, the shared completion
+// channel and the shared receive queue.
 
 #include <new>
 
@@ -53,3 +54,33 @@ RPMA_HARNESS_CFG_SIZE(sq_size)
 RPMA_HARNESS_CFG_SIZE(rq_size)
 
 #undef RPMA_HARNESS_CFG_SIZE
+
+extern "C" int rpma_conn_cfg_set_compl_channel(struct rpma_conn_cfg* cfg,
+                                               bool shared) {
+  if (cfg == nullptr) return RPMA_E_INVAL;
+  cfg->shared_comp_channel = shared;
+  return 0;
+}
+
+extern "C" int rpma_conn_cfg_get_compl_channel(const struct rpma_conn_cfg* cfg,
+                                               bool* shared) {
+  if (cfg == nullptr || shared == nullptr) return RPMA_E_INVAL;
+  *shared = cfg->shared_comp_channel;
+  return 0;
+}
+
+// rpma_conn_cfg_set_srq(3): srq must not be NULL (a configuration without an
+// SRQ is the default one).
+extern "C" int rpma_conn_cfg_set_srq(struct rpma_conn_cfg* cfg,
+                                     struct rpma_srq* srq) {
+  if (cfg == nullptr || srq == nullptr) return RPMA_E_INVAL;
+  cfg->srq = srq;
+  return 0;
+}
+
+extern "C" int rpma_conn_cfg_get_srq(const struct rpma_conn_cfg* cfg,
+                                     struct rpma_srq** srq_ptr) {
+  if (cfg == nullptr || srq_ptr == nullptr) return RPMA_E_INVAL;
+  *srq_ptr = cfg->srq;
+  return 0;
+}

@@ -42,24 +42,56 @@ const char* CmEventName(rdma_cm_event_type event) {
 int ConnReqSetUpQueues(rpma_peer* peer, rdma_cm_id* id,
                        const rpma_conn_cfg* cfg, rpma_conn_req* req) {
   VerbsBackend* backend = peer->backend.get();
-  int ret = CqNew(peer, id->verbs, cfg->cq_size, &req->cq);
-  if (ret != 0) return ret;
-  if (cfg->rcq_size > 0) {
-    ret = CqNew(peer, id->verbs, cfg->rcq_size, &req->rcq);
+  rpma_srq* srq = cfg->srq;
+  rpma_cq* srq_rcq = srq != nullptr ? srq->rcq : nullptr;
+  // rpma_conn_cfg_set_compl_channel(3) / librpma's conn_req.c: a shared
+  // channel cannot include the SRQ's receive CQ, which other connections use.
+  if (cfg->shared_comp_channel && srq_rcq != nullptr) {
+    Log("a shared completion channel cannot be used with a shared RQ that has "
+        "its own receive CQ");
+    return RPMA_E_INVAL;
+  }
+  if (cfg->shared_comp_channel) {
+    errno = 0;
+    req->channel = backend->CreateCompChannel(id->verbs);
+    if (req->channel == nullptr) {
+      Log("%s backend: ibv_create_comp_channel failed: %s", backend->Name(),
+          std::strerror(errno));
+      return RPMA_E_PROVIDER;
+    }
+  }
+  auto undo = [&] {
+    CqDelete(&req->rcq);
+    CqDelete(&req->cq);
+    if (req->channel != nullptr) backend->DestroyCompChannel(req->channel);
+    req->channel = nullptr;
+  };
+  int ret = CqNew(peer, id->verbs, cfg->cq_size, req->channel, &req->cq);
+  if (ret != 0) {
+    undo();
+    return ret;
+  }
+  // With an SRQ that has its own receive CQ, receives complete there and
+  // the connection has no receive CQ (rpma_conn_get_rcq gives NULL).
+  if (srq_rcq == nullptr && cfg->rcq_size > 0) {
+    ret = CqNew(peer, id->verbs, cfg->rcq_size, req->channel, &req->rcq);
     if (ret != 0) {
-      CqDelete(&req->cq);
+      undo();
       return ret;
     }
   }
   ibv_qp_init_attr attr;
   std::memset(&attr, 0, sizeof(attr));
   attr.send_cq = req->cq->cq;
-  attr.recv_cq = req->rcq ? req->rcq->cq : req->cq->cq;
+  attr.recv_cq = srq_rcq ? srq_rcq->cq : req->rcq ? req->rcq->cq : req->cq->cq;
+  attr.srq = srq != nullptr ? srq->srq : nullptr;
   attr.cap.max_send_wr = cfg->sq_size;
   attr.cap.max_recv_wr = cfg->rq_size;
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
-  attr.cap.max_inline_data = 0;
+  // librpma's peer.c RPMA_MAX_INLINE_DATA: rpma_atomic_write posts its 8
+  // bytes inline.
+  attr.cap.max_inline_data = 8;
   attr.qp_type = IBV_QPT_RC;
   // Completions are requested per WR (RPMA_F_COMPLETION_ALWAYS), never for all.
   attr.sq_sig_all = 0;
@@ -67,19 +99,29 @@ int ConnReqSetUpQueues(rpma_peer* peer, rdma_cm_id* id,
   if (backend->CreateQp(id, peer->pd, &attr) != 0) {
     Log("%s backend: rdma_create_qp(sq %u, rq %u) failed: %s", backend->Name(),
         cfg->sq_size, cfg->rq_size, std::strerror(errno));
-    CqDelete(&req->rcq);
-    CqDelete(&req->cq);
+    undo();
     return RPMA_E_PROVIDER;
   }
   return 0;
 }
 
 int ConnReqTearDownQueues(rpma_peer* peer, rdma_cm_id* id, rpma_cq** cq,
-                          rpma_cq** rcq) {
+                          rpma_cq** rcq, ibv_comp_channel** channel) {
   peer->backend->DestroyQp(id);
   int ret = CqDelete(rcq);
   int ret2 = CqDelete(cq);
-  return ret != 0 ? ret : ret2;
+  if (ret == 0) ret = ret2;
+  if (*channel != nullptr) {
+    // Its CQs are gone, so nothing uses it any more.
+    int err = peer->backend->DestroyCompChannel(*channel);
+    if (err != 0) {
+      Log("%s backend: ibv_destroy_comp_channel failed: %s",
+          peer->backend->Name(), ErrnoText(err));
+      if (ret == 0) ret = RPMA_E_PROVIDER;
+    }
+    *channel = nullptr;
+  }
+  return ret;
 }
 
 int PostRecv(VerbsBackend* backend, ibv_qp* qp, rpma_mr_local* dst,
@@ -167,7 +209,7 @@ extern "C" int rpma_conn_req_delete(struct rpma_conn_req** req_ptr) {
     ret = RPMA_E_PROVIDER;
   }
   int teardown = rpma_harness::internal::ConnReqTearDownQueues(
-      req->peer, req->id, &req->cq, &req->rcq);
+      req->peer, req->id, &req->cq, &req->rcq, &req->channel);
   if (ret == 0) ret = teardown;
   if (backend->DestroyId(req->id) != 0) {
     Log("%s backend: rdma_destroy_id failed: %s", backend->Name(),
@@ -193,11 +235,18 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
 
   auto* conn = new (std::nothrow) rpma_conn{};
   if (conn == nullptr) return RPMA_E_NOMEM;
+  // Every connection gets librpma's flush buffer (see RawBuffer).
+  int raw_ret = rpma_harness::internal::RawBufferNew(req->peer, &conn->raw);
+  if (raw_ret != 0) {
+    delete conn;
+    return raw_ret;
+  }
   errno = 0;
   conn->channel = backend->CreateEventChannel();
   if (conn->channel == nullptr) {
     Log("%s backend: rdma_create_event_channel failed: %s", backend->Name(),
         std::strerror(errno));
+    rpma_harness::internal::RawBufferDelete(&conn->raw);
     delete conn;
     return RPMA_E_PROVIDER;
   }
@@ -207,6 +256,7 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
     Log("%s backend: rdma_migrate_id failed: %s", backend->Name(),
         std::strerror(errno));
     backend->DestroyEventChannel(conn->channel);
+    rpma_harness::internal::RawBufferDelete(&conn->raw);
     delete conn;
     return RPMA_E_PROVIDER;
   }
@@ -233,9 +283,10 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
         std::strerror(errno));
     // The request is consumed either way, as librpma documents.
     backend->DestroyEventChannel(conn->channel);
+    rpma_harness::internal::RawBufferDelete(&conn->raw);
     delete conn;
     rpma_harness::internal::ConnReqTearDownQueues(req->peer, req->id, &req->cq,
-                                                  &req->rcq);
+                                                  &req->rcq, &req->channel);
     backend->DestroyId(req->id);
     delete req;
     *req_ptr = nullptr;
@@ -245,6 +296,8 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
   conn->id = req->id;
   conn->cq = req->cq;
   conn->rcq = req->rcq;
+  conn->comp_channel = req->channel;
+  conn->direct_write_to_pmem = false;
   conn->private_data = std::move(req->private_data);
   delete req;
   *req_ptr = nullptr;

@@ -13,14 +13,22 @@ using rpma_harness::internal::Log;
 namespace rpma_harness {
 namespace internal {
 
-int CqNew(rpma_peer* peer, ibv_context* context, uint32_t size, rpma_cq** out) {
+int CqNew(rpma_peer* peer, ibv_context* context, uint32_t size,
+          ibv_comp_channel* shared_channel, rpma_cq** out) {
   VerbsBackend* backend = peer->backend.get();
-  errno = 0;
-  ibv_comp_channel* channel = backend->CreateCompChannel(context);
+  ibv_comp_channel* channel = shared_channel;
+  // Only a channel of its own is destroyed on the failure paths below.
+  auto destroy_own_channel = [&] {
+    if (shared_channel == nullptr) backend->DestroyCompChannel(channel);
+  };
   if (channel == nullptr) {
-    Log("%s backend: ibv_create_comp_channel failed: %s", backend->Name(),
-        std::strerror(errno));
-    return RPMA_E_PROVIDER;
+    errno = 0;
+    channel = backend->CreateCompChannel(context);
+    if (channel == nullptr) {
+      Log("%s backend: ibv_create_comp_channel failed: %s", backend->Name(),
+          std::strerror(errno));
+      return RPMA_E_PROVIDER;
+    }
   }
   errno = 0;
   ibv_cq* cq =
@@ -28,7 +36,7 @@ int CqNew(rpma_peer* peer, ibv_context* context, uint32_t size, rpma_cq** out) {
   if (cq == nullptr) {
     Log("%s backend: ibv_create_cq(%u) failed: %s", backend->Name(), size,
         std::strerror(errno));
-    backend->DestroyCompChannel(channel);
+    destroy_own_channel();
     return RPMA_E_PROVIDER;
   }
   int err = backend->ReqNotifyCq(cq, 0);
@@ -36,13 +44,14 @@ int CqNew(rpma_peer* peer, ibv_context* context, uint32_t size, rpma_cq** out) {
     Log("%s backend: ibv_req_notify_cq failed: %s", backend->Name(),
         rpma_harness::internal::ErrnoText(err));
     backend->DestroyCq(cq);
-    backend->DestroyCompChannel(channel);
+    destroy_own_channel();
     return RPMA_E_PROVIDER;
   }
-  auto* result = new (std::nothrow) rpma_cq{backend, channel, cq};
+  auto* result = new (std::nothrow)
+      rpma_cq{backend, channel, cq, shared_channel != nullptr};
   if (result == nullptr) {
     backend->DestroyCq(cq);
-    backend->DestroyCompChannel(channel);
+    destroy_own_channel();
     return RPMA_E_NOMEM;
   }
   *out = result;
@@ -59,7 +68,8 @@ int CqDelete(rpma_cq** cq_ptr) {
         rpma_harness::internal::ErrnoText(err));
     ret = RPMA_E_PROVIDER;
   }
-  err = cq->backend->DestroyCompChannel(cq->channel);
+  // A shared channel belongs to the connection (rpma_conn_delete).
+  err = cq->shared_channel ? 0 : cq->backend->DestroyCompChannel(cq->channel);
   if (err != 0 && ret == 0) {
     Log("%s backend: ibv_destroy_comp_channel failed: %s", cq->backend->Name(),
         rpma_harness::internal::ErrnoText(err));
@@ -81,6 +91,9 @@ extern "C" int rpma_cq_get_fd(const struct rpma_cq* cq, int* fd) {
 
 extern "C" int rpma_cq_wait(struct rpma_cq* cq) {
   if (cq == nullptr) return RPMA_E_INVAL;
+  // rpma_cq_wait(3): an event on a shared channel may be the other CQ's, so
+  // only rpma_conn_wait() can take it.
+  if (cq->shared_channel) return RPMA_E_SHARED_CHANNEL;
   ibv_cq* event_cq = nullptr;
   void* event_context = nullptr;
   errno = 0;

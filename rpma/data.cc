@@ -101,6 +101,75 @@ int PostSendOp(rpma_conn* conn, const rpma_mr_local* src, size_t offset,
 
 }  // namespace
 
+namespace rpma_harness {
+namespace internal {
+
+int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
+             const rpma_mr_remote* src, size_t src_offset, size_t len,
+             int flags, const void* op_context) {
+  ibv_sge sge;
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = reinterpret_cast<uint64_t>(op_context);
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = SendFlags(flags);
+  if (src != nullptr) {
+    // The local SGE is the sink: the NIC writes it (LOCAL_WRITE needed).
+    FillSge(dst, dst_offset, len, &sge);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = src->raddr + src_offset;
+    wr.wr.rdma.rkey = src->rkey;
+  }
+  return Post(conn, &wr, "RDMA_READ");
+}
+
+}  // namespace internal
+}  // namespace rpma_harness
+
+extern "C" int rpma_read(struct rpma_conn* conn, struct rpma_mr_local* dst,
+                         size_t dst_offset, const struct rpma_mr_remote* src,
+                         size_t src_offset, size_t len, int flags,
+                         const void* op_context) {
+  // rpma_read(3): the same argument rule as rpma_write, mirrored.
+  if (!WriteArgsValid(conn, src, src_offset, dst, dst_offset, len, flags)) {
+    return RPMA_E_INVAL;
+  }
+  return rpma_harness::internal::PostRead(conn, dst, dst_offset, src,
+                                          src_offset, len, flags, op_context);
+}
+
+extern "C" int rpma_atomic_write(struct rpma_conn* conn,
+                                 struct rpma_mr_remote* dst, size_t dst_offset,
+                                 const char src[8], int flags,
+                                 const void* op_context) {
+  // rpma_atomic_write(3), checks in librpma 1.3's order.
+  if (conn == nullptr || dst == nullptr || src == nullptr || flags == 0) {
+    return RPMA_E_INVAL;
+  }
+  if (dst_offset % RPMA_ATOMIC_WRITE_ALIGNMENT != 0) return RPMA_E_INVAL;
+  // Without a native atomic write (IBV_WR_ATOMIC_WRITE via ibv_qp_ex, used by
+  // librpma 1.3 only on devices reporting IB_UVERBS_DEVICE_ATOMIC_WRITE,
+  // which neither the fake nor rxe in Linux 6.1 does) librpma's mr.c posts an
+  // 8-byte inline RDMA WRITE with IBV_SEND_FENCE, so that any earlier RDMA
+  // READ (a flush) has completed before the write executes. An aligned
+  // 8-byte write is one packet, placed by the responder in one go.
+  ibv_sge sge;
+  sge.addr = reinterpret_cast<uint64_t>(src);
+  sge.length = 8;
+  sge.lkey = 0;  // inline: the NIC copies the bytes at post time
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof(wr));
+  wr.wr_id = reinterpret_cast<uint64_t>(op_context);
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = dst->raddr + dst_offset;
+  wr.wr.rdma.rkey = dst->rkey;
+  wr.send_flags = IBV_SEND_INLINE | IBV_SEND_FENCE | SendFlags(flags);
+  return Post(conn, &wr, "RDMA_WRITE (atomic write)");
+}
+
 extern "C" int rpma_write(struct rpma_conn* conn, struct rpma_mr_remote* dst,
                           size_t dst_offset, const struct rpma_mr_local* src,
                           size_t src_offset, size_t len, int flags,

@@ -76,18 +76,29 @@ namespace internal {
 
 const char* ErrnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
+bool DeliverToSink(const char* text) {
+  std::lock_guard<std::mutex> lock(LogMutex());
+  if (!Sink()) return false;
+  Sink()(text);
+  return true;
+}
+
+void LogAt(enum rpma_log_level level, const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  LogMessage(level, buffer);
+}
+
 void Log(const char* format, ...) {
   char buffer[512];
   va_list args;
   va_start(args, format);
   std::vsnprintf(buffer, sizeof(buffer), format, args);
   va_end(args);
-  std::lock_guard<std::mutex> lock(LogMutex());
-  if (Sink()) {
-    Sink()(buffer);
-  } else {
-    std::fprintf(stderr, "rpma: %s\n", buffer);
-  }
+  LogMessage(RPMA_LOG_LEVEL_ERROR, buffer);
 }
 
 }  // namespace internal

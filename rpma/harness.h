@@ -52,8 +52,11 @@ class ScopedBackend {
 };
 
 // Where the rpma layer reports what went wrong beyond a return code (the
-// provider's errno of a failed post, an unexpected CM event, ...). The default
-// sink writes "rpma: <message>" to stderr. Pass nullptr to restore it.
+// provider's errno of a failed post, an unexpected CM event, ...). While a
+// sink is installed it receives every message, whatever the thresholds of
+// rpma_log_set_threshold(3); without one (nullptr restores that) messages go
+// through librpma's logging: rpma_log_set_function(3)'s function, by default
+// syslog plus stderr per the two thresholds (rpma/log.cc).
 using LogSink = std::function<void(const std::string& message)>;
 void SetLogSink(LogSink sink);
 

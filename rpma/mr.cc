@@ -10,15 +10,41 @@
 
 using rpma_harness::internal::Log;
 
+namespace {
+
+// Every RPMA_MR_USAGE_* bit (librpma's mr.c USAGE_ALL_ALLOWED).
+constexpr int kAllUsages = RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_READ_DST |
+                           RPMA_MR_USAGE_WRITE_SRC | RPMA_MR_USAGE_WRITE_DST |
+                           RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY |
+                           RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT |
+                           RPMA_MR_USAGE_SEND | RPMA_MR_USAGE_RECV;
+
+}  // namespace
+
 extern "C" int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size,
                            int usage, struct rpma_mr_local** mr_ptr) {
   if (peer == nullptr || ptr == nullptr || mr_ptr == nullptr || size == 0 ||
-      usage == 0) {
+      usage == 0 || (usage & ~kAllUsages) != 0) {
     return RPMA_E_INVAL;
   }
+  const int access = rpma_harness::UsageToAccess(usage);
   errno = 0;
-  ibv_mr* mr = peer->backend->RegMr(peer->pd, ptr, size,
-                                    rpma_harness::UsageToAccess(usage));
+  ibv_mr* mr = peer->backend->RegMr(peer->pd, ptr, size, access);
+  if (mr == nullptr && errno == EOPNOTSUPP) {
+    // librpma's peer.c rpma_peer_setup_mr_reg: memory the NIC cannot pin
+    // (e.g. FSDAX) may still be registered on demand when the device has
+    // ODP (rpma_utils_ibv_context_is_odp_capable(3)).
+    int odp = 0;
+    if (rpma_harness::internal::OdpCapable(peer->backend.get(), peer->context,
+                                           &odp) == 0 &&
+        odp) {
+      errno = 0;
+      mr = peer->backend->RegMr(peer->pd, ptr, size,
+                                access | IBV_ACCESS_ON_DEMAND);
+    } else {
+      errno = EOPNOTSUPP;
+    }
+  }
   if (mr == nullptr) {
     int err = errno;
     Log("%s backend: ibv_reg_mr(%p, %zu) failed: %s", peer->backend->Name(),
@@ -109,6 +135,28 @@ extern "C" int rpma_mr_remote_get_flush_type(const struct rpma_mr_remote* mr,
   *flush_type = mr->usage & (RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY |
                              RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT);
   return 0;
+}
+
+extern "C" int rpma_mr_advise(struct rpma_mr_local* mr, size_t offset,
+                              size_t len, int advice, uint32_t flags) {
+  // librpma 1.3 does not check mr (it would crash); we refuse it.
+  if (mr == nullptr) return RPMA_E_INVAL;
+  ibv_sge sge;
+  sge.addr = reinterpret_cast<uint64_t>(mr->mr->addr) + offset;
+  sge.length = static_cast<uint32_t>(len);
+  sge.lkey = mr->mr->lkey;
+  rpma_harness::VerbsBackend* backend = mr->peer->backend.get();
+  int err = backend->AdviseMr(
+      mr->mr->pd, static_cast<ibv_advise_mr_advice>(advice), flags, &sge, 1);
+  if (err == 0) return 0;
+  Log("%s backend: ibv_advise_mr failed: %s", backend->Name(),
+      rpma_harness::internal::ErrnoText(err));
+  // rpma_mr_advise(3) and librpma's mr.c: no ODP / no advise support is
+  // RPMA_E_NOSUPP, a bad range, advice or flags RPMA_E_INVAL.
+  const int e = err < 0 ? -err : err;
+  if (e == EOPNOTSUPP || e == ENOTSUP) return RPMA_E_NOSUPP;
+  if (e == EFAULT || e == EINVAL) return RPMA_E_INVAL;
+  return RPMA_E_PROVIDER;
 }
 
 extern "C" int rpma_mr_remote_delete(struct rpma_mr_remote** mr_ptr) {

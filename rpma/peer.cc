@@ -70,3 +70,38 @@ extern "C" int rpma_peer_delete(struct rpma_peer** peer_ptr) {
   *peer_ptr = nullptr;
   return 0;
 }
+
+namespace rpma_harness {
+namespace internal {
+
+int OdpCapable(VerbsBackend* backend, ibv_context* ibv_ctx,
+               int* is_odp_capable) {
+  ibv_device_attr_ex attr;
+  std::memset(&attr, 0, sizeof(attr));
+  int err = backend->QueryDeviceEx(ibv_ctx, &attr);
+  if (err != 0) {
+    Log("%s backend: ibv_query_device_ex failed: %s", backend->Name(),
+        rpma_harness::internal::ErrnoText(err));
+    return RPMA_E_PROVIDER;
+  }
+  // As librpma's utils.c: ODP in general and, for RC, for both RDMA writes
+  // and reads.
+  const ibv_odp_caps& odp = attr.odp_caps;
+  const uint32_t rc = odp.per_transport_caps.rc_odp_caps;
+  *is_odp_capable = (odp.general_caps & IBV_ODP_SUPPORT) &&
+                            (rc & IBV_ODP_SUPPORT_WRITE) &&
+                            (rc & IBV_ODP_SUPPORT_READ)
+                        ? 1
+                        : 0;
+  return 0;
+}
+
+}  // namespace internal
+}  // namespace rpma_harness
+
+extern "C" int rpma_utils_ibv_context_is_odp_capable(
+    struct ibv_context* ibv_ctx, int* is_odp_capable) {
+  if (ibv_ctx == nullptr || is_odp_capable == nullptr) return RPMA_E_INVAL;
+  return rpma_harness::internal::OdpCapable(
+      rpma_harness::CurrentBackend().get(), ibv_ctx, is_odp_capable);
+}

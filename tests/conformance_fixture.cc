@@ -126,11 +126,31 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
                                           const QpOptions& options) {
   side.pd = nic().AllocPd(side.id->verbs);
   ASSERT_NE(side.pd, nullptr);
-  side.cq = nic().CreateCq(side.id->verbs, 256, nullptr, nullptr, 0);
+  const bool is_server = &side == &server_;
+  if (is_server && options.server_shared_channel) {
+    side.comp_channel = nic().CreateCompChannel(side.id->verbs);
+    ASSERT_NE(side.comp_channel, nullptr);
+  }
+  side.cq = nic().CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
   ASSERT_NE(side.cq, nullptr);
+  if (side.comp_channel != nullptr) {
+    side.rcq =
+        nic().CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
+    ASSERT_NE(side.rcq, nullptr);
+    ASSERT_EQ(nic().ReqNotifyCq(side.cq, 0), 0);
+    ASSERT_EQ(nic().ReqNotifyCq(side.rcq, 0), 0);
+  }
+  if (is_server && options.server_srq_wr > 0) {
+    ibv_srq_init_attr srq_attr{};
+    srq_attr.attr.max_wr = options.server_srq_wr;
+    srq_attr.attr.max_sge = 1;
+    side.srq = nic().CreateSrq(side.pd, &srq_attr);
+    ASSERT_NE(side.srq, nullptr) << std::strerror(errno);
+  }
   ibv_qp_init_attr attr{};
   attr.send_cq = side.cq;
-  attr.recv_cq = side.cq;
+  attr.recv_cq = side.rcq != nullptr ? side.rcq : side.cq;
+  attr.srq = side.srq;
   attr.qp_type = IBV_QPT_RC;
   attr.sq_sig_all = options.sq_sig_all;
   attr.cap.max_send_wr = options.max_send_wr;
@@ -189,7 +209,10 @@ void ConformanceTest::TearDownEndpoint(Endpoint& side) {
   if (side.id == nullptr) return;
   if (side.qp != nullptr) nic().DestroyQp(side.id);
   if (side.mr != nullptr) nic().DeregMr(side.mr);
+  if (side.srq != nullptr) nic().DestroySrq(side.srq);
+  if (side.rcq != nullptr) nic().DestroyCq(side.rcq);
   if (side.cq != nullptr) nic().DestroyCq(side.cq);
+  if (side.comp_channel != nullptr) nic().DestroyCompChannel(side.comp_channel);
   if (side.pd != nullptr) nic().DeallocPd(side.pd);
   nic().DestroyId(side.id);
   if (side.channel != nullptr) nic().DestroyEventChannel(side.channel);
@@ -237,12 +260,24 @@ int ConformanceTest::PostSend(Endpoint& side, ibv_send_wr* wr,
   return nic().PostSend(side.qp, wr, bad_wr);
 }
 
-bool ConformanceTest::WaitCompletion(Endpoint& side, ibv_wc* wc,
-                                     int timeout_ms) {
+int ConformanceTest::PostSrqRecv(uint64_t wr_id, size_t offset, uint32_t len) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(server_.buffer.data()) + offset, len,
+              server_.mr->lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return nic().PostSrqRecv(server_.srq, &wr, &bad);
+}
+
+bool ConformanceTest::WaitCompletion(Endpoint& side, ibv_wc* wc, int timeout_ms,
+                                     ibv_cq* cq) {
+  if (cq == nullptr) cq = side.cq;
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
-    int n = nic().PollCq(side.cq, 1, wc);
+    int n = nic().PollCq(cq, 1, wc);
     if (n == 1) {
       Record(&side == &client_ ? "client" : "server", *wc);
       return true;

@@ -57,6 +57,13 @@ struct QpOptions {
   int sq_sig_all = 0;
   uint8_t rnr_retry_count = 7;
   uint8_t retry_count = 7;
+  // The server's QP takes its receives from an SRQ of this depth (0: its
+  // own receive queue), as librpma's rpma_srq_new / rpma_conn_cfg_set_srq
+  // set it up (one SGE per receive).
+  uint32_t server_srq_wr = 0;
+  // The server gets a separate receive CQ, and both its CQs share one
+  // completion channel, armed (rpma_conn_cfg_set_compl_channel(3)).
+  bool server_shared_channel = false;
 };
 
 // One side of the connection.
@@ -65,6 +72,9 @@ struct Endpoint {
   rdma_cm_id* id = nullptr;
   ibv_pd* pd = nullptr;
   ibv_cq* cq = nullptr;
+  ibv_cq* rcq = nullptr;                     // server_shared_channel only
+  ibv_comp_channel* comp_channel = nullptr;  // server_shared_channel only
+  ibv_srq* srq = nullptr;                    // server_srq_wr only
   ibv_qp* qp = nullptr;
   std::vector<uint8_t> buffer;  // registered as `mr`
   ibv_mr* mr = nullptr;
@@ -98,8 +108,12 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
                       bool signaled, ibv_sge* sge_storage);
   int PostSend(Endpoint& side, ibv_send_wr* wr, ibv_send_wr** bad_wr);
 
-  // Waits up to `timeout_ms` for the next completion of `side`.
-  bool WaitCompletion(Endpoint& side, ibv_wc* wc, int timeout_ms = 5000);
+  // Waits up to `timeout_ms` for the next completion of `side` (on `cq`,
+  // by default the side's main CQ).
+  bool WaitCompletion(Endpoint& side, ibv_wc* wc, int timeout_ms = 5000,
+                      ibv_cq* cq = nullptr);
+  // Posts one receive of [offset, +len) of the server's buffer to its SRQ.
+  int PostSrqRecv(uint64_t wr_id, size_t offset, uint32_t len);
   // Lets the NIC finish whatever it can, then says whether `side` has no
   // completion pending (a bounded wait on a real NIC).
   bool NoCompletionPending(Endpoint& side);

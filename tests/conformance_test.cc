@@ -1,10 +1,13 @@
-// The write-with-imm rules every backend must follow, one test per rule,
+// The write-with-imm rules every backend must follow (and, below, those of
+// librpma 1.3's read, flush, atomic write, SRQ and shared completion
+// channel), one test per rule,
 // run on the fake NIC (both personalities) on any host and on the real
 // rdma-core backend over soft-RoCE inside the VM (tools/softroce_vm).
 // Sources: ibv_post_send(3), ibv_poll_cq(3), IB spec vol. 1 ch. 9-11.
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 
 #include <cstring>
 #include <vector>
@@ -345,6 +348,250 @@ TEST_P(WriteImmConformance, CompletionsOfOneQpArriveInPostingOrder) {
 
 INSTANTIATE_TEST_SUITE_P(
     Backends, WriteImmConformance, ::testing::ValuesIn(BackendsUnderTest()),
+    [](const ::testing::TestParamInfo<BackendUnderTest>& info) {
+      return info.param.name;
+    });
+
+// ---- librpma 1.3's other data operations, as they reach the NIC ----------
+//
+// rpma_read (IBV_WR_RDMA_READ), rpma_flush without native flush (an 8-byte
+// READ behind the writes it flushes, librpma src/flush.c), rpma_atomic_write
+// without native atomic write (an 8-byte inline RDMA WRITE with
+// IBV_SEND_FENCE, src/mr.c), shared receive queues (rpma_srq_*) and a
+// completion channel shared by two CQs (rpma_conn_wait).
+
+class Librpma13Conformance : public WriteImmConformance {
+ protected:
+  ibv_send_wr ReadWr(uint64_t wr_id, size_t dst_offset, size_t src_offset,
+                     uint32_t len, bool signaled, ibv_sge* sge) {
+    *sge = {reinterpret_cast<uint64_t>(client().buffer.data()) + dst_offset,
+            len, client().mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+    wr.sg_list = sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr =
+        reinterpret_cast<uint64_t>(server().buffer.data()) + src_offset;
+    wr.wr.rdma.rkey = server().mr->rkey;
+    return wr;
+  }
+};
+
+// ibv_post_send(3) IBV_WR_RDMA_READ; ibv_poll_cq(3): IBV_WC_RDMA_READ with
+// byte_len the bytes read.
+TEST_P(Librpma13Conformance, ReadCopiesRemoteBytesIntoTheLocalSge) {
+  Connect(QpOptions{});
+  Fill(server(), 1024, 300, 9);
+  ibv_sge sge;
+  ibv_send_wr wr = ReadWr(60, 2048, 1024, 300, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(wc.wr_id, 60u);
+  EXPECT_EQ(wc.byte_len, 300u);
+  EXPECT_EQ(std::memcmp(client().buffer.data() + 2048,
+                        server().buffer.data() + 1024, 300),
+            0);
+  EXPECT_TRUE(NoCompletionPending(server()));  // a READ consumes no receive
+}
+
+// IB spec C9-88 / rxe_resp.c check_rkey: the remote range must lie in an MR
+// that grants REMOTE_READ.
+TEST_P(Librpma13Conformance, ReadPastTheMrEndIsRemoteAccessError) {
+  Connect(QpOptions{});
+  ibv_sge sge;
+  ibv_send_wr wr = ReadWr(61, 0, kBufferSize - 8, 16, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wc.wr_id, 61u);
+}
+
+// rpma_flush's emulation: unsignaled writes, then one signaled 8-byte READ
+// of the flushed range; when the READ completes every earlier write has
+// landed (a READ response is ordered behind the writes before it, IB spec
+// 9.5 o9-20), and the 8 bytes read back are the written ones.
+TEST_P(Librpma13Conformance, FlushReadCompletesAfterTheWritesItFollows) {
+  Connect(QpOptions{});
+  Fill(client(), 0, 4096, 5);
+  ibv_sge sges[4];
+  for (int i = 0; i < 4; ++i) {
+    ibv_send_wr w = WriteWr(70 + i, 1024 * i, 8192 + 1024 * i, 1024, false, 0,
+                            false, &sges[i]);
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(PostSend(client(), &w, &bad), 0);
+  }
+  ibv_sge read_sge;
+  ibv_send_wr flush = ReadWr(74, 32768, 8192 + 3072, 8, true, &read_sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &flush, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(wc.wr_id, 74u);
+  EXPECT_EQ(wc.byte_len, 8u);
+  EXPECT_TRUE(Landed(0, 8192, 4096));
+  EXPECT_EQ(std::memcmp(client().buffer.data() + 32768,
+                        client().buffer.data() + 3072, 8),
+            0);
+  EXPECT_TRUE(NoCompletionPending(client()));  // the writes were unsignaled
+}
+
+// ibv_post_send(3) IBV_SEND_FENCE (IB spec 10.8.3.3): the fenced WR waits
+// for the READ before it, so a write whose source is the READ's sink sends
+// the bytes the READ brought.
+TEST_P(Librpma13Conformance, FencedWriteAfterAReadSendsTheReadsData) {
+  Connect(QpOptions{});
+  Fill(server(), 0, 64, 40);
+  ibv_sge read_sge;
+  ibv_send_wr read = ReadWr(80, 4096, 0, 64, false, &read_sge);
+  ibv_sge write_sge{reinterpret_cast<uint64_t>(client().buffer.data()) + 4096,
+                    64, client().mr->lkey};
+  ibv_send_wr write{};
+  write.wr_id = 81;
+  write.opcode = IBV_WR_RDMA_WRITE;
+  write.send_flags = IBV_SEND_FENCE | IBV_SEND_SIGNALED;
+  write.sg_list = &write_sge;
+  write.num_sge = 1;
+  write.wr.rdma.remote_addr =
+      reinterpret_cast<uint64_t>(server().buffer.data()) + 16384;
+  write.wr.rdma.rkey = server().mr->rkey;
+  read.next = &write;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &read, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 81u);
+  EXPECT_EQ(
+      std::memcmp(server().buffer.data() + 16384, server().buffer.data(), 64),
+      0);
+}
+
+// rpma_atomic_write's emulation: a flush READ, then the 8-byte inline
+// fenced RDMA WRITE; both land, the write's bytes are those at post time.
+TEST_P(Librpma13Conformance, AtomicWriteEmulationIsAFencedInlineWrite) {
+  QpOptions options;
+  options.max_inline_data = 8;  // librpma's RPMA_MAX_INLINE_DATA
+  Connect(options);
+  ibv_sge read_sge;
+  ibv_send_wr flush = ReadWr(90, 0, 512, 8, false, &read_sge);
+  char value[8] = {'a', 't', 'o', 'm', 'i', 'c', '!', '\0'};
+  ibv_sge sge{reinterpret_cast<uint64_t>(value), 8, 0};
+  ibv_send_wr atomic{};
+  atomic.wr_id = 91;
+  atomic.opcode = IBV_WR_RDMA_WRITE;
+  atomic.send_flags = IBV_SEND_INLINE | IBV_SEND_FENCE | IBV_SEND_SIGNALED;
+  atomic.sg_list = &sge;
+  atomic.num_sge = 1;
+  atomic.wr.rdma.remote_addr =
+      reinterpret_cast<uint64_t>(server().buffer.data()) + 512;
+  atomic.wr.rdma.rkey = server().mr->rkey;
+  flush.next = &atomic;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &flush, &bad), 0);
+  std::memset(value, 0, sizeof(value));  // inline: copied at post time
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(wc.wr_id, 91u);
+  EXPECT_EQ(std::memcmp(server().buffer.data() + 512, "atomic!", 8), 0);
+}
+
+// Shared receive queue (ibv_create_srq(3), ibv_post_srq_recv(3)): the
+// server's QP takes its receive from the SRQ; it completes on the QP's
+// receive CQ with the QP's number; the QP itself refuses receives.
+TEST_P(Librpma13Conformance, SrqReceiveIsTakenByTheQpAndCompletesOnItsCq) {
+  QpOptions options;
+  options.server_srq_wr = 8;
+  Connect(options);
+  ASSERT_EQ(PostSrqRecv(110, 0, 256), 0);
+  ASSERT_EQ(PostSrqRecv(111, 256, 256), 0);
+  Fill(client(), 0, 100, 11);
+  ibv_sge sge{reinterpret_cast<uint64_t>(client().buffer.data()), 100,
+              client().mr->lkey};
+  ibv_send_wr send{};
+  send.wr_id = 112;
+  send.opcode = IBV_WR_SEND;
+  send.send_flags = IBV_SEND_SIGNALED;
+  send.sg_list = &sge;
+  send.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &send, &bad), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.wr_id, 110u);
+  EXPECT_EQ(wc.byte_len, 100u);
+  EXPECT_EQ(wc.qp_num, server().qp->qp_num);
+  EXPECT_EQ(std::memcmp(server().buffer.data(), client().buffer.data(), 100),
+            0);
+  ASSERT_TRUE(WaitCompletion(client(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ibv_recv_wr recv{};
+  ibv_recv_wr* bad_recv = nullptr;
+  const int ret = nic().PostRecv(server().qp, &recv, &bad_recv);
+  RecordPost("recv_on_srq_qp", ret);
+  EXPECT_EQ(ret < 0 ? -ret : ret, EINVAL);
+}
+
+// One completion channel for two CQs (ibv_create_comp_channel(3),
+// ibv_get_cq_event(3)): the event names the CQ that got the completion,
+// which is how rpma_conn_wait tells the receive CQ from the main one.
+TEST_P(Librpma13Conformance, SharedChannelEventNamesTheCqThatCompleted) {
+  QpOptions options;
+  options.server_shared_channel = true;
+  Connect(options, [&] { ASSERT_EQ(PostRecv(server(), 120), 0); });
+  ibv_sge sge;
+  ibv_send_wr wr = WriteWr(121, 0, 0, 16, true, kImm, true, &sge);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+  pollfd pfd{server().comp_channel->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1);
+  ibv_cq* fired = nullptr;
+  void* context = nullptr;
+  ASSERT_EQ(nic().GetCqEvent(server().comp_channel, &fired, &context), 0);
+  nic().AckCqEvents(fired, 1);
+  EXPECT_EQ(fired, server().rcq);
+  ibv_wc wc{};
+  ASSERT_TRUE(WaitCompletion(server(), &wc, 5000, server().rcq));
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wc.wr_id, 120u);
+
+  // Now a completion on the server's send CQ: the event names that one.
+  ASSERT_EQ(nic().ReqNotifyCq(server().rcq, 0), 0);
+  ibv_sge send_sge{reinterpret_cast<uint64_t>(server().buffer.data()), 8,
+                   server().mr->lkey};
+  ibv_send_wr back{};
+  back.wr_id = 122;
+  back.opcode = IBV_WR_RDMA_WRITE;
+  back.send_flags = IBV_SEND_SIGNALED;
+  back.sg_list = &send_sge;
+  back.num_sge = 1;
+  back.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(client().buffer.data());
+  back.wr.rdma.rkey = client().mr->rkey;
+  ASSERT_EQ(PostSend(server(), &back, &bad), 0);
+  ASSERT_EQ(poll(&pfd, 1, 5000), 1);
+  ASSERT_EQ(nic().GetCqEvent(server().comp_channel, &fired, &context), 0);
+  nic().AckCqEvents(fired, 1);
+  EXPECT_EQ(fired, server().cq);
+  ASSERT_TRUE(WaitCompletion(server(), &wc));
+  EXPECT_EQ(wc.wr_id, 122u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, Librpma13Conformance, ::testing::ValuesIn(BackendsUnderTest()),
     [](const ::testing::TestParamInfo<BackendUnderTest>& info) {
       return info.param.name;
     });

@@ -162,6 +162,7 @@ QpPair* ConnectedQps::Connect(const QpPairOptions& options) {
   nic_->AckCmEvent(event);
   if (!end_cq(&server, options.server_cq, server_ctx_)) return nullptr;
   attr = init_attr(server.cq);
+  attr.srq = options.server_srq;
   if (nic_->CreateQp(server.id, server_pd_, &attr) != 0) {
     Fail("server CreateQp");
     return nullptr;

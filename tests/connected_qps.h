@@ -47,6 +47,8 @@ struct QpPairOptions {
   ibv_cq* client_cq = nullptr;
   ibv_cq* server_cq = nullptr;
   uint8_t rnr_retry = 7;
+  // The server QP takes its receives from this SRQ (nullptr: its own RQ).
+  ibv_srq* server_srq = nullptr;
 };
 
 struct QpEnd {

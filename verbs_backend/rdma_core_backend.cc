@@ -183,4 +183,27 @@ int RdmaCoreBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return rdma_migrate_id(id, channel);
 }
 
+// ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+
+ibv_srq* RdmaCoreBackend::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
+  return ibv_create_srq(pd, init_attr);
+}
+
+int RdmaCoreBackend::DestroySrq(ibv_srq* srq) { return ibv_destroy_srq(srq); }
+
+int RdmaCoreBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                                 ibv_recv_wr** bad_wr) {
+  return ibv_post_srq_recv(srq, wr, bad_wr);
+}
+
+int RdmaCoreBackend::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
+  return ibv_query_device_ex(ctx, nullptr, attr);
+}
+
+int RdmaCoreBackend::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,
+                              uint32_t flags, ibv_sge* sg_list,
+                              uint32_t num_sge) {
+  return ibv_advise_mr(pd, advice, flags, sg_list, num_sge);
+}
+
 }  // namespace rpma_harness

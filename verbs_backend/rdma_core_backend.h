@@ -72,6 +72,14 @@ class RdmaCoreBackend final : public VerbsBackend {
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
 
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
+  int DestroySrq(ibv_srq* srq) override;
+  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
+  int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
+               ibv_sge* sg_list, uint32_t num_sge) override;
+
  private:
   // librdmacm opens a device when an id first needs it and closes it when
   // its last id is destroyed (seen on rdma-core 44: a context taken from a

@@ -131,4 +131,24 @@ int UnavailableBackend::MigrateId(rdma_cm_id*, rdma_event_channel*) {
   return -1;
 }
 
+// ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+
+ibv_srq* UnavailableBackend::CreateSrq(ibv_pd*, ibv_srq_init_attr*) {
+  Fail();
+  return nullptr;
+}
+int UnavailableBackend::DestroySrq(ibv_srq*) { return Fail(); }
+int UnavailableBackend::PostSrqRecv(ibv_srq*, ibv_recv_wr* wr,
+                                    ibv_recv_wr** bad_wr) {
+  if (bad_wr) *bad_wr = wr;
+  return Fail();
+}
+int UnavailableBackend::QueryDeviceEx(ibv_context*, ibv_device_attr_ex*) {
+  return Fail();
+}
+int UnavailableBackend::AdviseMr(ibv_pd*, ibv_advise_mr_advice, uint32_t,
+                                 ibv_sge*, uint32_t) {
+  return Fail();
+}
+
 }  // namespace rpma_harness

@@ -57,6 +57,14 @@ class UnavailableBackend final : public VerbsBackend {
   int Disconnect(rdma_cm_id*) override;
   int MigrateId(rdma_cm_id*, rdma_event_channel*) override;
 
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ibv_srq* CreateSrq(ibv_pd*, ibv_srq_init_attr*) override;
+  int DestroySrq(ibv_srq*) override;
+  int PostSrqRecv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryDeviceEx(ibv_context*, ibv_device_attr_ex*) override;
+  int AdviseMr(ibv_pd*, ibv_advise_mr_advice, uint32_t, ibv_sge*,
+               uint32_t) override;
+
  private:
   // Logs the reason on the first failure; returns ENOSYS and sets errno.
   int Fail();

@@ -183,6 +183,28 @@ class VerbsBackend {
   virtual int Disconnect(rdma_cm_id* id) = 0;
   // rdma_migrate_id(3): events of `id` arrive on `channel` from now on. "cm".
   virtual int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) = 0;
+
+  // ---- librpma 1.3: shared receive queues, extended device query, MR advice
+  // (added for issue 10; kept at the end of the interface to ease merging).
+
+  // ibv_create_srq(3): an SRQ on `pd`. init_attr->attr.max_wr / max_sge are
+  // written back with what the SRQ really has. EINVAL when they exceed the
+  // device's max_srq_wr / max_srq_sge. "ptr". A QP uses the SRQ when
+  // CreateQp's init_attr->srq names it: its receives are then taken from the
+  // SRQ (PostRecv on that QP is EINVAL) and complete on the QP's recv_cq.
+  virtual ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) = 0;
+  // ibv_destroy_srq(3): EBUSY while a QP uses it. "ibv errno".
+  virtual int DestroySrq(ibv_srq* srq) = 0;
+  // ibv_post_srq_recv(3): same convention as PostRecv (ENOMEM when full).
+  virtual int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                          ibv_recv_wr** bad_wr) = 0;
+  // ibv_query_device_ex(3) with input NULL: the device's attributes,
+  // including odp_caps and device_cap_flags_ex. "ibv errno".
+  virtual int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) = 0;
+  // ibv_advise_mr(3): EOPNOTSUPP when the device has no advise_mr (no ODP).
+  // "ibv errno".
+  virtual int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
+                       ibv_sge* sg_list, uint32_t num_sge) = 0;
 };
 
 }  // namespace rpma_harness

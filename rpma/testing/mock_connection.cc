@@ -51,6 +51,18 @@ void MockConnectionTest::SetUp() {
   ON_CALL(m, DeallocPd(&pd_)).WillByDefault(Return(0));
   ON_CALL(m, RegMr(&pd_, _, _, _)).WillByDefault(Return(&local_mr_));
   ON_CALL(m, DeregMr(&local_mr_)).WillByDefault(Return(0));
+  // The flush buffer every connection registers (8 bytes, LOCAL_WRITE).
+  ON_CALL(m, RegMr(&pd_, _, 8, IBV_ACCESS_LOCAL_WRITE))
+      .WillByDefault([this](ibv_pd*, void* addr, size_t length, int) {
+        raw_mr_.context = &context_;
+        raw_mr_.pd = &pd_;
+        raw_mr_.addr = addr;
+        raw_mr_.length = length;
+        raw_mr_.lkey = kRawLkey;
+        raw_mr_.rkey = kRawLkey + 1;
+        return &raw_mr_;
+      });
+  ON_CALL(m, DeregMr(&raw_mr_)).WillByDefault(Return(0));
   ON_CALL(m, CreateCompChannel(&context_))
       .WillByDefault(Return(&comp_channel_));
   ON_CALL(m, DestroyCompChannel(&comp_channel_)).WillByDefault(Return(0));

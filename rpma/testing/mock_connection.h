@@ -48,6 +48,7 @@ class MockConnectionTest : public ::testing::Test {
   static constexpr uint64_t kRemoteSize = 1 << 20;
   static constexpr uint32_t kRemoteRkey = 0xabcdef01u;
   static constexpr uint32_t kLocalLkey = 0x1111u;
+  static constexpr uint32_t kRawLkey = 0x2222u;
   static constexpr uint32_t kQpNum = 0x2a;
 
   MockConnectionTest();
@@ -62,9 +63,14 @@ class MockConnectionTest : public ::testing::Test {
   rpma_mr_local* local() { return local_; }
   rpma_mr_remote* remote() { return remote_; }
   ibv_qp* qp() { return &qp_; }
+  ibv_pd* pd() { return &pd_; }
+  ibv_context* context() { return &context_; }
   ibv_cq* cq() { return &cq_; }
   ibv_comp_channel* comp_channel() { return &comp_channel_; }
   uint8_t* local_buffer() { return local_buffer_.data(); }
+  // The connection's read-after-write buffer for rpma_flush (librpma's
+  // flush.c: 8 bytes registered READ_DST, i.e. IBV_ACCESS_LOCAL_WRITE).
+  ibv_mr* raw_mr() { return &raw_mr_; }
 
   // A passive-side connection request (as from rpma_ep_next_conn_req) whose
   // private data is `pdata`.
@@ -84,6 +90,7 @@ class MockConnectionTest : public ::testing::Test {
   ibv_context context_{};
   ibv_pd pd_{};
   ibv_mr local_mr_{};
+  ibv_mr raw_mr_{};
   ibv_comp_channel comp_channel_{};
   ibv_cq cq_{};
   ibv_qp qp_{};

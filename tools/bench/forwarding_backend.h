@@ -122,6 +122,23 @@ class ForwardingBackend : public VerbsBackend {
     return target_->MigrateId(id, channel);
   }
 
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override {
+    return target_->CreateSrq(pd, init_attr);
+  }
+  int DestroySrq(ibv_srq* srq) override { return target_->DestroySrq(srq); }
+  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                  ibv_recv_wr** bad_wr) override {
+    return target_->PostSrqRecv(srq, wr, bad_wr);
+  }
+  int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override {
+    return target_->QueryDeviceEx(ctx, attr);
+  }
+  int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
+               ibv_sge* sg_list, uint32_t num_sge) override {
+    return target_->AdviseMr(pd, advice, flags, sg_list, num_sge);
+  }
+
  protected:
   VerbsBackend* target() const { return target_.get(); }
 

@@ -6,6 +6,11 @@
 # the host's conformance_test compares the fake with that recording, this
 # compares live rxe with it, so together they compare the fake with rxe.
 #
+# It also runs every example pair (examples/, listed in examples/pairs.bzl)
+# as a server process and client processes on rxe, and two of them again
+# built with plain gcc against Debian's librpma-dev but loading the drop-in
+# librpma.so.0 (rpma/dropin, found through a RUNPATH); each pair is one case.
+#
 # Prints "softroce vm: N passed, N failed, N skipped" and exits non-zero on
 # any failure or difference. RECORD=1 rewrites the recording instead.
 set -uo pipefail
@@ -14,7 +19,10 @@ cd "$(dirname "$0")/../.."
 targets=(//tests:conformance_test //tests:write_imm_flow_test
          //tools/softroce_vm:rxe_smoke_test)
 out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
-if ! bazel build "${targets[@]}" >"$out/build.log" 2>&1; then
+# The example pairs' programs (:*_server, :*_client) and their list.
+pair_targets=(//examples:pairs.txt //rpma/dropin
+  $(bazel query 'kind("cc_binary", //examples:all)' 2>/dev/null))
+if ! bazel build "${targets[@]}" "${pair_targets[@]}" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   echo "softroce vm: 0 passed, 1 failed, 0 skipped (build failed)"
   exit 1
@@ -26,14 +34,46 @@ for t in "${targets[@]}"; do
   binaries+=("$bin/${path/://}")
 done
 
+# pairs.txt lines are "<dir> <port> <nclients> <args>"; run.sh wants the two
+# binaries after the client count.
+: >"$out/pairs"
+while read -r dir port n rest; do
+  [ -n "$dir" ] || continue
+  t=${dir//-/_}
+  echo "$dir $port $n $bin/examples/${t}_server $bin/examples/${t}_client $rest" >>"$out/pairs"
+done <"$bin/examples/pairs.txt"
+
+# The drop-in on a real NIC: two pairs compiled and linked against Debian's
+# librpma-dev (its header, -lrpma), with a RUNPATH to the drop-in's directory
+# so the loader takes ours in the guest as LD_LIBRARY_PATH would here.
+dropin_lib=$(realpath "$bin/rpma/dropin/prefix/lib")
+for dir in 10-write-with-imm 12-srq-ping-pong; do
+  d=$out/dropin/$dir
+  mkdir -p "$d"
+  for side in server client; do
+    if ! gcc -std=c11 -D_GNU_SOURCE -Iexamples/common -Iexamples/$dir -o "$d/$side" \
+      "examples/$dir/$side.c" examples/common/example_common.c -lrpma -libverbs \
+      -Wl,-rpath,"$dropin_lib" >>"$out/build.log" 2>&1; then
+      tail -20 "$out/build.log" >&2
+      echo "softroce vm: 0 passed, 1 failed, 0 skipped (building $dir against Debian's librpma-dev failed)"
+      exit 1
+    fi
+  done
+  grep "^$dir " "$bin/examples/pairs.txt" |
+    while read -r _ port n rest; do
+      echo "dropin-$dir $((port + 100)) $n $d/server $d/client $rest"
+    done >>"$out/pairs"
+done
+
 status=0
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
-  "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
+  --pairs "$out/pairs" "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
 grep -E "^softroce_vm: " "$out/run.log" >&2
 
 . .ci/count_cases.sh
 xmls=()
 for b in "${binaries[@]}"; do xmls+=("$out/vm/$(basename "$b").xml"); done
+xmls+=("$out/vm/example_pairs.xml")
 read -r passed failed skipped < <(count_xml_cases "${xmls[@]}")
 [ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
 

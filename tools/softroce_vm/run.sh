@@ -5,12 +5,15 @@
 #
 #   tools/softroce_vm/run.sh [--timeout SECONDS] [--binary-timeout SECONDS]
 #                            [--out DIR] [--env K=V]... [--keep]
-#                            BINARY [BINARY...]
+#                            [--pairs FILE [--pair-timeout SECONDS]]
+#                            [BINARY...]
 #
 # Inside the VM, rxe0 sits on dummy0 (192.168.77.1/24) and every binary runs
 # with RPMA_HARNESS_BACKEND=rdma-core, RPMA_HARNESS_VM_ADDR=192.168.77.1 and
-# --gtest_output=xml:/results/<name>.xml. Exit status 0 only if every binary
-# ran and exited 0. See README.md beside this file.
+# --gtest_output=xml:/results/<name>.xml. --pairs runs server/client pairs as
+# separate processes (one line each: NAME PORT NCLIENTS SERVER CLIENT
+# [SERVER_ARG...] -- [CLIENT_ARG...]). Exit status 0 only if every binary ran
+# and exited 0 and every pair passed. See README.md beside this file.
 #
 # Why a VM: the host has no RDMA device and cannot load kernel modules, but a
 # qemu guest (TCG, no KVM needed) can load Debian's own rdma_rxe module.
@@ -40,7 +43,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -53,6 +56,9 @@ out_dir=""
 keep=0
 extra_env=()
 binaries=()
+pairs_file=""
+# Each process of a pair (server, every client) is killed after this long.
+pair_timeout_s=60
 while (($#)); do
   case "$1" in
     --timeout)
@@ -75,6 +81,16 @@ while (($#)); do
       extra_env+=("$2")
       shift 2
       ;;
+    --pairs)
+      [[ $# -ge 2 && -f "$2" ]] || die "--pairs needs a file"
+      pairs_file=$2
+      shift 2
+      ;;
+    --pair-timeout)
+      [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] || die "--pair-timeout needs a number of seconds"
+      pair_timeout_s=$2
+      shift 2
+      ;;
     --keep)
       keep=1
       shift
@@ -92,10 +108,28 @@ while (($#)); do
       ;;
   esac
 done
-((${#binaries[@]})) || usage 2
+((${#binaries[@]})) || [[ -n "$pairs_file" ]] || usage 2
+
+# --pairs: NAME PORT NCLIENTS SERVER CLIENT [SERVER_ARG...] -- [CLIENT_ARG...]
+pair_names=()
+pair_bins=()
+if [[ -n "$pairs_file" ]]; then
+  while read -r p_name p_port p_n p_server p_client p_rest; do
+    [[ -z "$p_name" || "$p_name" == \#* ]] && continue
+    [[ "$p_name" =~ ^[A-Za-z0-9_.+-]+$ ]] || die "pair name '$p_name' has unusual characters"
+    [[ "$p_port" =~ ^[0-9]+$ && "$p_n" =~ ^[0-9]+$ ]] || die "pair $p_name: PORT and NCLIENTS must be numbers"
+    for b in "$p_server" "$p_client"; do
+      [[ -f "$b" && -x "$b" ]] || die "pair $p_name: binary missing or not executable: $b"
+      pair_bins+=("$(readlink -f "$b")")
+    done
+    [[ "$p_rest" != *\'* && "$p_rest" != *\"* ]] || die "pair $p_name: no quotes in arguments"
+    pair_names+=("$p_name")
+  done <"$pairs_file"
+  ((${#pair_names[@]})) || die "$pairs_file names no pair"
+fi
 
 declare -A seen_names=()
-for bin in "${binaries[@]}"; do
+for bin in ${binaries[@]+"${binaries[@]}"}; do
   [[ -f "$bin" && -x "$bin" ]] || die "binary missing or not executable: $bin"
   name=$(basename "$bin")
   # The name is a file name in the guest and a marker word on the results
@@ -345,6 +379,47 @@ for name in $(cat /etc/softroce/tests); do
     report "=====END $name.xml====="
   fi
 done
+
+# Example pairs: the server in the background, then its clients once it has
+# printed "listening on", each process under its own timeout; the results are
+# the server's exit code and the worst client's.
+PAIR_TIMEOUT=$(cat /etc/softroce/pair_timeout)
+exec 3</etc/softroce/pairs
+while read -r name port n server client rest <&3; do
+  sargs=${rest%%--*}
+  cargs=""
+  case "$rest" in *--*) cargs=${rest#*--} ;; esac
+  say "pair $name: $server, $n x $client (port $port)"
+  report "=====PAIR-START $name====="
+  timeout -s TERM "$PAIR_TIMEOUT" "$server" "$RPMA_HARNESS_VM_ADDR" "$port" $sargs \
+    </dev/null >"/tmp/$name.server.log" 2>&1 &
+  spid=$!
+  i=0
+  while [ $i -lt 200 ] && ! grep -q "listening on" "/tmp/$name.server.log" && kill -0 $spid 2>/dev/null; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  cpids=""
+  k=0
+  while [ $k -lt "$n" ]; do
+    a=$(echo "$cargs" | sed "s/%i/$k/g")
+    timeout -s TERM "$PAIR_TIMEOUT" "$client" "$RPMA_HARNESS_VM_ADDR" "$port" $a \
+      </dev/null >"/tmp/$name.client$k.log" 2>&1 &
+    cpids="$cpids $!"
+    k=$((k + 1))
+  done
+  crc=0
+  for p in $cpids; do
+    wait $p
+    r=$?
+    [ $r -ne 0 ] && crc=$r
+  done
+  wait $spid
+  src=$?
+  for f in /tmp/$name.*.log; do sed "s|^|[$name $(basename "$f" .log | sed 's/.*\.//')] |" "$f"; done
+  say "pair $name: server exited $src, clients $crc"
+  report "=====PAIR $name $src $crc====="
+done
 report "=====DONE====="
 # Let the console drain the tests' last lines before the power goes.
 sleep 1
@@ -390,7 +465,20 @@ build_initramfs() {
 
   local bin
   : >"$root/etc/softroce/tests"
-  for bin in "${binaries[@]}"; do
+  : >"$root/etc/softroce/pairs"
+  for bin in ${pair_bins[@]+"${pair_bins[@]}"}; do
+    [[ -e "$root$bin" ]] || copy_elf "$bin" "$bin"
+  done
+  if [[ -n "$pairs_file" ]]; then
+    # Same lines, binaries at their real host paths (where copy_elf put them).
+    local p_name p_port p_n p_server p_client p_rest
+    while read -r p_name p_port p_n p_server p_client p_rest; do
+      [[ -z "$p_name" || "$p_name" == \#* ]] && continue
+      echo "$p_name $p_port $p_n $(readlink -f "$p_server") $(readlink -f "$p_client") $p_rest" >>"$root/etc/softroce/pairs"
+    done <"$pairs_file"
+  fi
+  echo "$pair_timeout_s" >"$root/etc/softroce/pair_timeout"
+  for bin in ${binaries[@]+"${binaries[@]}"}; do
     # The binary keeps its real host path in the guest, so that an $ORIGIN
     # rpath (Bazel's _solib_* libraries) points at the same files there;
     # /tests/<name> is how /init finds it.
@@ -457,7 +545,42 @@ collect_results() {
       echo "softroce_vm: FAIL $name (exit $rc; ${counts:-no xml})"
       ok=1
     fi
-  done < <(for b in "${binaries[@]}"; do basename "$b"; done)
+  done < <(for b in ${binaries[@]+"${binaries[@]}"}; do basename "$b"; done)
+  # Pairs, and their own gtest-style XML (one case per pair) for the counters.
+  if ((${#pair_names[@]})); then
+    local line src crc cases="" fails=0
+    for name in "${pair_names[@]}"; do
+      line=$(grep -m1 "^=====PAIR $name " "$clean" || true)
+      if [[ -z "$line" ]]; then
+        if grep -qx "=====PAIR-START $name=====" "$clean"; then
+          echo "softroce_vm: DID NOT FINISH pair $name"
+        else
+          echo "softroce_vm: NOT RUN pair $name"
+        fi
+        cases+="  <testcase name=\"$name\" classname=\"ExamplePairs\"><failure message=\"did not run to the end\"/></testcase>"$'\n'
+        fails=$((fails + 1))
+        ok=1
+        continue
+      fi
+      read -r _ _ src crc <<<"${line%=====}"
+      if [[ "$src" == 0 && "$crc" == 0 ]]; then
+        echo "softroce_vm: PASS pair $name (server and clients exit 0)"
+        cases+="  <testcase name=\"$name\" classname=\"ExamplePairs\"/>"$'\n'
+      else
+        echo "softroce_vm: FAIL pair $name (server exit $src, clients $crc; see the console)"
+        cases+="  <testcase name=\"$name\" classname=\"ExamplePairs\"><failure message=\"server exit $src, clients $crc\"/></testcase>"$'\n'
+        fails=$((fails + 1))
+        ok=1
+      fi
+    done
+    {
+      echo '<?xml version="1.0" encoding="UTF-8"?>'
+      echo "<testsuites tests=\"${#pair_names[@]}\" failures=\"$fails\" errors=\"0\">"
+      echo "<testsuite name=\"ExamplePairs\" tests=\"${#pair_names[@]}\" failures=\"$fails\" errors=\"0\" skipped=\"0\">"
+      printf '%s' "$cases"
+      echo "</testsuite></testsuites>"
+    } >"$out_dir/example_pairs.xml"
+  fi
   return "$ok"
 }
 
@@ -523,5 +646,5 @@ collect_results "$results" || status=1
 log "console: $console; results: $out_dir"
 log "total wall time: $(elapsed "$start_time") s"
 if ((status)); then
-  die "not every binary ran and exited 0"
+  die "not every binary ran and exited 0 (or a pair failed)"
 fi
