@@ -77,6 +77,27 @@ TEST(Inner, FailsAfterNicDestroyed) {
   ADD_FAILURE() << "failure after the NIC was destroyed";
 }
 
+// The NIC works on its own thread (the observer runs there) while the test
+// fails and the report is made.
+TEST(Inner, FailsWithBackgroundProgress) {
+  ConnectedPair pair;
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  pair.nic().StartBackgroundProgress();
+  ASSERT_THAT(pair.PostServerRecv(), IsRpmaOk());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_THAT(pair.WriteWithImm(0, 32, 0x100 + i), IsRpmaOk());
+  }
+  ADD_FAILURE() << "failure while the NIC runs";
+  ibv_wc wc;
+  for (int got = 0; got < 2;) {
+    const int ret = rpma_cq_get_wc(pair.server_cq(), 1, &wc, nullptr);
+    if (ret == 0) got++;
+    ASSERT_TRUE(ret == 0 || ret == RPMA_E_NO_COMPLETION) << ret;
+  }
+  ADD_FAILURE() << "second failure, both writes received";
+  pair.nic().StopBackgroundProgress();
+}
+
 // No fake NIC in this test: nothing to print.
 TEST(Inner, FailsWithoutNic) { ADD_FAILURE() << "failure without a NIC"; }
 

@@ -137,6 +137,16 @@ TEST(FlightRecorder, ASecondFailureAddsOnlyWhatHappenedSince) {
             HasSubstr(" recv wr_id 0, posted at #15")));
 }
 
+TEST(FlightRecorder, WorksWhileTheNicRunsOnItsOwnThread) {
+  const InnerRun run = RunInner("Inner.FailsWithBackgroundProgress");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(Count(run.output, kBanner), 3) << run.output;  // 2 reports + hint
+  const size_t second = run.output.find("both writes received");
+  ASSERT_NE(second, std::string::npos) << run.output;
+  // By the second report both writes have been received.
+  EXPECT_THAT(run.output.substr(second), HasSubstr("op=RECV_RDMA_WITH_IMM"));
+}
+
 TEST(FlightRecorder, KeepsTheNumberOfEventsAsked) {
   const InnerRun run = RunInner("Inner.FailsAfterRemoteAccessError", "",
                                 "RPMA_HARNESS_FLIGHT_RECORDER=3 ");
