@@ -72,7 +72,11 @@ if(NOT TARGET rpma_harness::rpma)
     set_target_properties(rpma_harness::librpma PROPERTIES
       IMPORTED_LOCATION "${_rpma_harness_lib}/librpma.so.0"
       IMPORTED_SONAME "librpma.so.0"
-      INTERFACE_INCLUDE_DIRECTORIES "${_rpma_harness_inc}")
+      INTERFACE_INCLUDE_DIRECTORIES "${_rpma_harness_inc}"
+      # librpma.h's types and its users' ibv_* calls are libibverbs' (as
+      # with Debian's librpma.pc: -lrpma -libverbs -lrdmacm).
+      INTERFACE_LINK_LIBRARIES
+        "${RPMA_HARNESS_IBVERBS_LIBRARY};${RPMA_HARNESS_RDMACM_LIBRARY}")
     set(rpma_harness_HAS_DROPIN TRUE)
   endif()
 endif()
