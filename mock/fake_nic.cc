@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "mock/fake_nic_internal.h"
+#include "mock/fake_nic_lifecycle.h"
 #include "mock/fake_nic_user_memory.h"
 
 namespace rpma_harness {
@@ -124,9 +125,11 @@ FakeNic::FakeNic(FakeNicConfig config)
     device->config = dc;
     devices_.push_back(std::move(device));
   }
+  fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
 }
 
 FakeNic::~FakeNic() {
+  fake_nic_internal::NotifyDestroying(this);
   StopBackgroundProgress();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, channel] : comp_channels_) close(channel->base.fd);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "rpma/librpma_check.h"  // <librpma.h> must be the harness's
 #include "verbs_backend/verbs_backend.h"
 
 namespace rpma_harness {

@@ -35,8 +35,19 @@
  *	rpma_conn_wait(conn, 0, &cq, NULL);  (a shared completion channel)
  */
 
+/*
+ * Debian's librpma-dev installs /usr/include/librpma.h (librpma 1.2) with the
+ * same include guard. Included first, it would make this file a silent no-op
+ * and the program would get 1.2's declarations: say so instead.
+ */
+#if defined(LIBRPMA_H) && !defined(RPMA_HARNESS_LIBRPMA_H)
+#error "rpma-harness: another librpma.h (Debian's librpma-dev installs /usr/include/librpma.h) was included before the harness's rpma/librpma.h; include <librpma.h> with the harness's include directory first (Bazel: deps @rpma_harness//rpma; pkg-config --cflags rpma-harness; CMake: rpma_harness::rpma)"
+#endif
+
 #ifndef LIBRPMA_H
 #define LIBRPMA_H 1
+/* This is rpma-harness's librpma.h (rpma/librpma_check.h tests for it). */
+#define RPMA_HARNESS_LIBRPMA_H 1
 
 #include <infiniband/verbs.h>
 #include <stdbool.h>

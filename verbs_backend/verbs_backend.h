@@ -41,6 +41,12 @@
 #ifndef RPMA_HARNESS_VERBS_BACKEND_VERBS_BACKEND_H_
 #define RPMA_HARNESS_VERBS_BACKEND_VERBS_BACKEND_H_
 
+// Every C++ header of the harness includes this one first; say plainly what
+// is wrong before the compiler lists every C++17 construct it cannot parse.
+#if __cplusplus < 201703L
+#error "rpma-harness's C++ headers need C++17: compile this target with -std=c++17 (Bazel: copts = RPMA_HARNESS_CXXOPTS from @rpma_harness//:copts.bzl, or --cxxopt=-std=c++17; CMake: the rpma_harness:: targets ask for cxx_std_17)"
+#endif
+
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tools/install/install.sh PREFIX [bazel args...]: builds the harness's
+# libraries (bazel build -c opt) and installs them for CMake and Make
+# projects (what `tools/harness install PREFIX` runs):
+#
+#   PREFIX/include/rpma-harness/   librpma.h, rpma/, mock/, verbs_backend/
+#   PREFIX/lib/librpma_harness.a           the librpma C API, FakeNic,
+#                                          FaultInjector, ScopedBackend,
+#                                          the rdma-core backend
+#   PREFIX/lib/librpma_harness_testing.a   gMock matchers (WR/WC and rpma),
+#                                          ConnectedPair, MockVerbsBackend
+#   PREFIX/lib/librpma_harness_gtest_main.a  main() + the flight recorder
+#   PREFIX/lib/librpma.so.0, librpma.so    the drop-in shared librpma, when
+#   PREFIX/lib/pkgconfig/librpma.pc        this tree has rpma/dropin (its
+#   PREFIX/include/librpma.h               //rpma/dropin:prefix tree)
+#   PREFIX/lib/pkgconfig/rpma-harness.pc, rpma-harness-testing.pc,
+#                        rpma-harness-gtest-main.pc
+#   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake
+#   PREFIX/bin/rpma-harness-scenario       the scenario runner
+#
+# Run from anywhere; PREFIX is made if missing. Files are copied, not linked
+# to Bazel's output tree, so the install outlives `bazel clean`.
+set -euo pipefail
+
+if [ $# -lt 1 ] || [[ "$1" == -* ]]; then
+  echo "usage: tools/harness install PREFIX [bazel build args...]" >&2
+  exit 2
+fi
+prefix="$1"
+shift
+mkdir -p "$prefix"
+prefix="$(cd "$prefix" && pwd)"
+cd "$(dirname "$0")/../.."
+here="$PWD/tools/install"
+
+# What goes into each archive: Bazel's own .a / .lo of each library (all
+# linkstatic, see copts.bzl).
+core=(//rpma:rpma //rpma:mr_descriptor //mock:fake_nic //mock:fault_injection
+      //verbs_backend:rdma_core_backend //verbs_backend:unavailable_backend)
+testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
+         //mock:mock_verbs_backend)
+gtest_main=(//mock:gtest_main //mock:flight_recorder)
+targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario)
+dropin=()
+if [ -f rpma/dropin/BUILD ]; then
+  dropin=(//rpma/dropin:prefix)
+fi
+
+bazel build -c opt "$@" "${targets[@]}" "${dropin[@]}"
+bin="$(bazel info -c opt "$@" bazel-bin 2>/dev/null)"
+
+# The archive Bazel made for a label (lib<name>.a, or .lo when alwayslink).
+archive_of() {
+  local label="$1" package name
+  package="${label#//}"
+  package="${package%%:*}"
+  name="${label##*:}"
+  for ext in a lo; do
+    if [ -f "$bin/$package/lib$name.$ext" ]; then
+      echo "$bin/$package/lib$name.$ext"
+      return
+    fi
+  done
+  echo "install: no archive for $label under $bin" >&2
+  exit 1
+}
+
+# merge OUT LABEL...: one static archive with every member of theirs.
+merge() {
+  local out="$1" script label
+  shift
+  script="CREATE $out"$'\n'
+  for label in "$@"; do
+    script+="ADDLIB $(archive_of "$label")"$'\n'
+  done
+  script+=$'SAVE\nEND\n'
+  rm -f "$out"
+  ar -M <<<"$script"
+  ranlib "$out"
+}
+
+inc="$prefix/include/rpma-harness"
+lib="$prefix/lib"
+mkdir -p "$inc/rpma" "$inc/mock" "$inc/verbs_backend" "$lib/pkgconfig" \
+  "$lib/cmake/rpma_harness" "$prefix/bin"
+
+# Headers: <librpma.h> at the top (as -I ${includedir}/rpma-harness), the
+# C++ ones under the paths they include each other by.
+install -m 644 rpma/librpma.h "$inc/librpma.h"
+install -m 644 rpma/harness.h rpma/librpma_check.h "$inc/rpma/"
+install -m 644 mock/fake_nic.h mock/fake_nic_lifecycle.h mock/fault_injection.h \
+  mock/matchers.h mock/rpma_matchers.h mock/connected_pair.h \
+  mock/flight_recorder.h mock/mock_verbs_backend.h "$inc/mock/"
+install -m 644 verbs_backend/verbs_backend.h verbs_backend/rdma_core_backend.h \
+  "$inc/verbs_backend/"
+
+merge "$lib/librpma_harness.a" "${core[@]}"
+merge "$lib/librpma_harness_testing.a" "${testing[@]}"
+merge "$lib/librpma_harness_gtest_main.a" "${gtest_main[@]}"
+install -m 755 "$bin/tools/scenario" "$prefix/bin/rpma-harness-scenario"
+
+# The drop-in: its own install-shaped tree (a relocatable librpma.pc).
+with_dropin=0
+if [ ${#dropin[@]} -gt 0 ]; then
+  tree="$bin/rpma/dropin/prefix"
+  install -m 755 "$tree/lib/librpma.so.0" "$lib/librpma.so.0"
+  ln -sf librpma.so.0 "$lib/librpma.so"
+  install -m 644 "$tree/lib/pkgconfig/librpma.pc" "$lib/pkgconfig/librpma.pc"
+  install -m 644 "$tree/include/librpma.h" "$prefix/include/librpma.h"
+  with_dropin=1
+fi
+
+subst() {
+  sed -e "s|@PREFIX@|$prefix|g" "$1" >"$2"
+}
+subst "$here/rpma-harness.pc.in" "$lib/pkgconfig/rpma-harness.pc"
+subst "$here/rpma-harness-testing.pc.in" "$lib/pkgconfig/rpma-harness-testing.pc"
+subst "$here/rpma-harness-gtest-main.pc.in" "$lib/pkgconfig/rpma-harness-gtest-main.pc"
+install -m 644 "$here/rpma_harnessConfig.cmake" "$lib/cmake/rpma_harness/"
+
+echo "installed rpma-harness in $prefix$([ "$with_dropin" -eq 1 ] && echo " (with the drop-in librpma.so.0)")"
+echo "  pkg-config: PKG_CONFIG_PATH=$lib/pkgconfig pkg-config --cflags --libs rpma-harness"
+echo "  CMake:      -DCMAKE_PREFIX_PATH=$prefix, find_package(rpma_harness REQUIRED)"
