@@ -412,6 +412,33 @@ TEST_F(FaultInjectionTest, FailedRegistrationIsProvider) {
   EXPECT_EQ(faults_->TimesFired("no pinning"), 1u);
 }
 
+// PostSrqRecv is a post_recv call site (an SRQ belongs to no QP): a failed
+// SRQ receive is RPMA_E_PROVIDER and nothing is queued.
+TEST_F(FaultInjectionTest, FailedSrqReceiveIsProviderAndQueuesNothing) {
+  FaultRule rule =
+      Rule("srq full", FaultCall::kPostRecv, FaultAction::kFailCall);
+  rule.error = ENOMEM;
+  rule.max_fires = 1;
+  Add(rule);
+  ibv_context* dev = nullptr;
+  rpma_peer* peer = nullptr;
+  ASSERT_EQ(
+      rpma_utils_get_ibv_context("10.0.0.1", RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
+      0);
+  ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+  uint8_t buf[64];
+  rpma_mr_local* mr = nullptr;
+  ASSERT_EQ(rpma_mr_reg(peer, buf, sizeof(buf), RPMA_MR_USAGE_RECV, &mr), 0);
+  rpma_srq* srq = nullptr;
+  ASSERT_EQ(rpma_srq_new(peer, nullptr, &srq), 0);
+  EXPECT_EQ(rpma_srq_recv(srq, mr, 0, 64, nullptr), RPMA_E_PROVIDER);
+  EXPECT_EQ(rpma_srq_recv(srq, mr, 0, 64, nullptr), 0);
+  EXPECT_EQ(faults_->TimesFired("srq full"), 1u);
+  EXPECT_EQ(rpma_srq_delete(&srq), 0);
+  rpma_mr_dereg(&mr);
+  EXPECT_EQ(rpma_peer_delete(&peer), 0);
+}
+
 TEST_F(FaultInjectionTest, FailedQpCreationFailsTheRequest) {
   FaultRule rule = Rule("no qp", FaultCall::kCreateQp, FaultAction::kFailCall);
   rule.error = ENOMEM;
