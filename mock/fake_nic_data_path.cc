@@ -25,6 +25,7 @@
 
 namespace rpma_harness {
 
+using fake_nic_internal::HarnessMemoryError;
 using fake_nic_internal::RecvWqe;
 using fake_nic_internal::Ring;
 using fake_nic_internal::Sge;
@@ -134,19 +135,6 @@ CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
     length -= n;
   }
   return CopyFault::kNone;
-}
-
-// A copy faulted: the program gave the NIC memory and then unmapped or
-// protected it. A real NIC would not notice (it DMAs the pages it pinned at
-// registration), so this is the program's bug, reported loudly: on stderr
-// and in the event's text.
-std::string HarnessMemoryError(const char* whose, uint64_t wr_id) {
-  std::string text = std::string("harness error: ") + whose + " memory of WR " +
-                     std::to_string(wr_id) +
-                     " faulted (unmapped or protected after registration; "
-                     "a real NIC keeps the pages it pinned)";
-  std::fprintf(stderr, "fake NIC: %s\n", text.c_str());
-  return text;
 }
 
 }  // namespace

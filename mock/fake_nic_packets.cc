@@ -141,18 +141,6 @@ bool GatherAt(const Sge* src, size_t nsrc, uint64_t offset, uint8_t* dst,
   return true;
 }
 
-// The program unmapped or protected registered memory after registering it:
-// a real NIC would not notice (it DMAs the pages it pinned), so this is the
-// program's bug, reported loudly on stderr and in the event's text.
-std::string PacketMemoryError(const char* whose, uint64_t wr_id) {
-  std::string text = std::string("harness error: ") + whose + " memory of WR " +
-                     std::to_string(wr_id) +
-                     " faulted (unmapped or protected after registration; "
-                     "a real NIC keeps the pages it pinned)";
-  std::fprintf(stderr, "fake NIC: %s\n", text.c_str());
-  return text;
-}
-
 }  // namespace
 
 // The responder's answer to one packet.
@@ -235,7 +223,8 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
         // The responder's memory faulted: answered as its own protection
         // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
         // packet took completes with the error as on a failed check_rkey.
-        const std::string why = PacketMemoryError("the responder's", wqe.wr_id);
+        const std::string why =
+            fake_nic_internal::HarnessMemoryError("the responder's", wqe.wr_id);
         if (took_receive) {
           RecvWqe recv = std::move(responder->ReceiveQueue().front());
           responder->ReceiveQueue().pop_front();
@@ -252,7 +241,8 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
         // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
         // local SGE fails its checks. The message was cut: the responder's
         // receive, if taken, is flushed with its QP.
-        const std::string why = PacketMemoryError("the requester's", wqe.wr_id);
+        const std::string why =
+            fake_nic_internal::HarnessMemoryError("the requester's", wqe.wr_id);
         if (took_receive) {
           RecvWqe recv = std::move(responder->ReceiveQueue().front());
           responder->ReceiveQueue().pop_front();

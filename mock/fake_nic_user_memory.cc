@@ -152,5 +152,14 @@ bool GuardedCopy(void* dst, const void* src, size_t n, uintptr_t* fault_addr) {
   return true;
 }
 
+std::string HarnessMemoryError(const char* whose, uint64_t wr_id) {
+  std::string text = std::string("harness error: ") + whose + " memory of WR " +
+                     std::to_string(wr_id) +
+                     " faulted (unmapped or protected after registration; "
+                     "a real NIC keeps the pages it pinned)";
+  std::fprintf(stderr, "fake NIC: %s\n", text.c_str());
+  return text;
+}
+
 }  // namespace fake_nic_internal
 }  // namespace rpma_harness

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace rpma_harness {
 namespace fake_nic_internal {
@@ -43,6 +44,13 @@ int CheckUserMapping(uintptr_t addr, size_t length, bool need_write);
 // handler that was installed before (e.g. ASan's) or to the default action.
 bool GuardedCopy(void* dst, const void* src, size_t n, uintptr_t* fault_addr);
 void InstallCopyFaultHandler();
+
+// A GuardedCopy of WR `wr_id` faulted: the program gave the NIC memory and
+// then unmapped or protected it. A real NIC would not notice (it DMAs the
+// pages it pinned at registration), so this is the program's bug, reported
+// loudly: printed on stderr, and returned for the event's text. `whose`
+// names the memory ("the requester's", "the responder's", ...).
+std::string HarnessMemoryError(const char* whose, uint64_t wr_id);
 
 }  // namespace fake_nic_internal
 }  // namespace rpma_harness
