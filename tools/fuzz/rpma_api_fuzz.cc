@@ -686,6 +686,11 @@ void ApiProgram::Run() {
   RegisterMrs(0);
   RegisterMrs(1);
   if (Connect()) {
+    // The leak check below must be able to fail: a live pair is seen.
+    const FakeNic::Holdings live = nic_->CurrentHoldings();
+    if (live.qps < 2 || live.pds < 2 || live.cqs < 2 || live.cm_ids < 3) {
+      Violation("CurrentHoldings misses the live connections");
+    }
     for (int action = 0; action < kMaxActions && !in_->empty(); ++action) {
       const int side = static_cast<int>(in_->Range(0, 1));
       switch (in_->Range(0, 11)) {
