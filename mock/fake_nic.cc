@@ -692,6 +692,22 @@ std::string FakeNic::DebugStringLocked() {
   return out;
 }
 
+FakeNic::Holdings FakeNic::CurrentHoldings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Holdings h;
+  h.pds = pds_.size();
+  h.mrs = mrs_.size();
+  h.comp_channels = comp_channels_.size();
+  h.cqs = cqs_.size();
+  h.qps = qps_.size();
+  h.srqs = srqs_.size();
+  h.event_channels = event_channels_.size();
+  h.cm_ids = ids_.size();
+  h.cm_events = outstanding_events_.size();
+  h.cm_work = cm_work_.size();
+  return h;
+}
+
 bool FakeNic::Idle() {
   std::lock_guard<std::mutex> lock(mu_);
   return !HasReadyWork();

@@ -425,6 +425,18 @@ class FakeNic final : public VerbsBackend {
   // A human-readable snapshot for a hung test: every QP (state, queue
   // occupancy, peer), CQ occupancy, pending CM work and queued CM events.
   std::string DebugString();
+  // How many objects of each kind the NIC holds now (a leak check: after a
+  // program deleted everything it made, every count but devices is 0).
+  struct Holdings {
+    size_t pds = 0, mrs = 0, comp_channels = 0, cqs = 0, qps = 0, srqs = 0;
+    size_t event_channels = 0, cm_ids = 0, cm_events = 0, cm_work = 0;
+    bool Empty() const {
+      return pds + mrs + comp_channels + cqs + qps + srqs + event_channels +
+                 cm_ids + cm_events + cm_work ==
+             0;
+    }
+  };
+  Holdings CurrentHoldings();
   // A thread that steps whenever work is pending (it sleeps on a condition
   // variable otherwise). Blocking GetCqEvent / GetCmEvent then wait like
   // their rdma-core counterparts.

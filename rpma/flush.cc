@@ -70,8 +70,10 @@ int RawBufferDelete(RawBuffer* raw) {
 
 extern "C" int rpma_flush(struct rpma_conn* conn, struct rpma_mr_remote* dst,
                           size_t dst_offset, size_t len,
-                          enum rpma_flush_type type, int flags,
+                          enum rpma_flush_type type_arg, int flags,
                           const void* op_context) {
+  // An unknown type from a C caller is read as an int (internal.h EnumAsInt).
+  const int type = rpma_harness::internal::EnumAsInt(type_arg);
   // The checks and their order are librpma 1.3's (rpma_flush(3), conn.c).
   if (conn == nullptr || dst == nullptr || flags == 0) return RPMA_E_INVAL;
   if (type == RPMA_FLUSH_TYPE_PERSISTENT && !conn->direct_write_to_pmem) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -119,6 +120,20 @@ struct rpma_ep {
 
 namespace rpma_harness {
 namespace internal {
+
+// The int a C program passed for an enum parameter (rpma_flush's type, the
+// log functions' threshold and level). In C any int value may be passed (C11
+// 6.7.2.2: an enum type is compatible with an integer type), and the man
+// pages promise RPMA_E_INVAL for unknown values; in C++ reading a value
+// outside the enum's range is undefined ([dcl.enum]p8; clang's
+// -fsanitize=enum reports the load), so the C API reads the bytes instead.
+template <typename Enum>
+int EnumAsInt(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "a C enum is int-sized");
+  int raw;
+  std::memcpy(&raw, &value, sizeof(raw));
+  return raw;
+}
 
 // The text of a provider's errno, whichever sign the provider used (verbs
 // calls return errno; some providers return it negated).

@@ -146,8 +146,11 @@ void LogMessage(enum rpma_log_level level, const char* text) {
 using rpma_harness::internal::g_function;
 using rpma_harness::internal::g_threshold;
 
-extern "C" int rpma_log_set_threshold(enum rpma_log_threshold threshold,
-                                      enum rpma_log_level level) {
+extern "C" int rpma_log_set_threshold(enum rpma_log_threshold threshold_arg,
+                                      enum rpma_log_level level_arg) {
+  // Unknown values from C callers are read as ints (internal.h EnumAsInt).
+  const int threshold = rpma_harness::internal::EnumAsInt(threshold_arg);
+  const int level = rpma_harness::internal::EnumAsInt(level_arg);
   if (!rpma_harness::internal::ValidThreshold(threshold) ||
       !rpma_harness::internal::ValidLevel(level)) {
     return RPMA_E_INVAL;
@@ -156,8 +159,9 @@ extern "C" int rpma_log_set_threshold(enum rpma_log_threshold threshold,
   return 0;
 }
 
-extern "C" int rpma_log_get_threshold(enum rpma_log_threshold threshold,
+extern "C" int rpma_log_get_threshold(enum rpma_log_threshold threshold_arg,
                                       enum rpma_log_level* level) {
+  const int threshold = rpma_harness::internal::EnumAsInt(threshold_arg);
   if (!rpma_harness::internal::ValidThreshold(threshold) || level == nullptr) {
     return RPMA_E_INVAL;
   }

@@ -10,17 +10,6 @@
 
 using rpma_harness::internal::Log;
 
-namespace {
-
-// Every RPMA_MR_USAGE_* bit (librpma's mr.c USAGE_ALL_ALLOWED).
-constexpr int kAllUsages = RPMA_MR_USAGE_READ_SRC | RPMA_MR_USAGE_READ_DST |
-                           RPMA_MR_USAGE_WRITE_SRC | RPMA_MR_USAGE_WRITE_DST |
-                           RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY |
-                           RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT |
-                           RPMA_MR_USAGE_SEND | RPMA_MR_USAGE_RECV;
-
-}  // namespace
-
 extern "C" int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size,
                            int usage, struct rpma_mr_local** mr_ptr) {
   // librpma src/mr.c: usage must be non-zero and have no bit outside the

@@ -59,6 +59,8 @@ TEST(FuzzCorpusTest, MrDescriptor) {
   Replay("mr_descriptor", FuzzMrDescriptor);
 }
 
+TEST(FuzzCorpusTest, RpmaApi) { Replay("rpma_api", FuzzRpmaApi); }
+
 TEST(FuzzCorpusTest, ScenarioParser) {
   Replay("scenario_parser", FuzzScenarioParser);
 }

@@ -32,6 +32,7 @@ CXXFLAGS="-std=c++17 -O1 -g -fno-omit-frame-pointer -I. -Irpma -Wall -Wextra"
 declare -A ENTRY=(
   [fake_nic_wr]=FuzzFakeNicWr
   [mr_descriptor]=FuzzMrDescriptor
+  [rpma_api]=FuzzRpmaApi
 )
 declare -A LIBS=()
 # Memory limits per target (libFuzzer flags). The scenario parser must stay
@@ -48,6 +49,7 @@ declare -A TARGET_ASAN=(
 declare -A SOURCES=(
   [fake_nic_wr]="tools/fuzz/fake_nic_wr_fuzz.cc tests/connected_qps.cc"
   [mr_descriptor]="tools/fuzz/mr_descriptor_fuzz.cc"
+  [rpma_api]="tools/fuzz/rpma_api_fuzz.cc"
 )
 if [ -f tools/scenario/scenario_parser.cc ]; then
   ENTRY[scenario_parser]=FuzzScenarioParser
