@@ -39,6 +39,7 @@
 #include "mock/fake_nic.h"
 #include "rpma/harness.h"
 #include "tests/guarded_buffer.h"
+#include "tools/fuzz/arena_check.h"
 #include "tools/fuzz/byte_reader.h"
 #include "tools/fuzz/fuzz_targets.h"
 
@@ -95,20 +96,12 @@ __attribute__((no_sanitize("enum"))) int GetThresholdRaw(int threshold) {
   return rpma_log_get_threshold(AsEnum<rpma_log_threshold>(threshold), &got);
 }
 
-uint8_t Pattern(int side, int64_t i) {
-  return static_cast<uint8_t>((i * 167) ^ (side ? 0x3c : 0xc3));
-}
-
 const uint8_t* PatternOf(int side) {
-  static std::vector<uint8_t>* patterns = [] {
-    auto* p = new std::vector<uint8_t>[2];
-    for (int s = 0; s < 2; ++s) {
-      p[s].resize(kArena);
-      for (int64_t i = 0; i < kArena; ++i) p[s][i] = Pattern(s, i);
-    }
-    return p;
-  }();
-  return patterns[side].data();
+  static const ArenaPattern* pattern =
+      new ArenaPattern(kArena, [](int s, int64_t i) {
+        return static_cast<uint8_t>((i * 167) ^ (s ? 0x3c : 0xc3));
+      });
+  return pattern->Of(side);
 }
 
 GuardedBuffer& Arena(int side) {
@@ -592,23 +585,10 @@ void ApiProgram::Deregister(int side) {
 void ApiProgram::CheckArenas() {
   for (int side = 0; side < 2; ++side) {
     const Side& s = sides_[side];
-    std::vector<std::pair<int64_t, int64_t>> ranges = s.registered;
-    std::sort(ranges.begin(), ranges.end());
-    int64_t cursor = 0;
-    auto check_gap = [&](int64_t begin, int64_t end) {
-      if (end > begin &&
-          std::memcmp(s.arena->data() + begin, PatternOf(side) + begin,
-                      static_cast<size_t>(end - begin)) != 0) {
-        fprintf(stderr, "side %d, unregistered bytes [%lld, %lld)\n", side,
-                static_cast<long long>(begin), static_cast<long long>(end));
-        Violation("a byte outside every registered region changed");
-      }
-    };
-    for (const auto& [begin, end] : ranges) {
-      check_gap(cursor, begin);
-      cursor = std::max(cursor, end);
+    if (!UnregisteredBytesUnchanged(side, s.arena->data(), PatternOf(side),
+                                    kArena, s.registered)) {
+      Violation("a byte outside every registered region changed");
     }
-    check_gap(cursor, kArena);
   }
 }
 
