@@ -64,6 +64,55 @@ rpma_conn_event NextEvent(rpma_conn* conn) {
   return event;
 }
 
+// The set-up steps every flow repeats, as a librpma program writes them.
+// Each is a void function so that its ASSERTs stop it; callers wrap it in
+// ASSERT_NO_FATAL_FAILURE to stop too.
+
+// rpma_utils_get_ibv_context + rpma_peer_new for `addr`.
+void NewPeer(const std::string& addr, rpma_util_ibv_context_type type,
+             rpma_peer** peer) {
+  ibv_context* dev = nullptr;
+  ASSERT_EQ(rpma_utils_get_ibv_context(addr.c_str(), type, &dev), 0);
+  ASSERT_EQ(rpma_peer_new(dev, peer), 0);
+}
+
+// The server's half: takes the next request from `ep`, posts one receive
+// into `recv_mr` before accepting (as librpma's servers do), accepts with
+// `pdata` (may be nullptr) and waits for ESTABLISHED.
+void AcceptOne(rpma_ep* ep, rpma_mr_local* recv_mr, size_t recv_len,
+               const rpma_conn_private_data* pdata, rpma_conn** conn) {
+  rpma_conn_req* req = nullptr;
+  ASSERT_EQ(rpma_ep_next_conn_req(ep, nullptr, &req), 0);
+  ASSERT_EQ(rpma_conn_req_recv(req, recv_mr, 0, recv_len, kRecvContext), 0);
+  ASSERT_EQ(rpma_conn_req_connect(&req, pdata, conn), 0);
+  ASSERT_EQ(NextEvent(*conn), RPMA_CONN_ESTABLISHED);
+}
+
+// The client's half: connects to addr:port and waits for ESTABLISHED.
+void ConnectTo(rpma_peer* peer, const std::string& addr,
+               const std::string& port, rpma_conn** conn) {
+  rpma_conn_req* req = nullptr;
+  ASSERT_EQ(rpma_conn_req_new(peer, addr.c_str(), port.c_str(), nullptr, &req),
+            0);
+  ASSERT_EQ(rpma_conn_req_connect(&req, nullptr, conn), 0);
+  ASSERT_EQ(NextEvent(*conn), RPMA_CONN_ESTABLISHED);
+}
+
+// The server's end of a connection the client closes: CLOSED arrives, then
+// the server disconnects and deletes its side.
+void CloseAfterPeer(rpma_conn** conn) {
+  EXPECT_EQ(NextEvent(*conn), RPMA_CONN_CLOSED);
+  EXPECT_EQ(rpma_conn_disconnect(*conn), 0);
+  EXPECT_EQ(rpma_conn_delete(conn), 0);
+}
+
+// The client's end: disconnects first and waits for CLOSED.
+void CloseFirst(rpma_conn** conn) {
+  EXPECT_EQ(rpma_conn_disconnect(*conn), 0);
+  EXPECT_EQ(NextEvent(*conn), RPMA_CONN_CLOSED);
+  EXPECT_EQ(rpma_conn_delete(conn), 0);
+}
+
 class WriteImmFlowTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -100,12 +149,8 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
   const std::string payload = "written by the client, with imm";
   std::promise<void> listening;
   std::thread server([&] {
-    ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
-                                         RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
-              0);
     rpma_peer* peer = nullptr;
-    ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+    ASSERT_NO_FATAL_FAILURE(NewPeer(addr_, RPMA_UTIL_IBV_CONTEXT_LOCAL, &peer));
     std::vector<char> dst(kDstSize, 0);
     std::vector<char> recv_buf(64, 0x5a);
     rpma_mr_local* dst_mr = nullptr;
@@ -120,16 +165,12 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
     ASSERT_EQ(rpma_ep_listen(peer, addr_.c_str(), port_.c_str(), &ep), 0);
     listening.set_value();
 
-    rpma_conn_req* req = nullptr;
-    ASSERT_EQ(rpma_ep_next_conn_req(ep, nullptr, &req), 0);
-    ASSERT_EQ(
-        rpma_conn_req_recv(req, recv_mr, 0, recv_buf.size(), kRecvContext), 0);
     uint8_t desc[21];
     ASSERT_EQ(rpma_mr_get_descriptor(dst_mr, desc), 0);
     rpma_conn_private_data pdata{desc, sizeof(desc)};
     rpma_conn* conn = nullptr;
-    ASSERT_EQ(rpma_conn_req_connect(&req, &pdata, &conn), 0);
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_ESTABLISHED);
+    ASSERT_NO_FATAL_FAILURE(
+        AcceptOne(ep, recv_mr, recv_buf.size(), &pdata, &conn));
 
     rpma_cq* cq = nullptr;
     ASSERT_EQ(rpma_conn_get_cq(conn, &cq), 0);
@@ -147,9 +188,7 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
     // The receive buffer is not where a write lands.
     EXPECT_EQ(recv_buf, std::vector<char>(64, 0x5a));
 
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_CLOSED);
-    EXPECT_EQ(rpma_conn_disconnect(conn), 0);
-    EXPECT_EQ(rpma_conn_delete(&conn), 0);
+    CloseAfterPeer(&conn);
     EXPECT_EQ(rpma_ep_shutdown(&ep), 0);
     EXPECT_EQ(rpma_mr_dereg(&recv_mr), 0);
     EXPECT_EQ(rpma_mr_dereg(&dst_mr), 0);
@@ -158,24 +197,16 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
 
   std::thread client([&] {
     listening.get_future().wait();
-    ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
-                                         RPMA_UTIL_IBV_CONTEXT_REMOTE, &dev),
-              0);
     rpma_peer* peer = nullptr;
-    ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        NewPeer(addr_, RPMA_UTIL_IBV_CONTEXT_REMOTE, &peer));
     std::vector<char> src(payload.begin(), payload.end());
     rpma_mr_local* src_mr = nullptr;
     ASSERT_EQ(rpma_mr_reg(peer, src.data(), src.size(), RPMA_MR_USAGE_WRITE_SRC,
                           &src_mr),
               0);
-    rpma_conn_req* req = nullptr;
-    ASSERT_EQ(
-        rpma_conn_req_new(peer, addr_.c_str(), port_.c_str(), nullptr, &req),
-        0);
     rpma_conn* conn = nullptr;
-    ASSERT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), 0);
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_ESTABLISHED);
+    ASSERT_NO_FATAL_FAILURE(ConnectTo(peer, addr_, port_, &conn));
     rpma_conn_private_data pdata{};
     ASSERT_EQ(rpma_conn_get_private_data(conn, &pdata), 0);
     rpma_mr_remote* dst = nullptr;
@@ -192,9 +223,7 @@ TEST_F(WriteImmFlowTest, ServerAndClientThreadsExchangeAWriteWithImm) {
     EXPECT_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
     EXPECT_EQ(wc.wr_id, reinterpret_cast<uint64_t>(kWriteContext));
 
-    EXPECT_EQ(rpma_conn_disconnect(conn), 0);
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_CLOSED);
-    EXPECT_EQ(rpma_conn_delete(&conn), 0);
+    CloseFirst(&conn);
     EXPECT_EQ(rpma_mr_remote_delete(&dst), 0);
     EXPECT_EQ(rpma_mr_dereg(&src_mr), 0);
     EXPECT_EQ(rpma_peer_delete(&peer), 0);
@@ -211,12 +240,8 @@ TEST_F(WriteImmFlowTest, SendPostedJustBeforeDisconnectArrives) {
   const std::string message = "ping";
   std::promise<void> listening;
   std::thread server([&] {
-    ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
-                                         RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
-              0);
     rpma_peer* peer = nullptr;
-    ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+    ASSERT_NO_FATAL_FAILURE(NewPeer(addr_, RPMA_UTIL_IBV_CONTEXT_LOCAL, &peer));
     std::vector<char> recv_buf(64, 0);
     rpma_mr_local* recv_mr = nullptr;
     ASSERT_EQ(rpma_mr_reg(peer, recv_buf.data(), recv_buf.size(),
@@ -225,13 +250,9 @@ TEST_F(WriteImmFlowTest, SendPostedJustBeforeDisconnectArrives) {
     rpma_ep* ep = nullptr;
     ASSERT_EQ(rpma_ep_listen(peer, addr_.c_str(), port_.c_str(), &ep), 0);
     listening.set_value();
-    rpma_conn_req* req = nullptr;
-    ASSERT_EQ(rpma_ep_next_conn_req(ep, nullptr, &req), 0);
-    ASSERT_EQ(
-        rpma_conn_req_recv(req, recv_mr, 0, recv_buf.size(), kRecvContext), 0);
     rpma_conn* conn = nullptr;
-    ASSERT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), 0);
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_ESTABLISHED);
+    ASSERT_NO_FATAL_FAILURE(
+        AcceptOne(ep, recv_mr, recv_buf.size(), nullptr, &conn));
     rpma_cq* cq = nullptr;
     ASSERT_EQ(rpma_conn_get_cq(conn, &cq), 0);
     ibv_wc wc = WaitForCompletion(cq);
@@ -239,39 +260,27 @@ TEST_F(WriteImmFlowTest, SendPostedJustBeforeDisconnectArrives) {
     EXPECT_EQ(wc.opcode, IBV_WC_RECV);
     EXPECT_EQ(wc.byte_len, message.size());
     EXPECT_EQ(std::string(recv_buf.data(), message.size()), message);
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_CLOSED);
-    EXPECT_EQ(rpma_conn_disconnect(conn), 0);
-    EXPECT_EQ(rpma_conn_delete(&conn), 0);
+    CloseAfterPeer(&conn);
     EXPECT_EQ(rpma_ep_shutdown(&ep), 0);
     EXPECT_EQ(rpma_mr_dereg(&recv_mr), 0);
     EXPECT_EQ(rpma_peer_delete(&peer), 0);
   });
   std::thread client([&] {
     listening.get_future().wait();
-    ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
-                                         RPMA_UTIL_IBV_CONTEXT_REMOTE, &dev),
-              0);
     rpma_peer* peer = nullptr;
-    ASSERT_EQ(rpma_peer_new(dev, &peer), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        NewPeer(addr_, RPMA_UTIL_IBV_CONTEXT_REMOTE, &peer));
     std::vector<char> src(message.begin(), message.end());
     rpma_mr_local* src_mr = nullptr;
     ASSERT_EQ(
         rpma_mr_reg(peer, src.data(), src.size(), RPMA_MR_USAGE_SEND, &src_mr),
         0);
-    rpma_conn_req* req = nullptr;
-    ASSERT_EQ(
-        rpma_conn_req_new(peer, addr_.c_str(), port_.c_str(), nullptr, &req),
-        0);
     rpma_conn* conn = nullptr;
-    ASSERT_EQ(rpma_conn_req_connect(&req, nullptr, &conn), 0);
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_ESTABLISHED);
+    ASSERT_NO_FATAL_FAILURE(ConnectTo(peer, addr_, port_, &conn));
     ASSERT_EQ(rpma_send(conn, src_mr, 0, src.size(), RPMA_F_COMPLETION_ON_ERROR,
                         nullptr),
               0);
-    EXPECT_EQ(rpma_conn_disconnect(conn), 0);  // at once
-    EXPECT_EQ(NextEvent(conn), RPMA_CONN_CLOSED);
-    EXPECT_EQ(rpma_conn_delete(&conn), 0);
+    CloseFirst(&conn);  // the disconnect comes at once after the send
     EXPECT_EQ(rpma_mr_dereg(&src_mr), 0);
     EXPECT_EQ(rpma_peer_delete(&peer), 0);
   });
@@ -285,11 +294,8 @@ class ConnectedPairTest : public WriteImmFlowTest {
  protected:
   void SetUp() override {
     WriteImmFlowTest::SetUp();
-    ibv_context* dev = nullptr;
-    ASSERT_EQ(rpma_utils_get_ibv_context(addr_.c_str(),
-                                         RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev),
-              0);
-    ASSERT_EQ(rpma_peer_new(dev, &peer_), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        NewPeer(addr_, RPMA_UTIL_IBV_CONTEXT_LOCAL, &peer_));
     dst_.assign(kDstSize, 0);
     src_.assign(kDstSize, 0);
     for (size_t i = 0; i < src_.size(); ++i) src_[i] = static_cast<char>(i);
