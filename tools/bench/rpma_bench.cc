@@ -3,6 +3,7 @@
 //
 //   bazel run -c opt //tools/bench:rpma_bench
 //   bazel run -c opt //tools/bench:rpma_bench -- --benchmark_filter=RoundTrip
+//   tools/bench/run.sh   (everything, with README's table regenerated)
 //
 // Every figure is reported with a baseline measured in the same run:
 //   BM_Memcpy/<size>           memcpy of the same size between the same
@@ -26,7 +27,9 @@
 //                              whose data path does nothing;
 //   BM_Scaling/<pairs>         the same operation (VerbsBackend level) over
 //                              1..10 000 connected QP pairs in turn, with
-//                              bytes_per_qp (heap and RSS deltas);
+//                              bytes_per_qp (heap and RSS deltas) and
+//                              vs_one_pair (ns_per_op over the 1-pair run's
+//                              earlier in the same process);
 //   BM_Threads                 1, 2, 4 threads, each on its own rpma
 //                              connection, each driving FakeNic::Step itself
 //                              (no progress thread: the figure is the NIC and
