@@ -151,6 +151,24 @@ bool Overlaps(const Sge* src, size_t nsrc, uint64_t addr, uint64_t length) {
   return false;
 }
 
+// After one copy of several packets faulted: memmove may have copied in
+// any order (glibc copies large blocks backwards to avoid 4 KiB aliasing),
+// so the packets before the fault may not have landed. Copies them again one
+// by one (the same bytes: source and target do not overlap) until the one
+// that faults, so what lands is what packet-by-packet copying lands. Returns
+// false with *fault set; `bulk` false: nothing to redo.
+bool RecopyByPackets(const Sge* src, size_t nsrc, uint8_t* dst, uint64_t length,
+                     uint32_t mtu, bool bulk, uintptr_t* fault) {
+  if (!bulk) return false;
+  for (uint64_t offset = 0; offset < length; offset += mtu) {
+    const uint64_t n = std::min<uint64_t>(mtu, length - offset);
+    if (!GatherAt(src, nsrc, offset, dst + offset, n, fault)) return false;
+  }
+  // Cannot happen (the same copy faulted a moment ago), but a copy that now
+  // succeeds is not a fault.
+  return true;
+}
+
 }  // namespace
 
 // The responder's answer to one packet.
@@ -239,8 +257,11 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       copy_length = uint64_t{count - 1} * mtu;
       last_copied = count - 2;
     }
-    if (copy_length > 0 && !GatherAt(source, num_source, packet.offset, target,
-                                     copy_length, &fault)) {
+    if (copy_length > 0 &&
+        !GatherAt(source, num_source, packet.offset, target, copy_length,
+                  &fault) &&
+        !RecopyByPackets(source, num_source, target, copy_length, mtu,
+                         copy_length > packet.length, &fault)) {
       SendWqe wqe = std::move(qp->sq.front());
       qp->sq.pop_front();
       const uint64_t target_addr = Address(target);
