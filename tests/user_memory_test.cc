@@ -225,11 +225,11 @@ class UnmappedAfterRegistrationTest : public ::testing::Test {
   std::vector<std::string> harness_errors_;
 };
 
-// A multi-packet write whose target loses a page in the middle after
-// registration. Without a packet trace the fake lands FIRST and every MIDDLE
-// packet in one copy (fake_nic_packets.cc); with one, packet by packet. Both
-// must give the same statuses, the same landed bytes before the hole and the
-// same untouched bytes after it.
+// A multi-packet write whose target loses access to a page in the middle
+// after registration. Without a packet trace the fake lands FIRST and every
+// MIDDLE packet in one copy (fake_nic_packets.cc); with one, packet by packet.
+// Both must give the same statuses, the same landed bytes before the hole and
+// the same untouched bytes after it.
 struct MultiPacketOutcome {
   int client = -1;
   int server = -1;
@@ -269,7 +269,10 @@ MultiPacketOutcome WriteOverAHole(bool trace_packets) {
   rwr.num_sge = 1;
   ibv_recv_wr* rbad = nullptr;
   if (nic.PostRecv(pair->server.qp, &rwr, &rbad) != 0) return out;
-  munmap(remote.data() + 2 * kPage, kPage);  // the third page goes away
+  // The third page becomes inaccessible (mprotect, not munmap: an unmapped
+  // hole can be reused by the next mmap -- under ASan it was -- and the copy
+  // would then land in someone else's memory).
+  if (mprotect(remote.data() + 2 * kPage, kPage, PROT_NONE) != 0) return out;
   ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()),
               static_cast<uint32_t>(local.size()), local_mr->lkey};
   ibv_send_wr wr{};
