@@ -225,6 +225,95 @@ class UnmappedAfterRegistrationTest : public ::testing::Test {
   std::vector<std::string> harness_errors_;
 };
 
+// A multi-packet write whose target loses access to a page in the middle
+// after registration. Without a packet trace the fake lands FIRST and every
+// MIDDLE packet in one copy (fake_nic_packets.cc); with one, packet by packet.
+// Both must give the same statuses, the same landed bytes before the hole and
+// the same untouched bytes after it.
+struct MultiPacketOutcome {
+  int client = -1;
+  int server = -1;
+  std::vector<uint8_t> landed;  // the target's first two pages
+  std::vector<uint8_t> after;   // its fourth page
+  size_t packets_traced = 0;
+};
+
+MultiPacketOutcome WriteOverAHole(bool trace_packets) {
+  MultiPacketOutcome out;
+  FakeNicConfig config;
+  config.trace_packets = trace_packets;
+  FakeNic nic(config);
+  nic.AddObserver([&out](const FakeNicEvent& e) {
+    if (e.kind == FakeNicEvent::Kind::kPacket) ++out.packets_traced;
+  });
+  ConnectedQps fabric(&nic);
+  QpPair* pair = fabric.Connect(QpPairOptions{});
+  if (pair == nullptr) return out;
+  Mapping local(4, PROT_READ | PROT_WRITE);
+  Mapping remote(4, PROT_READ | PROT_WRITE);
+  Mapping recv(1, PROT_READ | PROT_WRITE);
+  for (size_t i = 0; i < local.size(); ++i) local.data()[i] = uint8_t(i * 7);
+  const int access =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ibv_mr* local_mr =
+      fabric.RegMr(fabric.client_pd(), local.data(), local.size(), access);
+  ibv_mr* remote_mr =
+      fabric.RegMr(fabric.server_pd(), remote.data(), remote.size(), access);
+  ibv_mr* recv_mr =
+      fabric.RegMr(fabric.server_pd(), recv.data(), recv.size(), access);
+  if (!fabric.ok()) return out;
+  ibv_sge rsge{reinterpret_cast<uintptr_t>(recv.data()), 64, recv_mr->lkey};
+  ibv_recv_wr rwr{};
+  rwr.wr_id = 9;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ibv_recv_wr* rbad = nullptr;
+  if (nic.PostRecv(pair->server.qp, &rwr, &rbad) != 0) return out;
+  // The third page becomes inaccessible (mprotect, not munmap: an unmapped
+  // hole can be reused by the next mmap -- under ASan it was -- and the copy
+  // would then land in someone else's memory).
+  if (mprotect(remote.data() + 2 * kPage, kPage, PROT_NONE) != 0) return out;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()),
+              static_cast<uint32_t>(local.size()), local_mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.imm_data = htonl(7);
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote.data());
+  wr.wr.rdma.rkey = remote_mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  if (nic.PostSend(pair->client.qp, &wr, &bad) != 0) return out;
+  nic.RunUntilIdle();
+  ibv_wc wc{};
+  out.client = nic.PollCq(pair->client.cq, 1, &wc) == 1 ? wc.status : -1;
+  out.server = nic.PollCq(pair->server.cq, 1, &wc) == 1 ? wc.status : -1;
+  out.landed.assign(remote.data(), remote.data() + 2 * kPage);
+  out.after.assign(remote.data() + 3 * kPage, remote.data() + 4 * kPage);
+  return out;
+}
+
+TEST(MultiPacketWriteTest, AHoleInTheTargetEndsTheWriteAlikeTracedOrNot) {
+  const MultiPacketOutcome quiet = WriteOverAHole(false);
+  const MultiPacketOutcome traced = WriteOverAHole(true);
+  EXPECT_EQ(quiet.client, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(traced.client, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(quiet.server, traced.server);
+  // The packets before the hole landed, in both modes.
+  ASSERT_EQ(quiet.landed.size(), 2 * kPage);
+  for (size_t i = 0; i < quiet.landed.size(); ++i) {
+    ASSERT_EQ(quiet.landed[i], uint8_t(i * 7)) << "byte " << i;
+  }
+  EXPECT_EQ(quiet.landed, traced.landed);
+  // Nothing landed past the hole.
+  EXPECT_EQ(quiet.after, std::vector<uint8_t>(kPage, 0));
+  EXPECT_EQ(quiet.after, traced.after);
+  EXPECT_EQ(quiet.packets_traced, 0u);
+  EXPECT_GT(traced.packets_traced, 2u);  // really cut into packets
+}
+
 TEST_F(UnmappedAfterRegistrationTest, StillMappedWriteSucceeds) {
   PostRecv();
   std::memset(local_.data(), 0x5a, 64);
