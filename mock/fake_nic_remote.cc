@@ -43,8 +43,8 @@ using fake_nic_internal::CmFrame;
 using fake_nic_internal::CmState;
 using fake_nic_internal::Frame;
 using fake_nic_internal::GuardedCopy;
-using fake_nic_internal::RequestFrame;
 using fake_nic_internal::RecvWqe;
+using fake_nic_internal::RequestFrame;
 using fake_nic_internal::RequestPacket;
 
 namespace {
