@@ -274,8 +274,12 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     q->sq.push_back(std::move(wqe));
     MarkMaybeReady(q);
   }
-  // Personality::executes_at_post (rxe_verbs.c rxe_post_send).
-  if (config_.personality.executes_at_post && background_running_) {
+  // Personality::executes_at_post (rxe_verbs.c rxe_post_send). A QP whose
+  // peer is in another process always sends at post when the NIC runs on
+  // its own: the request frame is the doorbell, and a hop through the
+  // progress thread was most of a cross-process round trip.
+  if ((config_.personality.executes_at_post || q->link != 0) &&
+      background_running_) {
     RunRequesterNow(q);
   }
   return 0;

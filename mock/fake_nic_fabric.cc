@@ -14,9 +14,11 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -186,17 +188,35 @@ bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
   if (it == links_.end() || it->second.closing) return false;
   Link& link = it->second;
   FrameHeader header{static_cast<uint32_t>(body_len + tail_len), type};
-  const auto* h = reinterpret_cast<const uint8_t*>(&header);
-  link.out.insert(link.out.end(), h, h + sizeof(header));
-  const auto* b = static_cast<const uint8_t*>(body);
-  link.out.insert(link.out.end(), b, b + body_len);
-  if (tail_len > 0) {
-    const auto* t = static_cast<const uint8_t*>(tail);
-    link.out.insert(link.out.end(), t, t + tail_len);
+  size_t sent = 0;
+  if (link.out.empty()) {
+    // Straight from the caller's buffers; only what the socket does not
+    // take now is copied into the queue.
+    iovec parts[3] = {{&header, sizeof(header)},
+                      {const_cast<void*>(body), body_len},
+                      {const_cast<void*>(tail), tail_len}};
+    msghdr message;
+    memset(&message, 0, sizeof(message));
+    message.msg_iov = parts;
+    message.msg_iovlen = tail_len > 0 ? 3 : 2;
+    const ssize_t n = sendmsg(link.fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) sent = static_cast<size_t>(n);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return true;  // peer gone
+    const size_t total = sizeof(header) + body_len + tail_len;
+    if (sent == total) return true;
   }
-  const bool was_waiting = link.out_offset > 0;
-  FlushLocked(&link);
-  if (!link.out.empty() && !was_waiting) Wake();  // the thread writes the rest
+  // Queue the unsent rest of header, body and tail.
+  auto queue = [&](const void* data, size_t len) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    const size_t skip = std::min(sent, len);
+    sent -= skip;
+    link.out.insert(link.out.end(), p + skip, p + len);
+  };
+  const bool was_waiting = !link.out.empty();
+  queue(&header, sizeof(header));
+  queue(body, body_len);
+  if (tail_len > 0) queue(tail, tail_len);
+  if (!was_waiting) Wake();  // the thread writes the rest
   return true;
 }
 
