@@ -428,6 +428,9 @@ TEST_F(FabricTest, WrInFlightWhenThePeerDiesEndsInRetryExceeded) {
             RDMA_CM_EVENT_ESTABLISHED);
   ASSERT_TRUE(child.ReadInfo(&info));
   kill(child.pid, SIGSTOP);
+  int stopped = 0;  // the signal is asynchronous: wait until it took effect
+  ASSERT_EQ(waitpid(child.pid, &stopped, WUNTRACED), child.pid);
+  ASSERT_TRUE(WIFSTOPPED(stopped));
   ASSERT_EQ(client.PostSend(IBV_WR_RDMA_READ, 1, 0, 8, info.addr, info.rkey),
             0);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
