@@ -145,6 +145,8 @@ FakeNic::FakeNic(FakeNicConfig config)
     if (fabric_->Start() != 0) {
       fprintf(stderr, "fake_nic: cannot join the fabric at %s\n",
               config_.fabric_dir.c_str());
+      // (Stop before reset: a handler running meanwhile still uses fabric_.)
+      if (fabric_ != nullptr) fabric_->Stop();
       fabric_.reset();
     }
   }
@@ -154,6 +156,8 @@ FakeNic::FakeNic(FakeNicConfig config)
 FakeNic::~FakeNic() {
   fake_nic_internal::NotifyDestroying(this);
   // First the fabric thread (it calls into us), then ours: peers see EOF.
+  // (Stop before reset: a handler running meanwhile still uses fabric_.)
+  if (fabric_ != nullptr) fabric_->Stop();
   fabric_.reset();
   StopBackgroundProgress();
   if (trace_fd_ >= 0) close(trace_fd_);

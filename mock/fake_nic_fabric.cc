@@ -49,13 +49,17 @@ Fabric::Fabric(std::string dir, OnFrame on_frame, OnClosed on_closed)
       on_frame_(std::move(on_frame)),
       on_closed_(std::move(on_closed)) {}
 
-Fabric::~Fabric() {
+void Fabric::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   Wake();
   if (thread_.joinable()) thread_.join();
+}
+
+Fabric::~Fabric() {
+  Stop();
   for (auto& [id, link] : links_) close(link.fd);
   for (auto& [path, fd] : listeners_) {
     close(fd);

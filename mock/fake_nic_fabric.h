@@ -127,6 +127,8 @@ class Fabric {
   // Creates the directory (mode 0700) if missing and starts the thread.
   // Returns 0 or a positive errno (with a message on stderr).
   int Start();
+  // Joins the thread: no frame handler runs after it returns.
+  void Stop();
   // Publishes the listener <addr>:<port>. EADDRINUSE when a live process
   // listens there already; ENAMETOOLONG when the path does not fit sun_path.
   int Publish(const std::string& addr, uint16_t port);

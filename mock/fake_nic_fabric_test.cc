@@ -177,6 +177,8 @@ TEST_F(FabricTest, WriteReadAndAtomicsReachTheServersMemory) {
         memcpy(s.buffer.data() + 100, "server bytes", 13);
         SendInfo(out, s);
         WaitGoOn(in);
+        s.Sync();
+
         // The client's write and atomics landed here.
         CHILD_CHECK(memcmp(s.buffer.data() + 1000, "client bytes", 13) == 0);
         memcpy(&counter, s.buffer.data() + 4096, 8);
