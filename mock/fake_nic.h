@@ -7,7 +7,10 @@
 // send/receive queue depths, RNR retries, completion queues and channels,
 // and librdmacm's connection-management handshake. Two "hosts" in one
 // process talk through an in-process fabric: an RDMA write copies real bytes
-// from the requester's registered buffer into the responder's.
+// from the requester's registered buffer into the responder's. With
+// FakeNicConfig::fabric_dir, NICs of different processes also reach each
+// other (fake_nic_fabric.h, fake_nic_remote.cc): the responder's half of a
+// WR then runs in the responder's process.
 //
 // The NIC only works when driven, like absl's SimulatedClock:
 //   - Step() performs one unit of work (execute or flush one WR, one RNR
