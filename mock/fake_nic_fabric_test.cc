@@ -8,9 +8,12 @@
 #include <rdma/rdma_cma.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -444,6 +447,49 @@ TEST_F(FabricTest, WrInFlightWhenThePeerDiesEndsInRetryExceeded) {
   EXPECT_EQ(wc.wr_id, 1u);
   EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
   EXPECT_EQ(client.Next(), RDMA_CM_EVENT_DISCONNECTED);
+}
+
+// Two NICs of one process on one fabric directory stand in for two
+// processes here: they share nothing but the directory.
+TEST_F(FabricTest, ASecondListenerOnTheSamePortIsAddressInUse) {
+  Side first(dir_);
+  Side second(dir_);
+  ASSERT_TRUE(first.Listen(port_));
+  errno = 0;
+  EXPECT_FALSE(second.Listen(port_));
+  EXPECT_EQ(errno, EADDRINUSE);
+}
+
+// A listener that died without unlinking its socket file: connecting is
+// "nobody listens" (REJECTED, status 8), and a new listener takes the port.
+TEST_F(FabricTest, AStaleListenerSocketFileCountsAsNobodyListening) {
+  const std::string path = dir_ + "/l-127.0.0.1-" + port_;
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address;
+  memset(&address, 0, sizeof(address));
+  address.sun_family = AF_UNIX;
+  snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  close(fd);  // the file stays, nobody listens on it
+  Side client(dir_);
+  int status = 0;
+  std::string reply;
+  EXPECT_EQ(client.Connect(port_, "hello", &status, &reply),
+            RDMA_CM_EVENT_REJECTED);
+  EXPECT_EQ(status, 8);
+  Side server(dir_);
+  EXPECT_TRUE(server.Listen(port_));
+}
+
+// sun_path holds 108 bytes: a fabric directory too long for a socket path
+// fails the listen with ENAMETOOLONG instead of binding a truncated path.
+TEST_F(FabricTest, AFabricDirectoryTooLongForSunPathFailsListen) {
+  const std::string long_dir = dir_ + "/" + std::string(100, 'd');
+  Side server(long_dir);
+  errno = 0;
+  EXPECT_FALSE(server.Listen(port_));
+  EXPECT_EQ(errno, ENAMETOOLONG);
 }
 
 }  // namespace
