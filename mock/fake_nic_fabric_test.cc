@@ -449,6 +449,27 @@ TEST_F(FabricTest, WrInFlightWhenThePeerDiesEndsInRetryExceeded) {
   EXPECT_EQ(client.Next(), RDMA_CM_EVENT_DISCONNECTED);
 }
 
+// The listener's process dies holding the request: its kernel rejects it
+// (cm.c cm_destroy_id, IB_CM_REQ_RCVD: REJ, consumer defined).
+TEST_F(FabricTest, ListenerKilledHoldingTheRequestGivesRejected28) {
+  const std::string port = port_;
+  Child child = Fork(dir_, [port](Side& s, int, int out) {
+    CHILD_CHECK(s.Listen(port));
+    SendInfo(out, s);
+    CHILD_CHECK(s.TakeRequest(nullptr) != nullptr);
+    raise(SIGKILL);
+  });
+  ServerInfo info;
+  ASSERT_TRUE(child.ReadInfo(&info));
+  Side client(dir_);
+  int status = 0;
+  std::string reply;
+  EXPECT_EQ(client.Connect(port_, "hello", &status, &reply),
+            RDMA_CM_EVENT_REJECTED);
+  EXPECT_EQ(status, 28);
+  EXPECT_EQ(child.Wait(), 128 + SIGKILL);
+}
+
 // Two NICs of one process on one fabric directory stand in for two
 // processes here: they share nothing but the directory.
 TEST_F(FabricTest, ASecondListenerOnTheSamePortIsAddressInUse) {
