@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "mock/fake_nic_fabric.h"
 #include "mock/fake_nic_internal.h"
 #include "mock/fake_nic_lifecycle.h"
 #include "mock/fake_nic_user_memory.h"
@@ -125,12 +126,41 @@ FakeNic::FakeNic(FakeNicConfig config)
     device->config = dc;
     devices_.push_back(std::move(device));
   }
+  if (!config_.trace_path.empty()) {
+    trace_fd_ = open(config_.trace_path.c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (trace_fd_ < 0) {
+      fprintf(stderr, "fake_nic: cannot open trace file %s: %s\n",
+              config_.trace_path.c_str(), strerror(errno));
+    }
+  }
+  if (!config_.fabric_dir.empty()) {
+    // The fabric thread's frames and link ends come in through these two.
+    fabric_ = std::make_unique<fake_nic_internal::Fabric>(
+        config_.fabric_dir,
+        [this](uint64_t link, const fake_nic_internal::Frame& frame) {
+          OnFabricFrame(link, frame);
+        },
+        [this](uint64_t link) { OnLinkClosed(link); });
+    if (fabric_->Start() != 0) {
+      fprintf(stderr, "fake_nic: cannot join the fabric at %s\n",
+              config_.fabric_dir.c_str());
+      // (Stop before reset: a handler running meanwhile still uses fabric_.)
+      if (fabric_ != nullptr) fabric_->Stop();
+      fabric_.reset();
+    }
+  }
   fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
 }
 
 FakeNic::~FakeNic() {
   fake_nic_internal::NotifyDestroying(this);
+  // First the fabric thread (it calls into us), then ours: peers see EOF.
+  // (Stop before reset: a handler running meanwhile still uses fabric_.)
+  if (fabric_ != nullptr) fabric_->Stop();
+  fabric_.reset();
   StopBackgroundProgress();
+  if (trace_fd_ >= 0) close(trace_fd_);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, channel] : comp_channels_) close(channel->base.fd);
   for (auto& [key, channel] : event_channels_) close(channel->base.fd);
@@ -142,6 +172,7 @@ void FakeNic::Record(FakeNicEvent event) {
   event.seq = next_seq_++;
   // getenv on every record cost a fifth of a round trip: read once.
   if (log_enabled_) fprintf(stderr, "fake_nic: %s\n", ToString(event).c_str());
+  if (trace_fd_ >= 0) WriteTraceLine(event);
   for (auto& [handle, observer] : observers_) observer(event);
   WakeWaiters();
 }

@@ -7,7 +7,10 @@
 // send/receive queue depths, RNR retries, completion queues and channels,
 // and librdmacm's connection-management handshake. Two "hosts" in one
 // process talk through an in-process fabric: an RDMA write copies real bytes
-// from the requester's registered buffer into the responder's.
+// from the requester's registered buffer into the responder's. With
+// FakeNicConfig::fabric_dir, NICs of different processes also reach each
+// other (fake_nic_fabric.h, fake_nic_remote.cc): the responder's half of a
+// WR then runs in the responder's process.
 //
 // The NIC only works when driven, like absl's SimulatedClock:
 //   - Step() performs one unit of work (execute or flush one WR, one RNR
@@ -250,6 +253,18 @@ struct FakeNicConfig {
   // the responder's ACK / NAK). Off by default: traces and their sequence
   // numbers stay as they were without it.
   bool trace_packets = false;
+  // Joins the cross-process fabric rooted at this directory (created, mode
+  // 0700): Connect reaches listeners of other processes on it, and their
+  // connections carry the data path (fake_nic_fabric.h; README "Two
+  // processes on the fake NIC"). Empty: the in-process fabric only. Needs
+  // background progress (StartBackgroundProgress), as the default backend
+  // has.
+  std::string fabric_dir;
+  // Appends every event record to this file as
+  // "<CLOCK_MONOTONIC ns> <process_label> <ToString(event)>", one write per
+  // line (O_APPEND: processes may share the file). Empty: no file.
+  std::string trace_path;
+  std::string process_label;
 };
 
 // A send WR about to be carried out (first attempt only), as a fault
@@ -344,6 +359,10 @@ struct RecvWqe;
 struct RequestPacket;
 struct Sge;
 class SgeList;
+class Fabric;
+struct Frame;
+struct RequestFrame;
+struct AnswerFrame;
 }  // namespace fake_nic_internal
 
 class FakeNic final : public VerbsBackend {
@@ -655,9 +674,41 @@ class FakeNic final : public VerbsBackend {
                        uint16_t port);
   int CmFail(int errno_value);
 
-  // True when someone looks at FakeNicEvent records (an observer, or the
-  // RPMA_HARNESS_LOG log): only then are their address details worked out.
-  bool Observed() const { return log_enabled_ || !observers_.empty(); }
+  // ---- the cross-process fabric (fake_nic_remote.cc) ----
+  // Frames arriving on a Link and its end; both take mu_.
+  void OnFabricFrame(uint64_t link, const fake_nic_internal::Frame& frame);
+  void OnLinkClosed(uint64_t link);
+  // The REQ found no listener in this process: dial one on the fabric.
+  // False when nobody listens there either.
+  bool DialRemote(CmId* active, const std::vector<uint8_t>& private_data);
+  // Sends a CM frame about `id` on its link.
+  // `rnr_retry`: the REP's (-1: the id's REQ value).
+  void SendCmFrame(CmId* id, uint32_t type, int status,
+                   const std::vector<uint8_t>& private_data,
+                   int rnr_retry = -1);
+  // The requester's half when the peer QP is in another process: the head
+  // WR goes out as one request frame and waits in flight for the answer.
+  void ExecuteRemote(Qp* qp);
+  void OnRemoteRequest(CmId* id, const fake_nic_internal::Frame& frame);
+  void OnRemoteAnswer(CmId* id, const fake_nic_internal::Frame& frame);
+  // The responder's checks on this process's memory for a remote request.
+  void RespondToRemote(Qp* responder, const fake_nic_internal::RequestFrame& r,
+                       const uint8_t* payload, size_t payload_len,
+                       fake_nic_internal::AnswerFrame* answer,
+                       std::vector<uint8_t>* data);
+  // A receive was posted on `qp` (or its SRQ): a remote requester parked on
+  // an RNR wait (rnr_retry 7) may go.
+  void TellRemoteReceivePosted(Qp* qp);
+  // The head WR in flight to a dead peer ends (peer death).
+  void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
+  void WriteTraceLine(const FakeNicEvent& event);
+
+  // True when someone looks at FakeNicEvent records (an observer, the
+  // RPMA_HARNESS_LOG log or a trace file): only then are their address
+  // details worked out.
+  bool Observed() const {
+    return log_enabled_ || trace_fd_ >= 0 || !observers_.empty();
+  }
 
   const FakeNicConfig config_;
   const bool log_enabled_;  // RPMA_HARNESS_LOG, read once at construction
@@ -710,6 +761,12 @@ class FakeNic final : public VerbsBackend {
   bool background_running_ = false;
   bool stop_background_ = false;
   std::thread background_;
+
+  // The cross-process fabric (FakeNicConfig::fabric_dir), or null.
+  std::unique_ptr<fake_nic_internal::Fabric> fabric_;
+  std::map<uint64_t, uint64_t> id_by_link_;  // link -> CmId handle
+  uint64_t next_token_ = 1;
+  int trace_fd_ = -1;  // FakeNicConfig::trace_path
 };
 
 }  // namespace rpma_harness

@@ -31,6 +31,7 @@
 #include <utility>
 
 #include "mock/fake_nic.h"
+#include "mock/fake_nic_fabric.h"
 #include "mock/fake_nic_internal.h"
 
 namespace rpma_harness {
@@ -61,18 +62,6 @@ bool ParseAddress(const char* text, std::string* normalized, bool* wildcard) {
 
 namespace {
 
-// The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
-// rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).
-constexpr size_t kMaxConnectPrivateData = 56;
-constexpr size_t kMaxAcceptPrivateData = 196;
-constexpr size_t kMaxRejectPrivateData = 148;
-
-// IB CM reject reasons (include/rdma/ib_cm.h enum ib_cm_rej_reason),
-// delivered as rdma_cm_event.status of RDMA_CM_EVENT_REJECTED.
-constexpr int kRejectInvalidServiceId = 8;  // no listener on that port
-constexpr int kRejectTimeout = 4;           // the peer gave up
-constexpr int kRejectConsumer = 28;         // rdma_reject by the peer
-
 bool ParsePort(const char* text, uint16_t* port) {
   if (text == nullptr || *text == '\0') {
     *port = 0;
@@ -84,6 +73,10 @@ bool ParsePort(const char* text, uint16_t* port) {
   *port = static_cast<uint16_t>(value);
   return true;
 }
+
+}  // namespace
+
+namespace fake_nic_internal {
 
 void FillSockaddr(const std::string& addr, uint16_t port,
                   sockaddr_storage* out) {
@@ -105,7 +98,16 @@ std::string BoundKey(const std::string& addr, uint16_t port) {
   return addr + "|" + std::to_string(port);
 }
 
-}  // namespace
+}  // namespace fake_nic_internal
+
+using fake_nic_internal::BoundKey;
+using fake_nic_internal::FillSockaddr;
+using fake_nic_internal::kMaxAcceptPrivateData;
+using fake_nic_internal::kMaxConnectPrivateData;
+using fake_nic_internal::kMaxRejectPrivateData;
+using fake_nic_internal::kRejectConsumer;
+using fake_nic_internal::kRejectInvalidServiceId;
+using fake_nic_internal::kRejectTimeout;
 
 // ---- addresses --------------------------------------------------------------
 
@@ -341,8 +343,23 @@ void FakeNic::ReleaseId(CmId* c) {
     c->channel->num_ids--;
   }
   const uint64_t peer = c->peer_handle;
-  if ((c->state == CmState::kConnected || c->state == CmState::kAccepted) &&
-      peer != 0) {
+  if (c->link != 0) {
+    // The peer is in another process: the same messages, on the link,
+    // which then closes (cma.c rdma_destroy_id -> ib_destroy_cm_id).
+    if (id_by_link_.count(c->link) != 0) {
+      if (c->state == CmState::kConnected || c->state == CmState::kAccepted) {
+        fabric_->Send(c->link, fake_nic_internal::kFrameDreq, nullptr, 0);
+      } else if (c->state == CmState::kRequestReceived) {
+        SendCmFrame(c, fake_nic_internal::kFrameRej, kRejectConsumer, {});
+      } else if (c->state == CmState::kConnecting) {
+        SendCmFrame(c, fake_nic_internal::kFrameRej, kRejectTimeout, {});
+      }
+      id_by_link_.erase(c->link);
+    }
+    fabric_->Close(c->link);
+  } else if ((c->state == CmState::kConnected ||
+              c->state == CmState::kAccepted) &&
+             peer != 0) {
     // Destroying a connected id sends a DREQ (cma.c rdma_destroy_id ->
     // ib_destroy_cm_id), so the peer sees DISCONNECTED.
     QueueCmWork("DREQ (id destroyed)", [this, peer] {
@@ -393,6 +410,12 @@ void FakeNic::ReleaseId(CmId* c) {
     });
   }
   if (!c->bound_key.empty()) bound_.erase(c->bound_key);
+  if (c->state == CmState::kListening && fabric_ != nullptr) {
+    bool wildcard = false;
+    std::string unused;
+    fake_nic_internal::ParseAddress(c->local_addr.c_str(), &unused, &wildcard);
+    fabric_->Unpublish(wildcard ? "any" : c->local_addr, c->local_port);
+  }
   ids_by_handle_.erase(c->handle);
   ids_.erase(&c->base);
   for (CmId* orphan : orphans) {
@@ -524,6 +547,15 @@ int FakeNic::Listen(rdma_cm_id* id, int /*backlog*/) {
   if (c == nullptr || c->state != CmState::kAddrBound ||
       c->channel == nullptr) {
     return CmFail(EINVAL);
+  }
+  if (fabric_ != nullptr) {
+    // Other processes on the fabric find the listener by its address.
+    bool wildcard = false;
+    std::string unused;
+    fake_nic_internal::ParseAddress(c->local_addr.c_str(), &unused, &wildcard);
+    const int err =
+        fabric_->Publish(wildcard ? "any" : c->local_addr, c->local_port);
+    if (err != 0) return CmFail(err);
   }
   c->state = CmState::kListening;
   return 0;
@@ -774,6 +806,11 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
         break;
       }
     }
+    // Not in this process: a listener of another process on the fabric.
+    if (listener == nullptr && fabric_ != nullptr &&
+        DialRemote(active, private_data)) {
+      return;
+    }
     if (listener == nullptr) {
       // No listener on the service id: the IB CM answers with a REJ,
       // reason 8, IB_CM_REJ_INVALID_SERVICE_ID.
@@ -848,8 +885,14 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   qp_params.initiator_depth = c->initiator_depth;
   qp_params.responder_resources = c->responder_resources;
   qp_params.peer_initiator_depth = c->peer_initiator_depth;
-  auto active_it = ids_by_handle_.find(c->peer_handle);
-  if (active_it != ids_by_handle_.end() && active_it->second->qp != nullptr) {
+  auto active_it =
+      c->link != 0 ? ids_by_handle_.end() : ids_by_handle_.find(c->peer_handle);
+  if (c->link != 0) {
+    // The active QP is in another process: requests to it go on the link.
+    qp->link = c->link;
+    qp_params.dest_qp_num = c->remote_qp_num;
+  } else if (active_it != ids_by_handle_.end() &&
+             active_it->second->qp != nullptr) {
     Qp* active_qp = active_it->second->qp;
     qp->peer = active_qp;
     active_qp->peer = qp;
@@ -859,6 +902,12 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   const uint8_t rep_initiator_depth = c->initiator_depth;
   const uint8_t rep_responder_resources = c->responder_resources;
   c->state = CmState::kAccepted;
+  if (c->link != 0) {
+    // The REP carries what the in-process REP work below passes along.
+    SendCmFrame(c, fake_nic_internal::kFrameRep, 0, private_data,
+                rep_rnr_retry);
+    return 0;
+  }
   const uint64_t passive_handle = c->handle;
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REP", [this, passive_handle, active_handle, rep_rnr_retry,
@@ -945,6 +994,10 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
     data.assign(p, p + private_data_len);
   }
   c->state = CmState::kRejected;
+  if (c->link != 0) {
+    SendCmFrame(c, fake_nic_internal::kFrameRej, kRejectConsumer, data);
+    return 0;
+  }
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REJ", [this, active_handle, data] {
     auto it = ids_by_handle_.find(active_handle);
@@ -984,6 +1037,20 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
   c->state = CmState::kDisconnected;
   const uint64_t local = c->handle;
+  if (c->link != 0) {
+    // The DREP (or the link's end, if the peer is gone) brings our
+    // DISCONNECTED (fake_nic_remote.cc).
+    if (id_by_link_.count(c->link) == 0 ||
+        !fabric_->Send(c->link, fake_nic_internal::kFrameDreq, nullptr, 0)) {
+      QueueCmWork("DREP (peer gone)", [this, local] {
+        auto it = ids_by_handle_.find(local);
+        if (it == ids_by_handle_.end() || it->second->disconnect_seen) return;
+        it->second->disconnect_seen = true;
+        DeliverCmEvent(local, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
+      });
+    }
+    return 0;
+  }
   const uint64_t peer = c->peer_handle;
   QueueCmWork("DREQ", [this, local, peer] {
     auto it = ids_by_handle_.find(peer);

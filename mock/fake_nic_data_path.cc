@@ -274,8 +274,12 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     q->sq.push_back(std::move(wqe));
     MarkMaybeReady(q);
   }
-  // Personality::executes_at_post (rxe_verbs.c rxe_post_send).
-  if (config_.personality.executes_at_post && background_running_) {
+  // Personality::executes_at_post (rxe_verbs.c rxe_post_send). A QP whose
+  // peer is in another process always sends at post when the NIC runs on
+  // its own: the request frame is the doorbell, and a hop through the
+  // progress thread was most of a cross-process round trip.
+  if ((config_.personality.executes_at_post || q->link != 0) &&
+      background_running_) {
     RunRequesterNow(q);
   }
   return 0;
@@ -345,6 +349,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
     MarkMaybeReady(q);
     MarkMaybeReady(q->peer);
+    if (q->remote_waits_for_receive) TellRemoteReceivePosted(q);
   }
   return 0;
 }
@@ -393,7 +398,10 @@ int FakeNic::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       DescribeAddresses(event, wqe.sges, 0, 0);
     });
     s->rq.push_back(std::move(wqe));
-    for (Qp* q : s->qps) MarkMaybeReady(q->peer);
+    for (Qp* q : s->qps) {
+      MarkMaybeReady(q->peer);
+      if (q->remote_waits_for_receive) TellRemoteReceivePosted(q);
+    }
   }
   return 0;
 }
@@ -425,7 +433,7 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
 
 // ---- data path: execution ---------------------------------------------------
 
-namespace {
+namespace fake_nic_internal {
 
 // Responder-side states that accept requests: RTR, RTS and SQD (a QP's
 // receive side works from RTR on and SQD drains only the send queue; INIT,
@@ -460,13 +468,21 @@ bool NeedsReceive(ibv_wr_opcode op) {
          op == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
-}  // namespace
+}  // namespace fake_nic_internal
+
+using fake_nic_internal::CanRespond;
+using fake_nic_internal::NeedsReceive;
+using fake_nic_internal::RemoteAccessNeeded;
 
 bool FakeNic::QpHasReadyWork(Qp* qp) {
   if (qp->base.state == IBV_QPS_ERR) return !qp->sq.empty() || !qp->rq.empty();
   if (qp->base.state != IBV_QPS_RTS || qp->sq.empty()) return false;
   const SendWqe& head = qp->sq.front();
+  // In another process's hands: its answer (fake_nic_remote.cc) goes on.
+  if (head.in_flight) return false;
   if (!head.waiting_for_receive) return true;
+  // A remote responder tells us when a receive is posted.
+  if (qp->link != 0) return qp->link_dead;
   // Parked by an RNR NAK with rnr_retry 7: ready again once the responder
   // has a receive, or once the responder can no longer answer at all.
   Qp* peer = qp->peer;
@@ -671,6 +687,11 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // yet RTR drops requests, so the requester exhausts its transport retries
   // (rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR).
   // The retries are not modelled as separate steps.
+  // The responder is in another process: the same checks run there.
+  if (qp->link != 0) {
+    ExecuteRemote(qp);
+    return;
+  }
   Qp* responder = qp->peer;
   if (responder == nullptr || !CanRespond(responder->base)) {
     fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer");

@@ -186,6 +186,10 @@ struct SendWqe {
   // Packets of the message already acknowledged (fake_nic_packets.cc); a
   // retry after an RNR NAK resumes here.
   uint32_t next_packet = 0;
+  // Cross-process (fake_nic_remote.cc): sent to the peer's process and
+  // waiting for its answer, which carries `token`.
+  bool in_flight = false;
+  uint64_t token = 0;
   uint64_t total_length() const;
 };
 
@@ -261,6 +265,12 @@ struct Qp {
   // Receives posted in ERR that the personality never completes (they keep
   // their queue slot until RESET); see Personality.
   uint32_t stranded_recvs = 0;
+  // Cross-process: the fabric link to the peer QP in another process (0:
+  // the peer, if any, is `peer`, in this NIC), and whether that peer's
+  // requester waits for us to post a receive (RNR, rnr_retry 7).
+  uint64_t link = 0;
+  bool link_dead = false;
+  bool remote_waits_for_receive = false;
   // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
   Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }
 };
@@ -314,6 +324,10 @@ struct CmId {
   uint8_t responder_resources = 0;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
   int unacked_events = 0;
+  // Cross-process: the fabric link to the peer id (0: in-process peer) and
+  // the peer's QP number from its REQ / REP.
+  uint64_t link = 0;
+  uint32_t remote_qp_num = 0;
 };
 
 struct CmEvent {
@@ -325,6 +339,28 @@ struct CmEvent {
   // out (the active side's REP processing); runs with the NIC's mutex held.
   std::function<void()> on_get;
 };
+
+// The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
+// rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).
+constexpr size_t kMaxConnectPrivateData = 56;
+constexpr size_t kMaxAcceptPrivateData = 196;
+constexpr size_t kMaxRejectPrivateData = 148;
+
+// IB CM reject reasons (include/rdma/ib_cm.h enum ib_cm_rej_reason),
+// delivered as rdma_cm_event.status of RDMA_CM_EVENT_REJECTED.
+constexpr int kRejectInvalidServiceId = 8;  // no listener on that port
+constexpr int kRejectTimeout = 4;           // the peer gave up
+constexpr int kRejectConsumer = 28;         // rdma_reject by the peer
+
+std::string BoundKey(const std::string& addr, uint16_t port);
+void FillSockaddr(const std::string& addr, uint16_t port,
+                  sockaddr_storage* out);
+
+// Responder rules shared by the in-process and the cross-process data path
+// (fake_nic_data_path.cc).
+bool CanRespond(const ibv_qp& qp);
+int RemoteAccessNeeded(ibv_wr_opcode op);
+bool NeedsReceive(ibv_wr_opcode op);
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets
 // *wildcard for 0.0.0.0 / ::. False if `text` is not an address.

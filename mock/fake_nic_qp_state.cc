@@ -170,8 +170,10 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   if (next == IBV_QPS_RTR && current == IBV_QPS_INIT) {
     // The fabric is in-process: the QP that dest_qp_num names is the peer
     // (an address vector that routes elsewhere is not modelled). rdma_cm
-    // links the pair itself before it moves the QPs.
-    if (qp->peer == nullptr) {
+    // links the pair itself before it moves the QPs. A QP whose peer is in
+    // another process (fake_nic_remote.cc) names a QP number of that
+    // process, which may also be one of ours: never link it here.
+    if (qp->peer == nullptr && qp->link == 0) {
       Qp* peer = FindQpByNum(a.dest_qp_num);
       if (peer != nullptr && peer != qp) {
         if (peer->peer == nullptr) peer->peer = qp;

@@ -1,0 +1,179 @@
+// fake_nic_fabric.h: the cross-process wire of the fake NIC. Private to
+// mock/fake_nic*.cc.
+//
+// With FakeNicConfig::fabric_dir set (RPMA_HARNESS_FABRIC for the default
+// backend), FakeNics in different processes of one host meet through that
+// directory:
+//   - a listening id publishes a Unix-domain stream socket
+//     <dir>/l-<addr>-<port> (<addr> "any" for a wildcard bind);
+//   - a Connect that finds no listener in its own process dials that socket;
+//     the accepted stream is the connection's Link and carries its CM
+//     messages (REQ, REP, RTU, REJ, DREQ, DREP) and its data path (one
+//     request frame per WR with its payload, one answer frame back);
+//   - the end of a Link's stream (close, exit, SIGKILL) is the peer's death.
+// No daemon: every Link is a direct stream between the two processes.
+//
+// Threading: one fabric thread per NIC polls the listening sockets and the
+// Links. It reads whole frames without any NIC lock held and hands each to
+// the NIC's frame handler (which takes the NIC's mutex). Send() never blocks:
+// it writes what the socket takes now and queues the rest, which the fabric
+// thread writes when the socket drains. So no thread holding a NIC's mutex
+// ever waits for another process, and two processes stepping each other
+// cannot deadlock.
+//
+// Example:
+//   Fabric fabric(dir, on_frame, on_closed, on_accepted);
+//   fabric.Start();
+//   int err = fabric.Publish("any", 7204);        // a listener
+//   uint64_t link = 0;
+//   fabric.Dial("127.0.0.1", 7204, &link);        // an active side
+//   fabric.Send(link, kFrameReq, &req, sizeof(req), pdata, n);
+
+#ifndef RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
+#define RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace rpma_harness {
+namespace fake_nic_internal {
+
+// Frame types. Every frame is a FrameHeader, a fixed body (the struct
+// named in the comment) and a variable tail (private data or payload).
+enum FrameType : uint32_t {
+  kFrameReq = 1,      // CmFrame + private data: a connection request
+  kFrameRep = 2,      // CmFrame + private data: rdma_accept
+  kFrameRtu = 3,      // CmFrame: the active side processed the REP
+  kFrameRej = 4,      // CmFrame + private data: rdma_reject (status = reason)
+  kFrameDreq = 5,     // CmFrame: rdma_disconnect / rdma_destroy_id
+  kFrameDrep = 6,     // CmFrame: the answer to a DREQ
+  kFrameRequest = 7,  // RequestFrame + payload: one send WR
+  kFrameAnswer = 8,   // AnswerFrame + payload (READ data, atomic value)
+  kFrameRecvPosted = 9,  // CmFrame: a receive is posted (rnr_retry 7 wait)
+};
+
+struct FrameHeader {
+  uint32_t body_length;  // fixed body + tail
+  uint32_t type;
+};
+
+// Both ends are processes of one host running the same code: the bodies
+// are plain structs, copied as bytes.
+struct CmFrame {
+  char src_addr[48];
+  char dst_addr[48];
+  uint16_t src_port;
+  uint16_t dst_port;
+  uint32_t qp_num;  // the sender's QP (0: none yet)
+  int32_t status;   // REJ: the IB CM reject reason
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t initiator_depth;
+  uint8_t responder_resources;
+};
+
+struct RequestFrame {
+  uint64_t token;  // echoed by the answer: which WR it is for
+  uint64_t wr_id;
+  uint64_t remote_addr;
+  uint64_t length;  // of the whole message
+  uint64_t compare_add;
+  uint64_t swap;
+  uint32_t rkey;
+  uint32_t imm_data;  // network byte order, as posted
+  uint32_t opcode;    // ibv_wr_opcode
+  uint32_t send_flags;
+  uint32_t first_packet;  // a retry after an RNR NAK resumes here
+  uint32_t mtu;           // path MTU in bytes
+};
+
+struct AnswerFrame {
+  enum Kind : uint32_t {
+    kAck = 0,       // the message is done (READ / atomic data in the tail)
+    kRnrNak = 1,    // no receive: retry from `acked_packets`
+    kNak = 2,       // a responder-detected error: `status`
+    kNoAnswer = 3,  // the responder QP drops requests (not RTR / gone)
+  };
+  uint64_t token;
+  uint32_t kind;
+  int32_t status;  // ibv_wc_status for the requester (kNak)
+  uint32_t acked_packets;
+  char why[100];
+};
+
+struct Frame {
+  uint32_t type = 0;
+  std::vector<uint8_t> body;  // fixed body + tail
+};
+
+class Fabric {
+ public:
+  using OnFrame = std::function<void(uint64_t link, const Frame& frame)>;
+  using OnClosed = std::function<void(uint64_t link)>;
+
+  Fabric(std::string dir, OnFrame on_frame, OnClosed on_closed);
+  ~Fabric();  // stops the thread, closes every socket, unlinks what it
+              // published
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  // Creates the directory (mode 0700) if missing and starts the thread.
+  // Returns 0 or a positive errno (with a message on stderr).
+  int Start();
+  // Joins the thread: no frame handler runs after it returns.
+  void Stop();
+  // Publishes the listener <addr>:<port>. EADDRINUSE when a live process
+  // listens there already; ENAMETOOLONG when the path does not fit sun_path.
+  int Publish(const std::string& addr, uint16_t port);
+  void Unpublish(const std::string& addr, uint16_t port);
+  // Connects to the listener at addr:port (or the wildcard one on port).
+  // ECONNREFUSED when nobody listens (a stale socket file is removed).
+  int Dial(const std::string& addr, uint16_t port, uint64_t* link);
+  // Queues one frame on `link`; false if the link is closed. Never blocks.
+  bool Send(uint64_t link, uint32_t type, const void* body, size_t body_len,
+            const void* tail = nullptr, size_t tail_len = 0);
+  // Closes our end once what is queued is written (the peer sees EOF).
+  void Close(uint64_t link);
+
+  static std::string ListenerPath(const std::string& dir,
+                                  const std::string& addr, uint16_t port);
+
+ private:
+  struct Link {
+    int fd = -1;
+    std::vector<uint8_t> in;   // bytes read, not yet a whole frame
+    std::vector<uint8_t> out;  // bytes queued, not yet written
+    size_t out_offset = 0;
+    bool closing = false;  // Close() called: shut down once `out` drains
+  };
+  void Run();
+  void Wake();
+  uint64_t AddLink(int fd);  // REQUIRES mu_
+  // Reads what `fd` has; false at EOF or on an error.
+  bool ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames);
+  // Writes queued bytes; REQUIRES mu_.
+  void FlushLocked(Link* link);
+
+  const std::string dir_;
+  const OnFrame on_frame_;
+  const OnClosed on_closed_;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::mutex mu_;  // below the NIC's mutex: never held while calling out
+  bool stop_ = false;
+  uint64_t next_link_ = 1;
+  std::map<uint64_t, Link> links_;
+  std::map<std::string, int> listeners_;  // path -> listening fd
+};
+
+}  // namespace fake_nic_internal
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
