@@ -37,7 +37,7 @@ def rpma_multiprocess_test(
         scenario = None,
         ready = "listen",
         expect = {},
-        timeout_s = 60,
+        timeout_s = 45,
         launcher_args = [],
         **kwargs):
     launcher = Label("//tools/multiprocess:multiprocess")
