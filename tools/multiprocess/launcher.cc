@@ -75,14 +75,15 @@ struct Child {
 class Run {
  public:
   Run(const LaunchOptions& o, std::ostream& out) : o_(o), out_(out) {
-    for (const KillRule& k : o_.kills) {
-      if (k.at_ms < 0)
-        patterns_.emplace_back(k.pattern);
-      else
-        patterns_.emplace_back();
+    std::string error;  // the patterns were checked when parsed
+    patterns_.resize(o_.kills.size());
+    for (size_t k = 0; k < o_.kills.size(); ++k) {
+      if (o_.kills[k].at_ms < 0) {
+        patterns_[k].Compile(o_.kills[k].pattern, &error);
+      }
       fired_.push_back(false);
     }
-    if (o_.ready == ReadyRule::kLine) ready_re_ = std::regex(o_.ready_line);
+    if (o_.ready == ReadyRule::kLine) ready_re_.Compile(o_.ready_line, &error);
   }
 
   LaunchResult Go() {
@@ -332,12 +333,12 @@ class Run {
     out_ << labelled << "\n";
     out_.flush();
     if (i == 0 && o_.ready == ReadyRule::kLine && !ready_seen_ &&
-        std::regex_search(text, ready_re_)) {
+        ready_re_.Search(text)) {
       ready_seen_ = true;
     }
     for (size_t k = 0; k < o_.kills.size(); ++k) {
       if (fired_[k] || o_.kills[k].at_ms >= 0) continue;
-      if (std::regex_search(labelled, patterns_[k])) {
+      if (patterns_[k].Search(labelled)) {
         KillBy(k, "rule " + o_.kills[k].text + " matched: " + labelled);
       }
     }
@@ -510,9 +511,9 @@ class Run {
   std::ostream& out_;
   std::string work_, fabric_;
   std::vector<Child> children_;
-  std::vector<std::regex> patterns_;
+  std::vector<LineRegex> patterns_;
   std::vector<bool> fired_;
-  std::regex ready_re_;
+  LineRegex ready_re_;
   bool ready_seen_ = false;
   int64_t deadline_ms_ = 0;
   int64_t grace_deadline_ms_ = 0;
@@ -521,6 +522,28 @@ class Run {
 };
 
 }  // namespace
+
+bool LineRegex::Compile(const std::string& pattern, std::string* error) {
+  auto re = std::make_unique<regex_t>();
+  const int rc = regcomp(re.get(), pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+  if (rc != 0) {
+    char buf[256];
+    regerror(rc, re.get(), buf, sizeof(buf));
+    *error = buf;
+    return false;
+  }
+  if (re_ != nullptr) regfree(re_.get());
+  re_ = std::move(re);
+  return true;
+}
+
+bool LineRegex::Search(const std::string& line) const {
+  return re_ != nullptr && regexec(re_.get(), line.c_str(), 0, nullptr, 0) == 0;
+}
+
+LineRegex::~LineRegex() {
+  if (re_ != nullptr) regfree(re_.get());
+}
 
 bool ParseKillRule(const std::string& text, KillRule* rule,
                    std::string* error) {
@@ -535,10 +558,10 @@ bool ParseKillRule(const std::string& text, KillRule* rule,
   const std::string what = text.substr(at + 1);
   if (what.size() >= 2 && what.front() == '/' && what.back() == '/') {
     rule->pattern = what.substr(1, what.size() - 2);
-    try {
-      std::regex check(rule->pattern);
-    } catch (const std::regex_error& e) {
-      *error = "kill rule '" + text + "': bad regex: " + e.what();
+    LineRegex check;
+    std::string why;
+    if (!check.Compile(rule->pattern, &why)) {
+      *error = "kill rule '" + text + "': bad regex: " + why;
       return false;
     }
     return true;

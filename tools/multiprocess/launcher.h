@@ -29,8 +29,10 @@
 #ifndef RPMA_HARNESS_TOOLS_MULTIPROCESS_LAUNCHER_H_
 #define RPMA_HARNESS_TOOLS_MULTIPROCESS_LAUNCHER_H_
 
+#include <regex.h>
+
+#include <memory>
 #include <ostream>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,7 +49,7 @@ struct ProcessSpec {
 struct KillRule {
   std::string victim;   // a label
   int at_ms = -1;       // >= 0: this long after the victim started
-  std::string pattern;  // else: an ECMAScript regex on "[label] line"
+  std::string pattern;  // else: a POSIX extended regex on "[label] line"
   int signal = 9;       // SIGKILL
   std::string text;     // the rule as the user wrote it (for messages)
 };
@@ -97,6 +99,22 @@ struct LaunchResult {
   std::vector<std::string> failures;  // one sentence each
   std::vector<TraceLine> trace;       // merged, when want_trace
   std::string work_dir;               // removed unless keep_dir
+};
+
+// A POSIX extended regular expression (regcomp(3) REG_EXTENDED), searched
+// anywhere in a line.
+class LineRegex {
+ public:
+  LineRegex() = default;
+  LineRegex(LineRegex&&) = default;
+  LineRegex& operator=(LineRegex&&) = delete;  // would leak a compiled regex
+  // False with `error` saying why when `pattern` does not compile.
+  bool Compile(const std::string& pattern, std::string* error);
+  bool Search(const std::string& line) const;
+  ~LineRegex();
+
+ private:
+  std::unique_ptr<regex_t> re_;
 };
 
 // Parses "LABEL@MS" or "LABEL@/REGEX/"; false with `error` set otherwise.

@@ -17,7 +17,7 @@
 //                       delay:MS, none
 //   --kill LABEL@MS     SIGKILL LABEL MS ms after it started
 //   --kill LABEL@/RE/   SIGKILL LABEL when an output line "[label] text" of
-//                       any process matches RE (ECMAScript)
+//                       any process matches RE (POSIX extended)
 //   --faults FILE       more kill rules, one "kill RULE" a line (# comments)
 //   --expect LABEL=W    W: 0 (default), a code, nonzero, any
 //   --trace FILE        the merged trace of every process (and the
@@ -119,10 +119,10 @@ int main(int argc, char** argv) {
       } else if (v.rfind("line:", 0) == 0 && v.size() > 5) {
         o.ready = ReadyRule::kLine;
         o.ready_line = v.substr(5);
-        try {
-          std::regex check(o.ready_line);
-        } catch (const std::regex_error& e) {
-          return Usage("--ready line: bad regex: " + std::string(e.what()));
+        LineRegex check;
+        std::string why;
+        if (!check.Compile(o.ready_line, &why)) {
+          return Usage("--ready line: bad regex: " + why);
         }
       } else if (v.rfind("delay:", 0) == 0) {
         char* end = nullptr;
