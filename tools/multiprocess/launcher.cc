@@ -63,6 +63,29 @@ bool HasListener(const std::string& fabric_dir) {
   return found;
 }
 
+// The process groups started, for the SIGTERM / SIGINT / SIGHUP handler: when
+// the launcher itself is stopped (Bazel's test timeout sends SIGTERM), it
+// takes its processes with it instead of leaving them orphaned in their own
+// groups. Written before each fork; read only by the handler.
+constexpr int kMaxGroups = 256;
+volatile pid_t g_groups[kMaxGroups];
+volatile int g_ngroups = 0;
+
+void KillGroupsAndDie(int sig) {
+  for (int i = 0; i < g_ngroups; ++i) {
+    if (g_groups[i] > 0) kill(-g_groups[i], SIGKILL);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void InstallStopHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = KillGroupsAndDie;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 struct Child {
   ProcessOutcome outcome;
   int fd = -1;  // read end of its stdout+stderr, -1 after EOF
@@ -245,6 +268,10 @@ class Run {
       _exit(127);
     }
     setpgid(pid, pid);  // also here: no race with an early kill
+    if (g_ngroups < kMaxGroups) {
+      g_groups[g_ngroups] = pid;
+      g_ngroups = g_ngroups + 1;
+    }
     close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     c.fd = fds[0];
@@ -580,6 +607,7 @@ bool ParseKillRule(const std::string& text, KillRule* rule,
 }
 
 LaunchResult Launch(const LaunchOptions& options, std::ostream& out) {
+  InstallStopHandlers();
   Run run(options, out);
   return run.Go();
 }

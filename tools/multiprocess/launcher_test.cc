@@ -5,6 +5,7 @@
 
 #include "tools/multiprocess/launcher.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -159,6 +160,33 @@ TEST(Launcher, TimeoutKillsTheHungAndNamesThem) {
   // The hung client's own child went with its process group.
   const int grandchild = std::atoi(ReadFile(pid_file).c_str());
   ASSERT_GT(grandchild, 0);
+  usleep(100 * 1000);
+  EXPECT_NE(kill(grandchild, 0), 0) << "grandchild " << grandchild << " lives";
+}
+
+TEST(Launcher, StoppingTheLauncherStopsItsProcesses) {
+  // What Bazel's test timeout does: SIGTERM to the launcher.
+  const std::string pid_file = TmpPath("stopped.pid");
+  std::remove(pid_file.c_str());
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    execl(kLauncher, kLauncher, "--ready", "none", kStandin, "fork-hang",
+          pid_file.c_str(), "hang", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int grandchild = 0;
+  for (int i = 0; i < 100 && grandchild <= 0; ++i) {
+    usleep(20 * 1000);
+    grandchild = std::atoi(ReadFile(pid_file).c_str());
+  }
+  ASSERT_GT(grandchild, 0);
+  ASSERT_EQ(kill(launcher, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
   usleep(100 * 1000);
   EXPECT_NE(kill(grandchild, 0), 0) << "grandchild " << grandchild << " lives";
 }
