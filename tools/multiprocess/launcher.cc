@@ -71,17 +71,20 @@ constexpr int kMaxGroups = 256;
 volatile pid_t g_groups[kMaxGroups];
 volatile int g_ngroups = 0;
 
-void KillGroupsAndDie(int sig) {
+// The signal that stopped the launcher; the run loop (which wakes at least
+// every 20 ms) removes the work directory and dies by it.
+volatile sig_atomic_t g_stop_signal = 0;
+
+void KillGroups(int sig) {
   for (int i = 0; i < g_ngroups; ++i) {
     if (g_groups[i] > 0) kill(-g_groups[i], SIGKILL);
   }
-  signal(sig, SIG_DFL);
-  raise(sig);
+  g_stop_signal = sig;
 }
 
 void InstallStopHandlers() {
   struct sigaction sa = {};
-  sa.sa_handler = KillGroupsAndDie;
+  sa.sa_handler = KillGroups;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
@@ -150,6 +153,13 @@ class Run {
         break;
       }
       if (AllDone(clients_started)) break;
+      if (g_stop_signal != 0) {
+        const int sig = g_stop_signal;
+        WaitAll();
+        if (!o_.keep_dir) RemoveTree(work_);
+        signal(sig, SIG_DFL);
+        raise(sig);
+      }
       const int64_t now = NowMs();
       if (now >= deadline_ms_) {
         std::string hung;

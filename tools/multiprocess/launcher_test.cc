@@ -167,12 +167,13 @@ TEST(Launcher, TimeoutKillsTheHungAndNamesThem) {
 TEST(Launcher, StoppingTheLauncherStopsItsProcesses) {
   // What Bazel's test timeout does: SIGTERM to the launcher.
   const std::string pid_file = TmpPath("stopped.pid");
+  const std::string out_file = TmpPath("stopped.out");
   std::remove(pid_file.c_str());
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
-    const int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, 1);
+    const int out = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, 1);
     execl(kLauncher, kLauncher, "--ready", "none", kStandin, "fork-hang",
           pid_file.c_str(), "hang", static_cast<char*>(nullptr));
     _exit(127);
@@ -189,6 +190,13 @@ TEST(Launcher, StoppingTheLauncherStopsItsProcesses) {
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
   usleep(100 * 1000);
   EXPECT_NE(kill(grandchild, 0), 0) << "grandchild " << grandchild << " lives";
+  // ... and its work directory is gone too.
+  const std::string out = ReadFile(out_file);
+  const size_t at = out.find("launcher: fabric ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string fabric = out.substr(at + 17, out.find('\n', at) - at - 17);
+  struct stat st;
+  EXPECT_NE(stat(fabric.c_str(), &st), 0) << fabric << " was not removed";
 }
 
 TEST(Launcher, GraceEndsTheOthersAfterAFailure) {
