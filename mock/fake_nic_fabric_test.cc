@@ -348,8 +348,8 @@ TEST_F(FabricTest, DisconnectGivesBothSidesDisconnected) {
   EXPECT_EQ(child.Wait(), 0);
 }
 
-// What rxe did (/work/wt/briefs/peer_death_rxe.md, recorded in the
-// soft-RoCE VM): the survivor gets one DISCONNECTED with status 0, its QP
+// What rxe did (tools/softroce_vm/README.md "When the peer process dies"; in
+// the soft-RoCE VM): the survivor gets one DISCONNECTED with status 0, its QP
 // stays RTS and its receives stay posted; a write to the dead peer ends in
 // RETRY_EXC_ERR (rxe itself never gives up with retry_cnt 7; the spec's
 // retry budget is what the fake models) and the QP goes to ERR, which then

@@ -325,7 +325,8 @@ void FakeNic::OnFabricFrame(uint64_t link, const Frame& frame) {
 // The peer process closed the link: it destroyed the id, or it exited or
 // was killed (the kernel closes a dead process's sockets). What the
 // survivor sees is what it sees when the peer's id and QP vanish
-// (peer death as recorded on rxe: /work/wt/briefs/peer_death_rxe.md, see
+// (peer death as recorded on rxe: tools/softroce_vm/README.md "When the
+// peer process dies"; see
 // README "Two processes on the fake NIC").
 void FakeNic::OnLinkClosed(uint64_t link) {
   std::lock_guard<std::mutex> lock(mu_);

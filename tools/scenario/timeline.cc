@@ -1,55 +1,21 @@
 #include "tools/scenario/timeline.h"
 
-#include <sstream>
-#include <vector>
+#include <string>
+
+#include "tools/scenario/lanes.h"
 
 namespace rpma_harness {
 namespace {
 
-constexpr int kWidth = 1100;
-constexpr int kTop = 90;
-constexpr int kRow = 24;
-constexpr int kClientApp = 150;
-constexpr int kClientNic = 420;
-constexpr int kServerNic = 680;
-constexpr int kServerApp = 950;
+// Lane indices of the four-lane picture (x positions: RenderTimeline).
+constexpr int kClientApp = 0;
+constexpr int kClientNic = 1;
+constexpr int kServerNic = 2;
+constexpr int kServerApp = 3;
 
-std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+const char* Color(const std::string& status) { return StatusColor(status); }
 
-const char* Color(const std::string& status) {
-  if (status == "SUCCESS" || status == "ok" || status.empty()) return "#2e7d32";
-  if (status == "WR_FLUSH_ERR") return "#8d6e63";
-  return "#c62828";
-}
-
-struct Row {
-  int from = 0, to = 0;  // lane x positions; equal: a mark, not an arrow
-  std::string label;
-  std::string color;
-  bool dashed = false;
-  bool fault = false;
-};
+using Row = LaneRow;
 
 // Which rows an event draws; events that add nothing to the picture (the
 // NIC's own acceptance of a post the app row already shows) draw none.
@@ -117,79 +83,24 @@ bool ToRow(const TraceEvent& e, Row* row) {
 }  // namespace
 
 std::string RenderTimeline(const ScenarioResult& result, size_t max_rows) {
-  std::vector<Row> rows;
-  size_t left_out = 0;
+  LaneDiagram d;
+  d.title = result.name;
+  d.subtitle = "seed " + std::to_string(result.seed) + " - " +
+               std::to_string(result.posted) + " writes posted - " +
+               std::to_string(result.failures.size()) + " expectations failed";
+  d.lanes = {"client app", "client NIC", "server NIC", "server app"};
+  d.lane_x = {150, 420, 680, 950};
+  d.width = 1100;
   for (const TraceEvent& e : result.trace) {
     Row row;
     if (!ToRow(e, &row)) continue;
-    if (rows.size() >= max_rows) {
-      ++left_out;
+    if (d.rows.size() >= max_rows) {
+      ++d.left_out;
       continue;
     }
-    rows.push_back(row);
+    d.rows.push_back(row);
   }
-  const int height = kTop + static_cast<int>(rows.size()) * kRow + 60;
-  std::ostringstream svg;
-  svg << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth
-      << "\" height=\"" << height << "\" viewBox=\"0 0 " << kWidth << " "
-      << height << "\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n"
-      << "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"9\" "
-         "refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" "
-         "orient=\"auto-start-reverse\"><path d=\"M 0 0 L 10 5 L 0 10 z\" "
-         "fill=\"context-stroke\"/></marker></defs>\n"
-      << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n"
-      << "<text x=\"20\" y=\"28\" font-size=\"18\" font-weight=\"bold\">"
-      << Escape(result.name) << "</text>\n"
-      << "<text x=\"20\" y=\"48\" font-size=\"12\" fill=\"#555\">seed "
-      << result.seed << " - " << result.posted << " writes posted - "
-      << result.failures.size() << " expectations failed</text>\n";
-  const int lanes[] = {kClientApp, kClientNic, kServerNic, kServerApp};
-  const char* names[] = {"client app", "client NIC", "server NIC",
-                         "server app"};
-  for (int i = 0; i < 4; ++i) {
-    svg << "<text x=\"" << lanes[i] << "\" y=\"" << kTop - 18
-        << "\" font-size=\"14\" font-weight=\"bold\" text-anchor=\"middle\">"
-        << names[i] << "</text>\n"
-        << "<line x1=\"" << lanes[i] << "\" y1=\"" << kTop - 10 << "\" x2=\""
-        << lanes[i] << "\" y2=\"" << height - 40
-        << "\" stroke=\"#b0bec5\" stroke-width=\"2\"/>\n";
-  }
-  int y = kTop;
-  for (const Row& row : rows) {
-    y += kRow;
-    if (row.from == row.to) {
-      if (row.fault) {
-        svg << "<path d=\"M " << row.from - 7 << " " << y - 7 << " L "
-            << row.from + 7 << " " << y + 7 << " M " << row.from + 7 << " "
-            << y - 7 << " L " << row.from - 7 << " " << y + 7 << "\" stroke=\""
-            << row.color << "\" stroke-width=\"3\"/>\n";
-      } else {
-        svg << "<circle cx=\"" << row.from << "\" cy=\"" << y
-            << "\" r=\"4\" fill=\"" << row.color << "\"/>\n";
-      }
-      const bool right = row.from < kWidth / 2;
-      svg << "<text x=\"" << row.from + (right ? 12 : -12) << "\" y=\"" << y + 4
-          << "\" font-size=\"11\" fill=\"" << row.color << "\" text-anchor=\""
-          << (right ? "start" : "end") << "\">" << Escape(row.label)
-          << "</text>\n";
-      continue;
-    }
-    svg << "<line x1=\"" << row.from << "\" y1=\"" << y << "\" x2=\"" << row.to
-        << "\" y2=\"" << y << "\" stroke=\"" << row.color
-        << "\" stroke-width=\"2\" marker-end=\"url(#arrow)\""
-        << (row.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/>\n"
-        << "<text x=\"" << (row.from + row.to) / 2 << "\" y=\"" << y - 5
-        << "\" font-size=\"11\" text-anchor=\"middle\" fill=\"" << row.color
-        << "\">" << Escape(row.label) << "</text>\n";
-  }
-  if (left_out > 0) {
-    svg << "<text x=\"20\" y=\"" << height - 15
-        << "\" font-size=\"12\" fill=\"#555\">... " << left_out
-        << " more events are in the trace</text>\n";
-  }
-  svg << "</svg>\n";
-  return svg.str();
+  return RenderLanes(d);
 }
 
 }  // namespace rpma_harness

@@ -1,0 +1,65 @@
+"""rpma_multiprocess_test: a server program and client programs as separate
+processes on one fresh fake-NIC fabric, as a test.
+
+    load("@rpma_harness//tools/multiprocess:defs.bzl", "rpma_multiprocess_test")
+
+    rpma_multiprocess_test(
+        name = "write_imm_two_processes_test",
+        server = ":my_server",                 # a cc_binary (any executable)
+        server_args = ["127.0.0.1", "7000"],
+        clients = [":my_client"],              # one label per client process
+        client_args = ["127.0.0.1", "7000"],   # "%i": the client's index
+        scenario = "kill_client.faults",       # optional: kill rules
+    )
+
+It runs //tools/multiprocess:multiprocess (launcher.h): each process gets
+RPMA_HARNESS_FABRIC (a fresh directory), RPMA_HARNESS_PROCESS_NAME (server,
+client0, ...), and its output comes out labelled; the clients start when the
+server's listener appears on the fabric (ready = "listen"; or "line:REGEX",
+"delay:MS", "none"). The test passes when every process ends as expected:
+exit 0, unless `expect` ({"client0": "nonzero"}) says otherwise or a kill
+rule of `scenario` killed it. `scenario` is a file of kill rules, one a line:
+`kill LABEL@MS` or `kill LABEL@/REGEX/` (REGEX on any "[label] line" of
+output). `launcher_args` go to the launcher as they are (--grace, --env,
+--trace, ...).
+"""
+
+def _quote(arg):
+    # Bazel tokenizes `args` like a Bourne shell: keep each argument whole.
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+def rpma_multiprocess_test(
+        name,
+        server,
+        clients = [],
+        server_args = [],
+        client_args = [],
+        scenario = None,
+        ready = "listen",
+        expect = {},
+        timeout_s = 45,
+        launcher_args = [],
+        **kwargs):
+    launcher = Label("//tools/multiprocess:multiprocess")
+    runner = Label("//tools/multiprocess:run_launcher.sh")
+    data = [launcher, server]
+    for c in clients:
+        if c not in data:
+            data.append(c)
+    args = ["$(location %s)" % launcher, "--timeout", str(timeout_s), "--ready", ready]
+    if scenario:
+        data.append(scenario)
+        args += ["--faults", "$(location %s)" % scenario]
+    for label, want in expect.items():
+        args += ["--expect", "%s=%s" % (label, want)]
+    args += launcher_args
+    args += ["$(location %s)" % server] + [_quote(a) for a in server_args]
+    for c in clients:
+        args += ["--", "$(location %s)" % c] + [_quote(a) for a in client_args]
+    native.sh_test(
+        name = name,
+        srcs = [runner],
+        args = args,
+        data = data,
+        **kwargs
+    )

@@ -1,0 +1,129 @@
+// launcher.h: runs a librpma server program and N client programs as
+// separate processes on one fresh fake-NIC fabric, and judges the run.
+//
+// Each process gets RPMA_HARNESS_FABRIC=<fresh dir>,
+// RPMA_HARNESS_PROCESS_NAME=<label> ("server", "client0", "client1", ...)
+// and, when a trace or timeline is asked for, RPMA_HARNESS_TRACE=<its own
+// file>; its stdout and stderr come out line by line as "[label] line". The
+// clients start once the server is ready: by default when the fabric
+// directory holds a listener endpoint (`l-*`, fabric_contract.md), or when a
+// server output line matches a pattern, or after a delay. Each process runs
+// in its own process group; on the overall timeout every group still running
+// is killed with SIGKILL and the run fails naming who hung. The run passes
+// when every process ends as expected (exit 0 unless --expect says
+// otherwise; a process killed by a kill rule is expected to die by it).
+//
+// Faults at the process level: kill rules (`LABEL@MS`: MS after LABEL
+// started; `LABEL@/REGEX/`: when any labelled output line "[who] text"
+// matches REGEX) -- the issue's kill_peer. NIC-level faults in another
+// process are the fake's business (issue 9: a FaultInjector over any
+// backend); the seam for them is LaunchOptions::process_env, which the
+// launcher passes to every process unchanged.
+//
+//   LaunchOptions o;
+//   o.processes = {{"server", {"bin/server", "10.0.0.1", "7000"}},
+//                  {"client0", {"bin/client", "10.0.0.1", "7000"}}};
+//   LaunchResult r = Launch(o, std::cout);
+//   return r.pass ? 0 : 1;
+
+#ifndef RPMA_HARNESS_TOOLS_MULTIPROCESS_LAUNCHER_H_
+#define RPMA_HARNESS_TOOLS_MULTIPROCESS_LAUNCHER_H_
+
+#include <regex.h>
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tools/multiprocess/trace_merge.h"
+
+namespace rpma_harness {
+
+struct ProcessSpec {
+  std::string label;
+  std::vector<std::string> argv;  // argv[0] is the program (PATH is searched)
+};
+
+struct KillRule {
+  std::string victim;   // a label
+  int at_ms = -1;       // >= 0: this long after the victim started
+  std::string pattern;  // else: a POSIX extended regex on "[label] line"
+  int signal = 9;       // SIGKILL
+  std::string text;     // the rule as the user wrote it (for messages)
+};
+
+// What a process must end with: "0" (default), a number, "nonzero", "any".
+struct Expectation {
+  std::string label;
+  std::string want;
+};
+
+enum class ReadyRule { kListen, kLine, kDelay, kNone };
+
+struct LaunchOptions {
+  std::vector<ProcessSpec> processes;  // [0]: the server
+  ReadyRule ready = ReadyRule::kListen;
+  std::string ready_line;  // kLine: regex on the server's output
+  int start_delay_ms = 0;  // kDelay
+  int timeout_ms = 60000;  // the whole run
+  // After a process ends unexpectedly, the others get this long before they
+  // are killed (so a failed server does not leave its clients to the
+  // overall timeout).
+  int grace_ms = 5000;
+  std::vector<KillRule> kills;
+  std::vector<Expectation> expectations;
+  bool want_trace = false;        // set RPMA_HARNESS_TRACE and merge
+  std::string tmp_root = "/tmp";  // sun_path limit: keep it short
+  bool keep_dir = false;
+  std::vector<std::pair<std::string, std::string>> process_env;
+};
+
+struct ProcessOutcome {
+  std::string label;
+  int pid = -1;
+  bool started = false;
+  bool exited = false;  // normal exit (code valid)
+  int code = 0;
+  int signal = 0;  // killed by this signal
+  bool killed_by_rule = false;
+  bool killed_by_timeout = false;
+  bool killed_by_grace = false;
+  std::string verdict;  // "" when it ended as expected
+};
+
+struct LaunchResult {
+  bool pass = false;
+  std::vector<ProcessOutcome> outcomes;
+  std::vector<std::string> failures;  // one sentence each
+  std::vector<TraceLine> trace;       // merged, when want_trace
+  std::string work_dir;               // removed unless keep_dir
+};
+
+// A POSIX extended regular expression (regcomp(3) REG_EXTENDED), searched
+// anywhere in a line.
+class LineRegex {
+ public:
+  LineRegex() = default;
+  LineRegex(LineRegex&&) = default;
+  LineRegex& operator=(LineRegex&&) = delete;  // would leak a compiled regex
+  // False with `error` saying why when `pattern` does not compile.
+  bool Compile(const std::string& pattern, std::string* error);
+  bool Search(const std::string& line) const;
+  ~LineRegex();
+
+ private:
+  std::unique_ptr<regex_t> re_;
+};
+
+// Parses "LABEL@MS" or "LABEL@/REGEX/"; false with `error` set otherwise.
+bool ParseKillRule(const std::string& text, KillRule* rule, std::string* error);
+
+// Runs the processes; writes their labelled output and the launcher's own
+// "launcher: ..." lines to `out`.
+LaunchResult Launch(const LaunchOptions& options, std::ostream& out);
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_TOOLS_MULTIPROCESS_LAUNCHER_H_

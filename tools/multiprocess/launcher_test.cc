@@ -1,0 +1,398 @@
+// launcher_test: the multi-process launcher (launcher.h) as a user runs it --
+// the built binary, with stand-in programs (standin.cc) as server and
+// clients: what it prints, what it exits with, what it kills, and the merged
+// trace and timeline. None of this needs the fabric.
+
+#include "tools/multiprocess/launcher.h"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/multiprocess/trace_merge.h"
+
+namespace rpma_harness {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char kLauncher[] = "tools/multiprocess/multiprocess";
+const char kStandin[] = "tools/multiprocess/standin";
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+// Runs the launcher with `args` (a shell-quoted string), stdout and stderr
+// together.
+Outcome RunLauncher(const std::string& args) {
+  Outcome o;
+  const auto begin = std::chrono::steady_clock::now();
+  const std::string cmd = std::string(kLauncher) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) o.output.append(buf, n);
+  const int status = pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+          .count();
+  return o;
+}
+
+std::string S(const std::string& steps) {
+  return std::string(kStandin) + " " + steps;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string TmpPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+TEST(Launcher, PassesWhenAllExitZeroAndLabelsEveryLine) {
+  const Outcome o = RunLauncher(
+      "--clients 2 " + S("listen print 'server up' err 'on stderr' sleep 300") +
+      " -- " +
+      S("expect-listener print 'client %i done' partial 'no newline'"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("[server] server up\n"));
+  EXPECT_THAT(o.output, HasSubstr("[server] on stderr\n"));
+  EXPECT_THAT(o.output, HasSubstr("[client0] client 0 done\n"));
+  EXPECT_THAT(o.output, HasSubstr("[client1] client 1 done\n"));
+  EXPECT_THAT(o.output, HasSubstr("[client1] no newline\n"));
+  EXPECT_THAT(o.output, HasSubstr("launcher: ok client1 (exit code 0)"));
+  EXPECT_THAT(o.output, HasSubstr("launcher: PASS (3 processes)"));
+}
+
+TEST(Launcher, ClientsStartOnlyOnceTheServerListens) {
+  // The listener appears 400 ms in; a client started earlier exits 3.
+  const Outcome o = RunLauncher(S("sleep 400 listen sleep 200") + " -- " +
+                                S("expect-listener"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  // Without the readiness rule the client starts at once and fails.
+  const Outcome early =
+      RunLauncher("--ready none " + S("sleep 400 listen sleep 200") + " -- " +
+                  S("expect-listener"));
+  EXPECT_EQ(early.exit_code, 1) << early.output;
+  EXPECT_THAT(early.output, HasSubstr("FAIL client0: exit code 3"));
+}
+
+TEST(Launcher, ReadyOnAServerLineOrAfterADelay) {
+  const Outcome line =
+      RunLauncher("--ready 'line:^listening on' " +
+                  S("sleep 300 print 'listening on 7000' sleep 300") + " -- " +
+                  S("print go"));
+  EXPECT_EQ(line.exit_code, 0) << line.output;
+  EXPECT_LT(line.output.find("[server] listening on"),
+            line.output.find("[client0] go"))
+      << line.output;
+  const Outcome delay =
+      RunLauncher("--ready delay:100 " + S("sleep 300") + " -- " + S("exit 0"));
+  EXPECT_EQ(delay.exit_code, 0) << delay.output;
+}
+
+TEST(Launcher, ServerThatEndsBeforeItListensFailsWithoutStartingClients) {
+  const Outcome o = RunLauncher(S("exit 0") + " -- " + S("print started"));
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("the server ended before it was ready"));
+  EXPECT_THAT(o.output, Not(HasSubstr("[client0] started")));
+}
+
+TEST(Launcher, FailsNamingEachNonZeroExitAndSignal) {
+  const Outcome o =
+      RunLauncher("--grace 5 " + S("listen sleep 300") + " -- " + S("exit 3") +
+                  " -- " + S("crash") + " -- " + S("exit 0"));
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("FAIL client0: exit code 3"));
+  EXPECT_THAT(o.output, HasSubstr("FAIL client1: killed by signal 6"));
+  EXPECT_THAT(o.output, HasSubstr("ok client2 (exit code 0)"));
+  EXPECT_THAT(o.output, HasSubstr("ok server (exit code 0)"));
+  EXPECT_THAT(o.output,
+              HasSubstr("launcher: FAIL (4 processes; 2 failure(s))"));
+}
+
+TEST(Launcher, ExecFailureIsNamed) {
+  const Outcome o =
+      RunLauncher("--ready none " + S("exit 0") + " -- /nonexistent/client");
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_THAT(o.output,
+              HasSubstr("[client0] launcher: cannot run /nonexistent/client"));
+  EXPECT_THAT(o.output, HasSubstr("FAIL client0: exit code 127"));
+}
+
+TEST(Launcher, TimeoutKillsTheHungAndNamesThem) {
+  const std::string pid_file = TmpPath("grandchild.pid");
+  std::remove(pid_file.c_str());
+  const Outcome o =
+      RunLauncher("--timeout 1 " + S("listen hang") + " -- " +
+                  S("fork-hang " + pid_file + " hang") + " -- " + S("exit 0"));
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_THAT(
+      o.output,
+      HasSubstr("timeout after 1.000 s: still running: server, client0"));
+  EXPECT_THAT(o.output, HasSubstr("FAIL server: hung (killed at the timeout)"));
+  EXPECT_THAT(o.output, HasSubstr("FAIL client0: hung"));
+  EXPECT_THAT(o.output, HasSubstr("ok client1"));
+  EXPECT_LT(o.seconds, 10) << o.output;
+  // The hung client's own child went with its process group.
+  const int grandchild = std::atoi(ReadFile(pid_file).c_str());
+  ASSERT_GT(grandchild, 0);
+  usleep(100 * 1000);
+  EXPECT_NE(kill(grandchild, 0), 0) << "grandchild " << grandchild << " lives";
+}
+
+TEST(Launcher, StoppingTheLauncherStopsItsProcesses) {
+  // What Bazel's test timeout does: SIGTERM to the launcher.
+  const std::string pid_file = TmpPath("stopped.pid");
+  const std::string out_file = TmpPath("stopped.out");
+  std::remove(pid_file.c_str());
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const int out = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, 1);
+    execl(kLauncher, kLauncher, "--ready", "none", kStandin, "fork-hang",
+          pid_file.c_str(), "hang", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int grandchild = 0;
+  for (int i = 0; i < 100 && grandchild <= 0; ++i) {
+    usleep(20 * 1000);
+    grandchild = std::atoi(ReadFile(pid_file).c_str());
+  }
+  ASSERT_GT(grandchild, 0);
+  ASSERT_EQ(kill(launcher, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  usleep(100 * 1000);
+  EXPECT_NE(kill(grandchild, 0), 0) << "grandchild " << grandchild << " lives";
+  // ... and its work directory is gone too.
+  const std::string out = ReadFile(out_file);
+  const size_t at = out.find("launcher: fabric ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string fabric = out.substr(at + 17, out.find('\n', at) - at - 17);
+  struct stat st;
+  EXPECT_NE(stat(fabric.c_str(), &st), 0) << fabric << " was not removed";
+}
+
+TEST(Launcher, GraceEndsTheOthersAfterAFailure) {
+  const Outcome o = RunLauncher("--timeout 60 --grace 0.5 " + S("listen hang") +
+                                " -- " + S("exit 2"));
+  EXPECT_EQ(o.exit_code, 1) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("FAIL client0: exit code 2"));
+  EXPECT_THAT(o.output,
+              HasSubstr("FAIL server: still running 500 ms after client0 "
+                        "failed (killed)"));
+  EXPECT_LT(o.seconds, 10) << o.output;
+}
+
+TEST(Launcher, KillAtATimeIsExpectedDeath) {
+  const Outcome o = RunLauncher("--kill client0@200 " + S("listen sleep 600") +
+                                " -- " + S("print up hang"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("launcher: kill client0 with signal 9 (rule "
+                                  "client0@200)"));
+  EXPECT_THAT(o.output, HasSubstr("ok client0 (killed by signal 9)"));
+}
+
+TEST(Launcher, KillOnAnOutputLineOfAnotherProcess) {
+  // kill_peer: the server dies when the client says it wrote; the client
+  // (which would notice the dead peer) is expected to fail.
+  const Outcome o = RunLauncher(
+      "--kill 'server@/client0\\] wrote/' --expect client0=nonzero " +
+      S("listen print serving hang") + " -- " +
+      S("print 'wrote 1' sleep 300 exit 1"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("matched: [client0] wrote 1"));
+  EXPECT_THAT(o.output, HasSubstr("ok server (killed by signal 9)"));
+  EXPECT_THAT(o.output, HasSubstr("ok client0 (exit code 1)"));
+}
+
+TEST(Launcher, ATimedKillThatNeverComesChangesNothing) {
+  // The client exits long before its rule would fire.
+  const Outcome o = RunLauncher("--kill 'client0@5000' " + S("listen") +
+                                " -- " + S("exit 0"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;  // never fired: a normal exit
+  EXPECT_THAT(o.output, Not(HasSubstr("kill client0")));
+}
+
+TEST(Launcher, FaultsFileHoldsKillRules) {
+  const std::string faults = TmpPath("k.faults");
+  std::ofstream(faults) << "# comment\n\n  kill client0@/client0\\] ready/\n";
+  const Outcome o =
+      RunLauncher("--faults " + faults + " " + S("listen sleep 200") + " -- " +
+                  S("print ready hang"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("ok client0 (killed by signal 9)"));
+  std::ofstream(faults) << "kill client0 at 5\n";
+  const Outcome bad = RunLauncher("--faults " + faults + " " + S("listen"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("k.faults:1: kill rule 'client0 at 5'"));
+  std::ofstream(faults) << "stop client0\n";
+  const Outcome verb = RunLauncher("--faults " + faults + " " + S("listen"));
+  EXPECT_EQ(verb.exit_code, 2) << verb.output;
+  EXPECT_THAT(verb.output, HasSubstr("k.faults:1: want 'kill LABEL@MS'"));
+}
+
+TEST(Launcher, ExpectationsOfExitCodes) {
+  EXPECT_EQ(RunLauncher("--expect client0=nonzero " + S("listen") + " -- " +
+                        S("exit 4"))
+                .exit_code,
+            0);
+  const Outcome o = RunLauncher("--expect client0=nonzero " + S("listen") +
+                                " -- " + S("exit 0"));
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.output,
+              HasSubstr("FAIL client0: exit code 0, expected a non-zero exit"));
+  EXPECT_EQ(
+      RunLauncher("--expect client0=4 " + S("listen") + " -- " + S("exit 4"))
+          .exit_code,
+      0);
+  EXPECT_EQ(
+      RunLauncher("--expect client0=any " + S("listen") + " -- " + S("crash"))
+          .exit_code,
+      0);
+}
+
+TEST(Launcher, EachProcessGetsAFreshFabricAndItsNameAndItIsRemoved) {
+  const Outcome o = RunLauncher(S("listen env sleep 100") + " -- " + S("env"));
+  EXPECT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("[server] PROCESS_NAME=server\n"));
+  EXPECT_THAT(o.output, HasSubstr("[client0] PROCESS_NAME=client0\n"));
+  EXPECT_THAT(o.output, HasSubstr("[client0] TRACE=<unset>\n"));
+  const size_t at = o.output.find("[server] FABRIC=");
+  ASSERT_NE(at, std::string::npos);
+  const std::string fabric =
+      o.output.substr(at + 16, o.output.find('\n', at) - at - 16);
+  EXPECT_THAT(o.output, HasSubstr("[client0] FABRIC=" + fabric + "\n"));
+  EXPECT_EQ(fabric.rfind("/tmp/rpma-mp.", 0), 0u) << fabric;
+  // The contract's sun_path budget: the fabric directory stays short.
+  EXPECT_LT(fabric.size(), 60u);
+  struct stat st;
+  EXPECT_NE(stat(fabric.c_str(), &st), 0) << fabric << " was not removed";
+  // A second run gets another directory.
+  const Outcome again = RunLauncher(S("listen env") + " -- " + S("exit 0"));
+  EXPECT_THAT(again.output, Not(HasSubstr("FABRIC=" + fabric + "\n")));
+}
+
+TEST(Launcher, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunLauncher("").exit_code, 2);
+  EXPECT_EQ(RunLauncher("--kill nobody " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(RunLauncher("--kill client7@5 " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(
+      RunLauncher("--kill 'client0@/(/' " + S("exit 0") + " -- " + S("exit 0"))
+          .exit_code,
+      2);
+  EXPECT_EQ(RunLauncher("--timeout x " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(RunLauncher("--ready sometimes " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(RunLauncher("--clients 2 " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(RunLauncher(S("exit 0") + " -- ").exit_code, 2);
+}
+
+TEST(Launcher, MergesTracesOnTheMonotonicClockAndDrawsALanePerProcess) {
+  const std::string trace = TmpPath("merged.trace");
+  const std::string svg = TmpPath("timeline.svg");
+  const Outcome o = RunLauncher(
+      "--trace " + trace + " --timeline " + svg +
+      " --kill 'client1@/client1\\] traced/' " + S("listen trace 4 sleep 100") +
+      " -- " + S("env trace 4") + " -- " + S("trace 2 print traced hang"));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("[client0] TRACE=/tmp/rpma-mp."));
+  std::vector<TraceLine> lines;
+  std::string error;
+  ASSERT_TRUE(ReadTraceFile(trace, &lines, &error)) << error;
+  int server = 0, client0 = 0, client1 = 0, launcher = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) {
+      EXPECT_LE(lines[i - 1].ns, lines[i].ns) << "line " << i;
+    }
+    server += lines[i].label == "server";
+    client0 += lines[i].label == "client0";
+    client1 += lines[i].label == "client1";
+    launcher += lines[i].label == "launcher";
+  }
+  EXPECT_EQ(server, 4);
+  EXPECT_EQ(client0, 4);
+  EXPECT_EQ(client1, 2);
+  // start x3, ready, kill client1, exit x3.
+  EXPECT_EQ(launcher, 8) << ReadFile(trace);
+  EXPECT_THAT(ReadFile(trace), HasSubstr(" launcher kill client1 signal 9"));
+  const std::string picture = ReadFile(svg);
+  EXPECT_EQ(picture.rfind("<?xml", 0), 0u);
+  EXPECT_THAT(picture, HasSubstr(">server</text>"));
+  EXPECT_THAT(picture, HasSubstr(">client1</text>"));
+  EXPECT_THAT(picture, HasSubstr("completion RDMA_WRITE #4"));
+  EXPECT_THAT(picture, HasSubstr("kill signal 9"));
+  EXPECT_THAT(picture, HasSubstr("3 processes - 18 events"));
+}
+
+TEST(KillRule, Parses) {
+  KillRule r;
+  std::string error;
+  ASSERT_TRUE(ParseKillRule("client0@250", &r, &error)) << error;
+  EXPECT_EQ(r.victim, "client0");
+  EXPECT_EQ(r.at_ms, 250);
+  ASSERT_TRUE(ParseKillRule("server@/wrote [0-9]+/", &r, &error)) << error;
+  EXPECT_EQ(r.victim, "server");
+  EXPECT_EQ(r.at_ms, -1);
+  EXPECT_EQ(r.pattern, "wrote [0-9]+");
+  for (const char* bad : {"", "@5", "client0", "client0@", "client0@-1",
+                          "client0@5ms", "client0@/[/", "x@99999999999"}) {
+    EXPECT_FALSE(ParseKillRule(bad, &r, &error)) << bad;
+    EXPECT_THAT(error, HasSubstr("kill rule")) << bad;
+  }
+}
+
+TEST(TraceMerge, SortsByTimeThenLabelThenFileOrder) {
+  std::vector<TraceLine> lines;
+  for (const char* text :
+       {"20 server #1 a", "10 server #2 b", "20 client0 #1 c",
+        "20 client0 #2 d", "5 launcher start server"}) {
+    TraceLine l;
+    ASSERT_TRUE(ParseTraceLine(text, &l)) << text;
+    l.order = lines.size();
+    lines.push_back(l);
+  }
+  MergeTraceLines(&lines);
+  EXPECT_EQ(FormatTrace(lines),
+            "5 launcher start server\n10 server #2 b\n20 client0 #1 c\n"
+            "20 client0 #2 d\n20 server #1 a\n");
+  TraceLine l;
+  for (const char* bad : {"", "x server e", "10", "10 server", "10  e",
+                          "123456789012345678901234 s e"}) {
+    EXPECT_FALSE(ParseTraceLine(bad, &l)) << bad;
+  }
+  const std::string path = TmpPath("bad.trace");
+  std::ofstream(path) << "1 a #1 x\nnot a line\n";
+  std::string error;
+  EXPECT_FALSE(ReadTraceFile(path, &lines, &error));
+  EXPECT_THAT(error, HasSubstr("bad.trace:2: not a trace line"));
+  EXPECT_TRUE(ReadTraceFile(TmpPath("missing.trace"), &lines, &error));
+}
+
+}  // namespace
+}  // namespace rpma_harness
