@@ -140,6 +140,15 @@ class Run {
     Start(0);
     bool clients_started = o_.processes.size() == 1;
     while (true) {
+      // First: a stop signal may have killed (and the last turn reaped) every
+      // process, and the launcher must still die by that signal.
+      if (g_stop_signal != 0) {
+        const int sig = g_stop_signal;
+        WaitAll();
+        if (!o_.keep_dir) RemoveTree(work_);
+        signal(sig, SIG_DFL);
+        raise(sig);
+      }
       if (!clients_started && Ready(begun)) {
         Event("ready server");
         for (size_t i = 1; i < children_.size(); ++i) Start(i);
@@ -153,13 +162,6 @@ class Run {
         break;
       }
       if (AllDone(clients_started)) break;
-      if (g_stop_signal != 0) {
-        const int sig = g_stop_signal;
-        WaitAll();
-        if (!o_.keep_dir) RemoveTree(work_);
-        signal(sig, SIG_DFL);
-        raise(sig);
-      }
       const int64_t now = NowMs();
       if (now >= deadline_ms_) {
         std::string hung;
