@@ -657,11 +657,6 @@ bool Run::MakeBackend() {
       return skip("unknown backend '" + options_.backend +
                   "' (fake or rdma-core)");
     }
-    if (addr_.empty()) {
-      return skip(
-          "no address: the rdma-core backend needs the address of "
-          "a local RDMA device (--address, or RPMA_HARNESS_VM_ADDR)");
-    }
     // The scenario's fault rules first: one the real NIC cannot host makes
     // the whole scenario meaningless there.
     for (const FaultRule& rule : s_.faults) {
@@ -669,6 +664,11 @@ bool Run::MakeBackend() {
       if (!needs.empty()) {
         return skip("fault '" + rule.name + "' needs the fake NIC: " + needs);
       }
+    }
+    if (addr_.empty()) {
+      return skip(
+          "no address: the rdma-core backend needs the address of "
+          "a local RDMA device (--address, or RPMA_HARNESS_VM_ADDR)");
     }
     faults_ = std::make_shared<FaultInjector>(
         std::make_shared<RdmaCoreBackend>(), seed_);
