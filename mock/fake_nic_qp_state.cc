@@ -207,6 +207,10 @@ void FakeNic::ResetQpQueues(Qp* qp) {
   while (!qp->sq.empty()) qp->sq.pop_front();
   while (!qp->rq.empty()) qp->rq.pop_front();
   qp->stranded_recvs = 0;
+  // rxe_qp.c rxe_qp_reset: the rings start over.
+  qp->sq_prod = 0;
+  qp->req_index = 0;
+  qp->sq_flushable = 0;
   DetachFromPeer(qp);
 }
 
