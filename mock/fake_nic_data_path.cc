@@ -474,6 +474,12 @@ void FakeNic::RingSendDoorbellInErr(Qp* qp) {
   if (qp->base.state != IBV_QPS_ERR || qp->sq_ring_slots == 0) return;
   if (qp->RequesterRunInErr()) {
     qp->sq_flushable = qp->sq.size();
+    // rxe runs the completer inside the doorbell, so the ring is free again
+    // when ibv_post_send returns; with background progress the fake flushes
+    // now too (Personality::executes_at_post), in manual mode at Step().
+    if (config_.personality.executes_at_post && background_running_) {
+      while (qp->sq_flushable > 0 && !qp->sq.empty()) ExecuteOrFlushOne(qp);
+    }
     MarkMaybeReady(qp);
   }
 }
