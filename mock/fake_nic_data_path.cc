@@ -343,6 +343,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       // Personality::flushes_receives_posted_in_err: it stays in the queue
       // (taking a slot) and never completes.
       q->stranded_recvs++;
+      q->stranded_rq.push_back(std::move(wqe));
       continue;
     }
     q->rq.push_back(std::move(wqe));

@@ -261,6 +261,7 @@ struct Qp {
   // Receives posted in ERR that the personality never completes (they keep
   // their queue slot until RESET); see Personality.
   uint32_t stranded_recvs = 0;
+  std::deque<RecvWqe> stranded_rq;  // those receives, in posting order
   // Personality::sq_flush_follows_requester_index: rxe's send ring of
   // sq_ring_slots (0: not modelled), its producer index, the requester's
   // req.wqe_index, and how many WRs at sq's front the completer may flush

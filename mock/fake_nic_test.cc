@@ -2166,5 +2166,28 @@ TEST_F(SendFlushInErrTest, RxeRingStartsOverAfterReset) {
   EXPECT_EQ(FlushedAfterRunning(), 3u);
 }
 
+TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  ConnectHosts();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(server_.cq).empty());
+  // rxe_post_recv does not run the responder: posted in ERR, it waits.
+  ASSERT_EQ(PostRecv(server_, 7, 0, 8), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(server_.cq).empty());
+  // Another ibv_modify_qp to ERR runs rxe_qp_error, which flushes it.
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(server_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+}
+
 }  // namespace
 }  // namespace rpma_harness
