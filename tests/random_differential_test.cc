@@ -286,6 +286,16 @@ std::vector<Program> RegressionPrograms() {
                      WriteOp{0, false, true, Fault::kNone, 19244},
                      WriteOp{0, true, true, Fault::kNone, 8772},
                      WriteOp{0, true, true, Fault::kOutOfBounds, 29912}}}}},
+      // A receive stranded in ERR flushes on the next ibv_modify_qp to ERR
+      // (rxe_qp.c rxe_qp_from_attr runs rxe_qp_error). Program 936.
+      Program{
+          1000007,
+          0,
+          16,
+          {Step{StepKind::kWrites,
+                0,
+                {WriteOp{1025, true, true, Fault::kBadRkey, 24097}}},
+           Step{StepKind::kRecv, 1, {}}, Step{StepKind::kServerErr, 0, {}}}},
   };
 }
 
