@@ -174,6 +174,21 @@ struct Personality {
   // random differential (program 2, shrunk: a write refused by the
   // responder's access flags, then a receive).
   bool flushes_receives_posted_in_err = true;
+  // Send WRs posted to a QP already in ERR. The spec flushes each (C10-42).
+  // rxe 6.1 flushes them only when a requester run finds a WQE at its own
+  // index (rxe_req.c rxe_requester, the QP_STATE_ERROR branch: req_next_wqe
+  // returns NULL when req.wqe_index equals the producer index; else that
+  // one WQE takes the err path, which advances req.wqe_index by one and runs
+  // the completer, whose error branch, rxe_comp.c rxe_drain_resp_pkts,
+  // flushes the whole ring). The index lags: it advances once per
+  // ibv_post_send in ERR however many WRs were posted, and a failure on a
+  // message's first packet leaves it on that WR. So once the ring (the
+  // depth + 1 slots of rxe_queue.c) wraps the index can equal the producer
+  // at a doorbell, and those WRs stay queued without a completion (until a
+  // later doorbell hits; on rxe also rxe_comp.c retransmit_timer, seconds
+  // later, which the fake does not model). Found by the random
+  // differential (programs 500, 644, 748: a 7-slot send queue).
+  bool sq_flush_follows_requester_index = false;
 
   static Personality Spec();  // IB spec behaviour; the default.
   static Personality Rxe();   // soft-RoCE (Linux 6.1).
@@ -601,6 +616,9 @@ class FakeNic final : public VerbsBackend {
   void UnmarkReady(size_t slot);
   size_t NextMarked(size_t from) const;  // kNoSlot when none
   bool QpHasReadyWork(Qp* qp);
+  // After a PostSend to a QP in ERR (Personality::
+  // sq_flush_follows_requester_index): the doorbell's requester run.
+  void RingSendDoorbellInErr(Qp* qp);
   bool HasReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
   void ExecuteSendWqe(Qp* qp);

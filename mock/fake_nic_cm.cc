@@ -642,6 +642,11 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->cap = want;
   qp->cap.max_send_wr = RealDepth(static_cast<int>(want.max_send_wr));
   qp->cap.max_recv_wr = RealDepth(static_cast<int>(want.max_recv_wr));
+  if (config_.personality.sq_flush_follows_requester_index &&
+      config_.personality.round_queues_to_power_of_two_minus_one) {
+    // rxe_queue.c rxe_queue_init: depth + 1 slots, a power of two.
+    qp->sq_ring_slots = qp->cap.max_send_wr + 1;
+  }
   if (srq != nullptr) {
     // No receive queue of its own (rxe_qp.c: no rq with an SRQ; the caps
     // written back say 0).

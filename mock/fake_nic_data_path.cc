@@ -165,6 +165,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     event.status = err;
     event.text = why;
     Record(std::move(event));
+    RingSendDoorbellInErr(q);
     // The WRs before `w` were posted: they go as they would have.
     if (w != wr && config_.personality.executes_at_post &&
         background_running_) {
@@ -272,8 +273,11 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       DescribeAddresses(event, wqe.sges, wqe.rkey, wqe.remote_addr);
     });
     q->sq.push_back(std::move(wqe));
+    if (q->sq_ring_slots != 0)
+      q->sq_prod = (q->sq_prod + 1) & (q->sq_ring_slots - 1);
     MarkMaybeReady(q);
   }
+  RingSendDoorbellInErr(q);
   // Personality::executes_at_post (rxe_verbs.c rxe_post_send). A QP whose
   // peer is in another process always sends at post when the NIC runs on
   // its own: the request frame is the doorbell, and a hop through the
@@ -343,6 +347,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       // Personality::flushes_receives_posted_in_err: it stays in the queue
       // (taking a slot) and never completes.
       q->stranded_recvs++;
+      q->stranded_rq.push_back(std::move(wqe));
       continue;
     }
     q->rq.push_back(std::move(wqe));
@@ -474,8 +479,31 @@ using fake_nic_internal::CanRespond;
 using fake_nic_internal::NeedsReceive;
 using fake_nic_internal::RemoteAccessNeeded;
 
+void FakeNic::RingSendDoorbellInErr(Qp* qp) {
+  // rdma-core providers/rxe rxe_post_send rings the doorbell (post_send_db)
+  // after every ibv_post_send, even one that failed part-way; in ERR that
+  // doorbell is the only thing that flushes what was posted
+  // (Personality::sq_flush_follows_requester_index).
+  if (qp->base.state != IBV_QPS_ERR || qp->sq_ring_slots == 0) return;
+  if (qp->RequesterRunInErr()) {
+    qp->sq_flushable = qp->sq.size();
+    // rxe runs the completer inside the doorbell, so the ring is free again
+    // when ibv_post_send returns; with background progress the fake flushes
+    // now too (Personality::executes_at_post), in manual mode at Step().
+    if (config_.personality.executes_at_post && background_running_) {
+      while (qp->sq_flushable > 0 && !qp->sq.empty()) ExecuteOrFlushOne(qp);
+    }
+    MarkMaybeReady(qp);
+  }
+}
+
 bool FakeNic::QpHasReadyWork(Qp* qp) {
-  if (qp->base.state == IBV_QPS_ERR) return !qp->sq.empty() || !qp->rq.empty();
+  if (qp->base.state == IBV_QPS_ERR) {
+    const bool sq_work = qp->sq_ring_slots == 0
+                             ? !qp->sq.empty()
+                             : qp->sq_flushable > 0 && !qp->sq.empty();
+    return sq_work || !qp->rq.empty();
+  }
   if (qp->base.state != IBV_QPS_RTS || qp->sq.empty()) return false;
   const SendWqe& head = qp->sq.front();
   // In another process's hands: its answer (fake_nic_remote.cc) goes on.
@@ -583,12 +611,14 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
   // with IBV_WC_WR_FLUSH_ERR, send queue first, in posting order. The
   // opcode is undefined for error CQEs (ibv_poll_cq(3)); we report the
   // WR's own opcode so traces stay readable.
-  if (!qp->sq.empty()) {
+  if (!qp->sq.empty() && (qp->sq_ring_slots == 0 || qp->sq_flushable > 0)) {
+    if (qp->sq_flushable > 0) --qp->sq_flushable;
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     CompleteSend(qp, wqe, IBV_WC_WR_FLUSH_ERR, 0);
     return;
   }
+  if (qp->rq.empty()) return;  // sends left without a completion (see above)
   RecvWqe wqe = std::move(qp->rq.front());
   qp->rq.pop_front();
   ibv_wc wc;
@@ -602,6 +632,15 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
 
 void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                            uint32_t byte_len) {
+  // rxe_req.c: the requester's index passes a WR once its last packet is
+  // sent (update_state), or on a local error (the err path); a NAK of an
+  // earlier packet leaves it there (Personality::
+  // sq_flush_follows_requester_index).
+  if (status == IBV_WC_SUCCESS ||
+      (status != IBV_WC_WR_FLUSH_ERR && qp->failed_on_last_packet)) {
+    qp->AdvanceRequesterIndex();
+  }
+  qp->failed_on_last_packet = true;
   // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
   // always generated, even for an unsignaled WR.
   if (!wqe.signaled && status == IBV_WC_SUCCESS) return;

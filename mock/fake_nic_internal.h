@@ -271,6 +271,30 @@ struct Qp {
   uint64_t link = 0;
   bool link_dead = false;
   bool remote_waits_for_receive = false;
+  std::deque<RecvWqe> stranded_rq;  // those receives, in posting order
+  // Personality::sq_flush_follows_requester_index: rxe's send ring of
+  // sq_ring_slots (0: not modelled), its producer index, the requester's
+  // req.wqe_index, and how many WRs at sq's front the completer may flush
+  // in ERR (the rest stay queued without a completion).
+  uint32_t sq_ring_slots = 0;
+  uint32_t sq_prod = 0;
+  uint32_t req_index = 0;
+  size_t sq_flushable = 0;
+  // Set by the packet path before it completes a WR with an error: whether
+  // the failing packet ended the message (rxe_req.c update_state advances
+  // req.wqe_index on a message's last packet only).
+  bool failed_on_last_packet = true;
+  void AdvanceRequesterIndex() {
+    if (sq_ring_slots != 0) req_index = (req_index + 1) & (sq_ring_slots - 1);
+  }
+  // rxe_requester in QP_STATE_ERROR: a WQE at req.wqe_index (it is not the
+  // producer index) takes the err path: req.wqe_index + 1, completer runs.
+  // Returns whether it ran the completer.
+  bool RequesterRunInErr() {
+    if (sq_ring_slots == 0 || req_index == sq_prod) return false;
+    AdvanceRequesterIndex();
+    return true;
+  }
   // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
   Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }
 };

@@ -43,6 +43,7 @@ Personality Personality::Rxe() {
   p.executes_at_post = true;
   p.peer_qp_to_err_on_dreq = false;
   p.flushes_receives_posted_in_err = false;
+  p.sq_flush_follows_requester_index = true;
   return p;
 }
 

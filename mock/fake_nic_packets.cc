@@ -235,6 +235,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       }
       RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why);
       SetQpState(responder, IBV_QPS_ERR, why);
+      qp->failed_on_last_packet = packet.ends_message;
       CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
       SetQpState(qp, IBV_QPS_ERR, why);
       return;
@@ -280,6 +281,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
         }
         RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
         SetQpState(responder, IBV_QPS_ERR, why.c_str());
+        qp->failed_on_last_packet = packet.ends_message;
         CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
         SetQpState(qp, IBV_QPS_ERR, why.c_str());
       } else {

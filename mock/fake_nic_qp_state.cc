@@ -199,6 +199,19 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     qp->peer->sq.front().waiting_for_receive = false;
     MarkMaybeReady(qp->peer);
   }
+  if (next == IBV_QPS_ERR && !qp->stranded_rq.empty()) {
+    // Every ibv_modify_qp to ERR, from ERR too, runs rxe_qp_error (rxe_qp.c
+    // rxe_qp_from_attr), whose responder run flushes the whole receive queue
+    // (rxe_resp.c check_resource in QP_STATE_ERROR): the receives stranded
+    // by Personality::flushes_receives_posted_in_err flush now. Found by
+    // the random differential (program 936).
+    while (!qp->stranded_rq.empty()) {
+      qp->rq.push_back(std::move(qp->stranded_rq.front()));
+      qp->stranded_rq.pop_front();
+    }
+    qp->stranded_recvs = 0;
+    MarkMaybeReady(qp);
+  }
   if (next != current) SetQpState(qp, next, why);
   a.qp_state = next;
   a.cur_qp_state = next;
@@ -209,6 +222,11 @@ void FakeNic::ResetQpQueues(Qp* qp) {
   while (!qp->sq.empty()) qp->sq.pop_front();
   while (!qp->rq.empty()) qp->rq.pop_front();
   qp->stranded_recvs = 0;
+  qp->stranded_rq.clear();
+  // rxe_qp.c rxe_qp_reset: the rings start over.
+  qp->sq_prod = 0;
+  qp->req_index = 0;
+  qp->sq_flushable = 0;
   DetachFromPeer(qp);
 }
 

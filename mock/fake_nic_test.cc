@@ -2063,5 +2063,131 @@ TEST_F(FakeNicTest, SqdAcceptsSendsAndStartsThemBackInRts) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
 }
 
+// Personality::sq_flush_follows_requester_index. rxe 6.1 flushes send WRs
+// posted to a QP in ERR only when the doorbell's requester run finds a WQE
+// at req.wqe_index (rxe_req.c rxe_requester, QP_STATE_ERROR branch), which
+// moves one slot per ibv_post_send however many WRs were posted.
+class SendFlushInErrTest : public FakeNicTest {
+ protected:
+  // Posts `n` signaled writes in one ibv_post_send (wr_ids from `first`).
+  int PostChain(uint64_t first, int n) {
+    std::vector<ibv_sge> sges(static_cast<size_t>(n));
+    std::vector<ibv_send_wr> wrs(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      sges[i] = {reinterpret_cast<uintptr_t>(client_.buf.data()), 8,
+                 client_.mr->lkey};
+      wrs[i] = ibv_send_wr{};
+      wrs[i].wr_id = first + static_cast<uint64_t>(i);
+      wrs[i].opcode = IBV_WR_RDMA_WRITE;
+      wrs[i].send_flags = IBV_SEND_SIGNALED;
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+      wrs[i].wr.rdma.remote_addr = RemoteAddr(server_, 0);
+      wrs[i].wr.rdma.rkey = server_.mr->rkey;
+      if (i > 0) wrs[i - 1].next = &wrs[i];
+    }
+    ibv_send_wr* bad = nullptr;
+    return nic_->PostSend(client_.qp, &wrs[0], &bad);
+  }
+
+  // Connects with a 4-WR send queue (7 slots granted on rxe: an 8-slot
+  // ring), then breaks the client QP with a one-packet write to a bad rkey.
+  void ConnectAndFail(const Personality& personality) {
+    FakeNicConfig config;
+    config.personality = personality;
+    MakeNic(config);
+    QpOptions options;
+    options.max_send_wr = 4;
+    ConnectHosts(options);
+    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 100, client_, 0, 8,
+                       RemoteAddr(server_, 0), server_.mr->rkey ^ 1,
+                       IBV_SEND_SIGNALED),
+              0);
+    nic_->RunUntilIdle();
+    std::vector<ibv_wc> wcs = PollAll(client_.cq);
+    ASSERT_EQ(wcs.size(), 1u);
+    ASSERT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+    ASSERT_EQ(State(client_.qp), IBV_QPS_ERR);
+  }
+
+  size_t FlushedAfterRunning() {
+    nic_->RunUntilIdle();
+    size_t flushed = 0;
+    for (const ibv_wc& wc : PollAll(client_.cq)) {
+      EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+      ++flushed;
+    }
+    return flushed;
+  }
+};
+
+TEST_F(SendFlushInErrTest, RxeLeavesWrsUnflushedWhenTheRingWrapsOntoItsIndex) {
+  ConnectAndFail(Personality::Rxe());
+  // Index 1 after the failed write (its only packet was sent); each post
+  // in ERR moves it one slot while the producer moves by the chain.
+  ASSERT_EQ(PostChain(1, 7), 0);  // producer 0, index 2: flushed
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ASSERT_EQ(PostChain(8, 7), 0);  // producer 7, index 3: flushed
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ASSERT_EQ(PostChain(15, 4), 0);  // producer 3 == index 3: nothing
+  EXPECT_EQ(FlushedAfterRunning(), 0u);
+  // They keep their slots: three more fit, the fourth is ENOMEM.
+  EXPECT_EQ(PostChain(19, 4), ENOMEM);
+  // That post's doorbell found a WQE at the index: all seven flush.
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ASSERT_EQ(PostChain(30, 1), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 1u);
+}
+
+TEST_F(SendFlushInErrTest, SpecFlushesEveryWrPostedInErr) {
+  ConnectAndFail(Personality::Spec());
+  ASSERT_EQ(PostChain(1, 4), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 4u);
+  ASSERT_EQ(PostChain(8, 4), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 4u);
+  ASSERT_EQ(PostChain(15, 4), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 4u);
+}
+
+TEST_F(SendFlushInErrTest, RxeRingStartsOverAfterReset) {
+  ConnectAndFail(Personality::Rxe());
+  ASSERT_EQ(PostChain(1, 7), 0);  // producer 0, index 2
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ASSERT_EQ(PostChain(8, 7), 0);  // producer 7, index 3
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  // Index and producer both 0 after RESET: the doorbell of the first post
+  // finds its WQE, so it flushes.
+  ASSERT_EQ(PostChain(40, 3), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 3u);
+}
+
+TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  ConnectHosts();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(server_.cq).empty());
+  // rxe_post_recv does not run the responder: posted in ERR, it waits.
+  ASSERT_EQ(PostRecv(server_, 7, 0, 8), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(server_.cq).empty());
+  // Another ibv_modify_qp to ERR runs rxe_qp_error, which flushes it.
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(server_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+}
+
 }  // namespace
 }  // namespace rpma_harness

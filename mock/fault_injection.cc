@@ -57,7 +57,8 @@ bool ActionFits(FaultCall call, FaultAction action) {
     case FaultAction::kFailCall:
       return call != FaultCall::kExecute;
     case FaultAction::kCompleteWithStatus:
-      return call == FaultCall::kExecute || call == FaultCall::kPostSend;
+      return call == FaultCall::kExecute || call == FaultCall::kPostSend ||
+             call == FaultCall::kPollCq;
     case FaultAction::kDelay:
     case FaultAction::kTearWrite:
       return call == FaultCall::kExecute;
@@ -83,15 +84,62 @@ bool HasImm(int opcode) {
   return opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_IMM;
 }
 
-}  // namespace
-
-FaultInjector::FaultInjector(std::shared_ptr<FakeNic> nic, uint64_t seed)
-    : nic_(std::move(nic)), rng_(seed) {
-  nic_->SetExecuteHook(
-      [this](const ExecuteInfo& info) { return OnExecute(info); });
+// A poll_cq + complete rule rewrites each completion it matches; the other
+// poll_cq rules act once per call.
+bool RewritesPolled(const FaultRule& rule) {
+  return rule.call == FaultCall::kPollCq &&
+         rule.action == FaultAction::kCompleteWithStatus;
 }
 
-FaultInjector::~FaultInjector() { nic_->SetExecuteHook(nullptr); }
+}  // namespace
+
+std::string FaultNeedsFakeNic(const FaultRule& rule) {
+  if (rule.call == FaultCall::kExecute) {
+    return "an execute-time fault (on: execute) acts while the NIC carries "
+           "out a WR, through a hook inside the fake NIC; a real NIC executes "
+           "WRs in the kernel or in hardware, where no hook reaches";
+  }
+  switch (rule.action) {
+    case FaultAction::kCompleteWithStatus:
+      if (rule.call == FaultCall::kPostSend) {
+        return "a forced status for a posted WR (on: post_send, action: "
+               "complete) needs the fake NIC to complete that WR with it and "
+               "move its QP to ERR; over a real NIC use on: poll_cq (the "
+               "polled status is rewritten) or provoke the error itself";
+      }
+      return "";
+    case FaultAction::kLoseConnection:
+      return "losing the connection (action: lose_connection) needs the fake "
+             "NIC to move both QPs to ERR and raise RPMA_CONN_LOST at both "
+             "ends";
+    case FaultAction::kOverflowCq:
+      return "a CQ overrun (action: overflow_cq) needs the fake NIC to drop a "
+             "completion and fail the CQ";
+    case FaultAction::kDelay:
+    case FaultAction::kTearWrite:
+      return std::string("action '") + ToString(rule.action) +
+             "' acts inside the fake NIC";
+    case FaultAction::kFailCall:
+      return "";
+  }
+  return "";
+}
+
+FaultInjector::FaultInjector(std::shared_ptr<VerbsBackend> backend,
+                             uint64_t seed)
+    : inner_(std::move(backend)),
+      nic_(std::dynamic_pointer_cast<FakeNic>(inner_)),
+      name_(std::string(inner_->Name()) + "+faults"),
+      rng_(seed) {
+  if (nic_ != nullptr) {
+    nic_->SetExecuteHook(
+        [this](const ExecuteInfo& info) { return OnExecute(info); });
+  }
+}
+
+FaultInjector::~FaultInjector() {
+  if (nic_ != nullptr) nic_->SetExecuteHook(nullptr);
+}
 
 bool FaultInjector::Validate(const FaultRule& rule, std::string* why) {
   auto reject = [&](std::string reason) {
@@ -114,6 +162,16 @@ bool FaultInjector::Validate(const FaultRule& rule, std::string* why) {
 
 bool FaultInjector::AddRule(const FaultRule& rule, std::string* why) {
   if (!Validate(rule, why)) return false;
+  if (nic_ == nullptr) {
+    const std::string needs = FaultNeedsFakeNic(rule);
+    if (!needs.empty()) {
+      if (why != nullptr) {
+        *why = "fault '" + rule.name + "' cannot run on the " + inner_->Name() +
+               " backend: " + needs;
+      }
+      return false;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (const Rule& r : rules_) {
     if (r.spec.name == rule.name) {
@@ -165,6 +223,7 @@ std::optional<FaultRule> FaultInjector::Decide(const CallInfo& info) {
   for (Rule& r : rules_) {
     const FaultRule& s = r.spec;
     if (s.call != info.call) continue;
+    if (RewritesPolled(s) != info.polled) continue;
     if (s.qp_num != 0 && s.qp_num != info.qp_num) continue;
     if (s.opcode && (!info.opcode || *s.opcode != *info.opcode)) continue;
     if (s.min_length && info.length < *s.min_length) continue;
@@ -237,11 +296,15 @@ ExecuteVerdict FaultInjector::OnExecute(const ExecuteInfo& info) {
 }
 
 int FaultInjector::Sign(int error) const {
+  // rdma-core's providers return a positive errno (ibv_post_send(3)); the
+  // fake follows its personality (siw's is negative).
+  if (nic_ == nullptr) return error;
   return nic_->config().personality.negative_errno ? -error : error;
 }
 
 void FaultInjector::Note(const FaultRule& rule, const CallInfo& info,
                          const std::string& what) {
+  if (nic_ == nullptr) return;  // Fired() is the record on other backends
   nic_->RecordFault(
       info.qp_num, info.wr_id,
       rule.action == FaultAction::kFailCall ? rule.error : 0,
@@ -250,6 +313,8 @@ void FaultInjector::Note(const FaultRule& rule, const CallInfo& info,
 
 void FaultInjector::ApplySideEffect(const FaultRule& rule, const CallInfo& info,
                                     ibv_cq* cq) {
+  // AddRule admits the actions below only on the fake (FaultNeedsFakeNic).
+  if (nic_ == nullptr) return;
   switch (rule.action) {
     case FaultAction::kLoseConnection:
       Note(rule, info, "loses the connection");
@@ -294,7 +359,7 @@ int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       ibv_send_wr* prev = wr;
       while (prev->next != w) prev = prev->next;
       prev->next = nullptr;
-      ret = nic_->PostSend(qp, wr, bad_wr);
+      ret = inner_->PostSend(qp, wr, bad_wr);
       prev->next = w;
       if (ret != 0) return ret;
     }
@@ -302,7 +367,7 @@ int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     *bad_wr = w;
     return Sign(rule->error);
   }
-  return nic_->PostSend(qp, wr, bad_wr);
+  return inner_->PostSend(qp, wr, bad_wr);
 }
 
 int FaultInjector::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
@@ -316,7 +381,7 @@ int FaultInjector::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return Sign(rule->error);
   }
   if (rule) ApplySideEffect(*rule, info, nullptr);
-  return nic_->PostRecv(qp, wr, bad_wr);
+  return inner_->PostRecv(qp, wr, bad_wr);
 }
 
 int FaultInjector::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
@@ -328,7 +393,28 @@ int FaultInjector::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     return -rule->error;
   }
   if (rule) ApplySideEffect(*rule, info, cq);
-  return nic_->PollCq(cq, num_entries, wc);
+  const int polled = inner_->PollCq(cq, num_entries, wc);
+  RewritePolled(polled, wc);
+  return polled;
+}
+
+void FaultInjector::RewritePolled(int polled, ibv_wc* wc) {
+  for (int i = 0; i < polled; ++i) {
+    CallInfo info(FaultCall::kPollCq);
+    info.polled = true;
+    info.qp_num = wc[i].qp_num;
+    info.wr_id = wc[i].wr_id;
+    info.length = wc[i].byte_len;
+    if (wc[i].wc_flags & IBV_WC_WITH_IMM) info.imm = ntohl(wc[i].imm_data);
+    std::optional<FaultRule> rule = Decide(info);
+    if (!rule) continue;
+    // Only the status changes: the NIC did what it did (the QP keeps its
+    // state, the bytes that landed stay), the program is told otherwise.
+    Note(*rule, info,
+         std::string("reports ") + ibv_wc_status_str(rule->status) +
+             " instead of " + ibv_wc_status_str(wc[i].status));
+    wc[i].status = rule->status;
+  }
 }
 
 ibv_mr* FaultInjector::RegMr(ibv_pd* pd, void* addr, size_t length,
@@ -340,7 +426,7 @@ ibv_mr* FaultInjector::RegMr(ibv_pd* pd, void* addr, size_t length,
     errno = rule->error;
     return nullptr;
   }
-  return nic_->RegMr(pd, addr, length, access);
+  return inner_->RegMr(pd, addr, length, access);
 }
 
 int FaultInjector::CreateQp(rdma_cm_id* id, ibv_pd* pd,
@@ -351,7 +437,7 @@ int FaultInjector::CreateQp(rdma_cm_id* id, ibv_pd* pd,
     errno = rule->error;
     return -1;
   }
-  return nic_->CreateQp(id, pd, init_attr);
+  return inner_->CreateQp(id, pd, init_attr);
 }
 
 int FaultInjector::Establish(FaultCall call, rdma_cm_id* id,
@@ -372,8 +458,8 @@ int FaultInjector::Establish(FaultCall call, rdma_cm_id* id,
       param = &overridden;
     }
   }
-  return call == FaultCall::kConnect ? nic_->Connect(id, param)
-                                     : nic_->Accept(id, param);
+  return call == FaultCall::kConnect ? inner_->Connect(id, param)
+                                     : inner_->Accept(id, param);
 }
 
 int FaultInjector::Connect(rdma_cm_id* id, rdma_conn_param* param) {
@@ -386,7 +472,7 @@ int FaultInjector::Accept(rdma_cm_id* id, rdma_conn_param* param) {
 
 int FaultInjector::GetCmEvent(rdma_event_channel* channel,
                               rdma_cm_event** event) {
-  int ret = nic_->GetCmEvent(channel, event);
+  int ret = inner_->GetCmEvent(channel, event);
   if (ret != 0) return ret;
   CallInfo info(FaultCall::kCmEvent);
   info.opcode = (*event)->event;
@@ -399,7 +485,7 @@ int FaultInjector::GetCmEvent(rdma_event_channel* channel,
     // The event was taken: give it back to the NIC as acknowledged, and
     // report the failure the caller would have seen instead.
     Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
-    nic_->AckCmEvent(*event);
+    inner_->AckCmEvent(*event);
     *event = nullptr;
     errno = rule->error;
     return -1;
@@ -413,78 +499,80 @@ int FaultInjector::GetCmEvent(rdma_event_channel* channel,
 
 int FaultInjector::GetContextByAddress(const char* addr, bool local,
                                        ibv_context** ctx) {
-  return nic_->GetContextByAddress(addr, local, ctx);
+  return inner_->GetContextByAddress(addr, local, ctx);
 }
 int FaultInjector::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
-  return nic_->QueryDevice(ctx, attr);
+  return inner_->QueryDevice(ctx, attr);
 }
-ibv_pd* FaultInjector::AllocPd(ibv_context* ctx) { return nic_->AllocPd(ctx); }
-int FaultInjector::DeallocPd(ibv_pd* pd) { return nic_->DeallocPd(pd); }
-int FaultInjector::DeregMr(ibv_mr* mr) { return nic_->DeregMr(mr); }
+ibv_pd* FaultInjector::AllocPd(ibv_context* ctx) {
+  return inner_->AllocPd(ctx);
+}
+int FaultInjector::DeallocPd(ibv_pd* pd) { return inner_->DeallocPd(pd); }
+int FaultInjector::DeregMr(ibv_mr* mr) { return inner_->DeregMr(mr); }
 ibv_comp_channel* FaultInjector::CreateCompChannel(ibv_context* ctx) {
-  return nic_->CreateCompChannel(ctx);
+  return inner_->CreateCompChannel(ctx);
 }
 int FaultInjector::DestroyCompChannel(ibv_comp_channel* channel) {
-  return nic_->DestroyCompChannel(channel);
+  return inner_->DestroyCompChannel(channel);
 }
 ibv_cq* FaultInjector::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
                                 ibv_comp_channel* channel, int comp_vector) {
-  return nic_->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
+  return inner_->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
 }
-int FaultInjector::DestroyCq(ibv_cq* cq) { return nic_->DestroyCq(cq); }
+int FaultInjector::DestroyCq(ibv_cq* cq) { return inner_->DestroyCq(cq); }
 int FaultInjector::ReqNotifyCq(ibv_cq* cq, int solicited_only) {
-  return nic_->ReqNotifyCq(cq, solicited_only);
+  return inner_->ReqNotifyCq(cq, solicited_only);
 }
 int FaultInjector::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
                               void** cq_context) {
-  return nic_->GetCqEvent(channel, cq, cq_context);
+  return inner_->GetCqEvent(channel, cq, cq_context);
 }
 void FaultInjector::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
-  nic_->AckCqEvents(cq, nevents);
+  inner_->AckCqEvents(cq, nevents);
 }
 int FaultInjector::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
                            ibv_qp_init_attr* init_attr) {
-  return nic_->QueryQp(qp, attr, attr_mask, init_attr);
+  return inner_->QueryQp(qp, attr, attr_mask, init_attr);
 }
 rdma_event_channel* FaultInjector::CreateEventChannel() {
-  return nic_->CreateEventChannel();
+  return inner_->CreateEventChannel();
 }
 void FaultInjector::DestroyEventChannel(rdma_event_channel* channel) {
-  nic_->DestroyEventChannel(channel);
+  inner_->DestroyEventChannel(channel);
 }
 int FaultInjector::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
                             void* context) {
-  return nic_->CreateId(channel, id, context);
+  return inner_->CreateId(channel, id, context);
 }
-int FaultInjector::DestroyId(rdma_cm_id* id) { return nic_->DestroyId(id); }
+int FaultInjector::DestroyId(rdma_cm_id* id) { return inner_->DestroyId(id); }
 int FaultInjector::ResolveAddr(rdma_cm_id* id, const char* addr,
                                const char* port, int timeout_ms) {
-  return nic_->ResolveAddr(id, addr, port, timeout_ms);
+  return inner_->ResolveAddr(id, addr, port, timeout_ms);
 }
 int FaultInjector::ResolveRoute(rdma_cm_id* id, int timeout_ms) {
-  return nic_->ResolveRoute(id, timeout_ms);
+  return inner_->ResolveRoute(id, timeout_ms);
 }
 int FaultInjector::BindAddr(rdma_cm_id* id, const char* addr,
                             const char* port) {
-  return nic_->BindAddr(id, addr, port);
+  return inner_->BindAddr(id, addr, port);
 }
 int FaultInjector::Listen(rdma_cm_id* id, int backlog) {
-  return nic_->Listen(id, backlog);
+  return inner_->Listen(id, backlog);
 }
 int FaultInjector::AckCmEvent(rdma_cm_event* event) {
-  return nic_->AckCmEvent(event);
+  return inner_->AckCmEvent(event);
 }
-void FaultInjector::DestroyQp(rdma_cm_id* id) { nic_->DestroyQp(id); }
+void FaultInjector::DestroyQp(rdma_cm_id* id) { inner_->DestroyQp(id); }
 int FaultInjector::Reject(rdma_cm_id* id, const void* private_data,
                           uint8_t private_data_len) {
-  return nic_->Reject(id, private_data, private_data_len);
+  return inner_->Reject(id, private_data, private_data_len);
 }
-int FaultInjector::Disconnect(rdma_cm_id* id) { return nic_->Disconnect(id); }
+int FaultInjector::Disconnect(rdma_cm_id* id) { return inner_->Disconnect(id); }
 int FaultInjector::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
-  return nic_->MigrateId(id, channel);
+  return inner_->MigrateId(id, channel);
 }
 int FaultInjector::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
-  return nic_->ModifyQp(qp, attr, attr_mask);
+  return inner_->ModifyQp(qp, attr, attr_mask);
 }
 
 // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
@@ -501,19 +589,19 @@ int FaultInjector::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
     return Sign(rule->error);
   }
   if (rule) ApplySideEffect(*rule, info, nullptr);
-  return nic_->PostSrqRecv(srq, wr, bad_wr);
+  return inner_->PostSrqRecv(srq, wr, bad_wr);
 }
 ibv_srq* FaultInjector::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
-  return nic_->CreateSrq(pd, init_attr);
+  return inner_->CreateSrq(pd, init_attr);
 }
-int FaultInjector::DestroySrq(ibv_srq* srq) { return nic_->DestroySrq(srq); }
+int FaultInjector::DestroySrq(ibv_srq* srq) { return inner_->DestroySrq(srq); }
 int FaultInjector::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
-  return nic_->QueryDeviceEx(ctx, attr);
+  return inner_->QueryDeviceEx(ctx, attr);
 }
 int FaultInjector::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,
                             uint32_t flags, ibv_sge* sg_list,
                             uint32_t num_sge) {
-  return nic_->AdviseMr(pd, advice, flags, sg_list, num_sge);
+  return inner_->AdviseMr(pd, advice, flags, sg_list, num_sge);
 }
 
 }  // namespace rpma_harness

@@ -1,13 +1,22 @@
 // fault_injection.h: make the fake NIC fail on purpose, repeatably.
 //
-// A FaultInjector is a VerbsBackend that wraps a FakeNic (LevelDB's
+// A FaultInjector is a VerbsBackend that wraps another one (LevelDB's
 // FaultInjectionTestEnv idea: the fault layer wraps, it does not fork the
 // NIC). Rules match calls (post_send, post_recv, poll_cq, reg_mr, create_qp,
 // connect, accept, CM events) or the NIC's execution of a send WR, and then
 // act: fail the call with an errno, complete the WR with a status (with the
-// QP-to-ERR-and-flush consequences a real NIC has), delay it, tear it, lose
-// the connection, or overflow a CQ. Every fault that fires is recorded, in
-// the injector and in the NIC's event stream.
+// QP-to-ERR-and-flush consequences a real NIC has), rewrite a polled
+// completion's status, delay a WR, tear it, lose the connection, or overflow
+// a CQ. Every fault that fires is recorded, in the injector and (on the
+// fake) in the NIC's event stream.
+//
+// Any backend: the faults a real NIC can host are the ones that act on a
+// call -- a call that fails with an errno (post_send, post_recv, poll_cq,
+// reg_mr, create_qp, connect, accept, a CM event), a polled completion whose
+// status is rewritten (poll_cq + complete), and the RNR retry override.
+// They work over rdma-core as over the fake. The rest need a hook inside the
+// fake NIC (FaultNeedsFakeNic says which and why) and AddRule refuses them
+// on any other backend with a message naming the fault.
 //
 //   auto nic = std::make_shared<FakeNic>();
 //   auto faults = std::make_shared<FaultInjector>(nic, /*seed=*/42);
@@ -56,7 +65,9 @@ enum class FaultCall {
 
 enum class FaultAction {
   kFailCall,            // the call fails with `error`; nothing executes
-  kCompleteWithStatus,  // the WR completes with `status` (kExecute, kPostSend)
+  kCompleteWithStatus,  // the WR completes with `status` (kExecute, kPostSend);
+                        // at kPollCq: the polled completion's status is
+                        // rewritten to `status` (nothing else changes)
   kDelay,               // the WR waits `delay_steps` progress steps
   kLoseConnection,      // both QPs to ERR, RPMA_CONN_LOST at both ends
   kOverflowCq,          // the CQ overruns (a lost completion)
@@ -65,6 +76,11 @@ enum class FaultAction {
 
 const char* ToString(FaultCall call);
 const char* ToString(FaultAction action);
+
+struct FaultRule;
+// Empty when `rule` works over any VerbsBackend; else why it needs the fake
+// NIC (e.g. "an execute-time fault acts inside the NIC ...").
+std::string FaultNeedsFakeNic(const FaultRule& rule);
 
 struct FaultRule {
   std::string name;  // unique; how the rule is named in records
@@ -105,7 +121,9 @@ struct FiredFault {
 
 class FaultInjector final : public VerbsBackend {
  public:
-  FaultInjector(std::shared_ptr<FakeNic> nic, uint64_t seed);
+  // `backend` may be any VerbsBackend; when it is a FakeNic, every fault
+  // works, otherwise only those FaultNeedsFakeNic accepts.
+  FaultInjector(std::shared_ptr<VerbsBackend> backend, uint64_t seed);
   ~FaultInjector() override;
   FaultInjector(const FaultInjector&) = delete;
   FaultInjector& operator=(const FaultInjector&) = delete;
@@ -114,7 +132,8 @@ class FaultInjector final : public VerbsBackend {
   // missing errno, a probability outside [0, 1]); *why says which.
   static bool Validate(const FaultRule& rule, std::string* why);
   // Returns false (and adds nothing) when the rule cannot work: a duplicate
-  // name, or an action the call cannot take; *why says which.
+  // name, an action the call cannot take, or a fault that needs the fake NIC
+  // on another backend; *why says which.
   bool AddRule(const FaultRule& rule, std::string* why = nullptr);
   // Narrows every rule named `name` to one QP (e.g. once a connection
   // exists and its QP number is known).
@@ -130,9 +149,13 @@ class FaultInjector final : public VerbsBackend {
   uint64_t TimesFired(const std::string& rule) const;
   // Rules that have not fired yet, for "did my fault really happen?".
   std::vector<std::string> NeverFired() const;
+  // The wrapped fake NIC, or nullptr when the backend is not a FakeNic.
+  FakeNic* fake_nic() { return nic_.get(); }
+  // REQUIRES: the wrapped backend is a FakeNic (fake_nic() != nullptr).
   FakeNic& nic() { return *nic_; }
+  VerbsBackend& backend() { return *inner_; }
 
-  const char* Name() const override { return "fake+faults"; }
+  const char* Name() const override { return name_.c_str(); }
   int GetContextByAddress(const char* addr, bool local,
                           ibv_context** ctx) override;
   int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
@@ -197,6 +220,7 @@ class FaultInjector final : public VerbsBackend {
   struct CallInfo {
     explicit CallInfo(FaultCall c) : call(c) {}
     FaultCall call;
+    bool polled = false;  // a completion a poll returned (RewritesPolled)
     uint32_t qp_num = 0;
     uint64_t wr_id = 0;
     std::optional<int> opcode;
@@ -218,7 +242,13 @@ class FaultInjector final : public VerbsBackend {
   void Note(const FaultRule& rule, const CallInfo& info,
             const std::string& what);
 
-  std::shared_ptr<FakeNic> nic_;
+  // Rewrites the statuses of the completions a poll returned, for the
+  // poll_cq + complete rules that fire.
+  void RewritePolled(int polled, ibv_wc* wc);
+
+  std::shared_ptr<VerbsBackend> inner_;
+  std::shared_ptr<FakeNic> nic_;  // inner_ when it is the fake, else null
+  std::string name_;
   mutable std::mutex mu_;
   std::vector<Rule> rules_;
   std::vector<FiredFault> fired_;

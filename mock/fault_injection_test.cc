@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mock/matchers.h"
+#include "mock/mock_verbs_backend.h"
 #include "rpma/harness.h"
 
 namespace rpma_harness {
@@ -32,11 +33,21 @@ class FaultInjectionTest : public ::testing::Test {
  protected:
   void SetUp() override { Build(FakeNicConfig{}, 7); }
 
-  void Build(FakeNicConfig config, uint64_t seed) {
+  // `over_another_backend`: the injector wraps a MockVerbsBackend that
+  // delegates to the fake, so it sees a backend that is not a FakeNic (as
+  // over rdma-core) while the test still drives the fake.
+  void Build(FakeNicConfig config, uint64_t seed,
+             bool over_another_backend = false) {
     scoped_.reset();  // restore the previous backend before installing anew
     faults_.reset();
     nic_ = std::make_shared<FakeNic>(config);
-    faults_ = std::make_shared<FaultInjector>(nic_, seed);
+    if (over_another_backend) {
+      auto mock = std::make_shared<::testing::NiceMock<MockVerbsBackend>>();
+      mock->DelegateToFake(nic_);
+      faults_ = std::make_shared<FaultInjector>(mock, seed);
+    } else {
+      faults_ = std::make_shared<FaultInjector>(nic_, seed);
+    }
     scoped_ = std::make_unique<ScopedBackend>(faults_);
     nic_->AddObserver([this](const FakeNicEvent& e) {
       if (e.kind == FakeNicEvent::Kind::kFault)
@@ -594,6 +605,108 @@ TEST_F(FaultInjectionTest, RulesThatCannotWorkAreRefused) {
   EXPECT_TRUE(faults_->AddRule(ok, &why));
   EXPECT_FALSE(faults_->AddRule(ok, &why));
   EXPECT_THAT(why, HasSubstr("two fault rules"));
+}
+
+// ---- poll-time statuses and other backends
+// -----------------------------------
+
+TEST_F(FaultInjectionTest, PollRuleRewritesOnlyTheMatchedCompletionsStatus) {
+  size_t p = Connect();
+  FaultRule rule = Rule("second reported failed", FaultCall::kPollCq,
+                        FaultAction::kCompleteWithStatus);
+  rule.qp_num = QpNum(pairs_[p].client);
+  rule.nth = 2;
+  rule.status = IBV_WC_REM_OP_ERR;
+  Add(rule);
+  for (size_t i = 0; i < 3; ++i) ASSERT_EQ(Write(p, i), 0);
+  std::vector<ibv_wc> client = Drain(pairs_[p].client_cq);
+  // Only the report changes: the NIC executed all three writes, the QP stays
+  // in RTS (nothing flushes), every byte landed, the server saw all three.
+  EXPECT_THAT(Statuses(client),
+              ElementsAre(IBV_WC_SUCCESS, IBV_WC_REM_OP_ERR, IBV_WC_SUCCESS));
+  EXPECT_EQ(client[1].wr_id, 1u);
+  EXPECT_THAT(Statuses(Drain(pairs_[p].server_cq)),
+              ElementsAre(IBV_WC_SUCCESS, IBV_WC_SUCCESS, IBV_WC_SUCCESS));
+  EXPECT_EQ(std::memcmp(pairs_[p].dst.data(), pairs_[p].src.data(), 192), 0);
+  EXPECT_EQ(faults_->TimesFired("second reported failed"), 1u);
+  ASSERT_EQ(fault_records_.size(), 1u);
+  EXPECT_THAT(fault_records_[0], HasSubstr("instead of success"));
+}
+
+TEST_F(FaultInjectionTest, PollRuleMatchesImmAndLeavesOtherQpsAlone) {
+  size_t p = Connect();
+  FaultRule rule = Rule("server imm 0x101", FaultCall::kPollCq,
+                        FaultAction::kCompleteWithStatus);
+  rule.imm = 0x101;
+  rule.status = IBV_WC_LOC_PROT_ERR;
+  Add(rule);
+  ASSERT_EQ(Write(p, 0, 64, 0x100), 0);
+  ASSERT_EQ(Write(p, 1, 64, 0x101), 0);
+  // The client's completions carry no imm: only the server's second matches.
+  EXPECT_THAT(Statuses(Drain(pairs_[p].client_cq)),
+              ElementsAre(IBV_WC_SUCCESS, IBV_WC_SUCCESS));
+  EXPECT_THAT(Statuses(Drain(pairs_[p].server_cq)),
+              ElementsAre(IBV_WC_SUCCESS, IBV_WC_LOC_PROT_ERR));
+}
+
+TEST_F(FaultInjectionTest, OverAnotherBackendFakeOnlyFaultsAreRefusedByName) {
+  Build(FakeNicConfig{}, 7, /*over_another_backend=*/true);
+  EXPECT_EQ(faults_->fake_nic(), nullptr);
+  EXPECT_STREQ(faults_->Name(), "mock+faults");
+  struct Case {
+    FaultCall call;
+    FaultAction action;
+    const char* why;
+  };
+  for (const Case& c : {
+           Case{FaultCall::kExecute, FaultAction::kDelay, "execute-time"},
+           Case{FaultCall::kExecute, FaultAction::kCompleteWithStatus,
+                "execute-time"},
+           Case{FaultCall::kExecute, FaultAction::kTearWrite, "execute-time"},
+           Case{FaultCall::kPostSend, FaultAction::kCompleteWithStatus,
+                "forced status for a posted WR"},
+           Case{FaultCall::kCmEvent, FaultAction::kLoseConnection,
+                "losing the connection"},
+           Case{FaultCall::kPollCq, FaultAction::kOverflowCq, "CQ overrun"},
+       }) {
+    FaultRule rule = Rule("fake only", c.call, c.action);
+    std::string why;
+    EXPECT_FALSE(faults_->AddRule(rule, &why)) << ToString(c.action);
+    EXPECT_THAT(why, HasSubstr("fault 'fake only'"));
+    EXPECT_THAT(why, HasSubstr("mock backend"));
+    EXPECT_THAT(why, HasSubstr(c.why));
+    EXPECT_FALSE(FaultNeedsFakeNic(rule).empty());
+  }
+  EXPECT_TRUE(faults_->NeverFired().empty());  // nothing was added
+}
+
+TEST_F(FaultInjectionTest, OverAnotherBackendCallFaultsAndPollStatusesWork) {
+  Build(FakeNicConfig{}, 7, /*over_another_backend=*/true);
+  size_t p = Connect();
+  FaultRule refuse =
+      Rule("second post refused", FaultCall::kPostSend, FaultAction::kFailCall);
+  refuse.nth = 2;
+  refuse.error = ENOMEM;
+  EXPECT_TRUE(FaultNeedsFakeNic(refuse).empty());
+  Add(refuse);
+  FaultRule report = Rule("first reported denied", FaultCall::kPollCq,
+                          FaultAction::kCompleteWithStatus);
+  report.qp_num = QpNum(pairs_[p].client);
+  report.nth = 1;
+  report.status = IBV_WC_REM_ACCESS_ERR;
+  Add(report);
+  EXPECT_EQ(Write(p, 0), 0);
+  EXPECT_EQ(Write(p, 1), RPMA_E_PROVIDER);
+  EXPECT_EQ(Write(p, 2), 0);
+  EXPECT_THAT(Statuses(Drain(pairs_[p].client_cq)),
+              ElementsAre(IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS));
+  EXPECT_THAT(Statuses(Drain(pairs_[p].server_cq)),
+              ElementsAre(IBV_WC_SUCCESS, IBV_WC_SUCCESS));
+  EXPECT_EQ(faults_->TimesFired("second post refused"), 1u);
+  EXPECT_EQ(faults_->TimesFired("first reported denied"), 1u);
+  // Not a fake: the NIC's event stream holds no fault records; Fired() does.
+  EXPECT_TRUE(fault_records_.empty());
+  EXPECT_EQ(faults_->Fired().size(), 2u);
 }
 
 }  // namespace

@@ -243,6 +243,59 @@ std::vector<Program> RegressionPrograms() {
                     0,
                     {WriteOp{1, true, true, Fault::kBadRkey, 8015}}},
                Step{StepKind::kRecv, 2, {}}}},
+      // Send WRs posted in ERR are flushed only when rxe's requester index
+      // is not at the producer at the doorbell (Personality::
+      // sq_flush_follows_requester_index): the first write fails on its
+      // FIRST packet (the index stays on it), the second post's two WRs
+      // bring the 8-slot ring's producer to that index. Program 500.
+      Program{1000005,
+              7,
+              4,
+              {Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{1025, true, true, Fault::kOutOfBounds, 936},
+                     WriteOp{0, true, true, Fault::kNone, 11056},
+                     WriteOp{0, true, true, Fault::kNone, 46833},
+                     WriteOp{0, true, true, Fault::kNone, 39530},
+                     WriteOp{0, false, true, Fault::kBadRkey, 4862},
+                     WriteOp{0, true, true, Fault::kNone, 35706},
+                     WriteOp{0, true, true, Fault::kNone, 33299}}},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 13564},
+                     WriteOp{0, true, true, Fault::kBadRkey, 8755}}}}},
+      // The same through an RNR error (rnr_retry 0): one index step per
+      // ibv_post_send in ERR, so seven WRs in one post land on it. Program
+      // 644.
+      Program{1000006,
+              0,
+              4,
+              {Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 2003}}},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 34852},
+                     WriteOp{0, true, true, Fault::kNone, 42754}}},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 24805},
+                     WriteOp{0, false, true, Fault::kNone, 8118},
+                     WriteOp{0, false, true, Fault::kNone, 7940},
+                     WriteOp{0, false, true, Fault::kNone, 6340},
+                     WriteOp{0, false, true, Fault::kNone, 19244},
+                     WriteOp{0, true, true, Fault::kNone, 8772},
+                     WriteOp{0, true, true, Fault::kOutOfBounds, 29912}}}}},
+      // A receive stranded in ERR flushes on the next ibv_modify_qp to ERR
+      // (rxe_qp.c rxe_qp_from_attr runs rxe_qp_error). Program 936.
+      Program{
+          1000007,
+          0,
+          16,
+          {Step{StepKind::kWrites,
+                0,
+                {WriteOp{1025, true, true, Fault::kBadRkey, 24097}}},
+           Step{StepKind::kRecv, 1, {}}, Step{StepKind::kServerErr, 0, {}}}},
   };
 }
 

@@ -1,13 +1,15 @@
-// scenario: runs a write-with-imm scenario file on the fake NIC.
+// scenario: runs a write-with-imm scenario file on the fake NIC, or on a
+// real one through rdma-core.
 //
 //   bazel run //tools:scenario -- tools/scenarios/happy_path.yaml
 //       [--seed N] [--trace FILE] [--replay FILE] [--timeline FILE.svg]
-//       [--budget N] [--quiet]
+//       [--budget N] [--quiet] [--backend fake|rdma-core] [--address ADDR]
 //
 // Prints the event log and a summary; exits 0 when every expectation holds,
 // 1 when one fails (or a replay diverges), 2 on a bad command line, a file
 // that cannot be used (missing, unreadable, a directory, too large, not
-// valid), or a scenario over its budget (scenario_budget.h).
+// valid), or a scenario over its budget (scenario_budget.h), 3 when the
+// backend cannot host one of the scenario's faults (skipped; it says why).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -40,11 +42,17 @@ constexpr char kUsage[] =
     "  --budget N        allow N times the default resource budget (memory\n"
     "                    1 GiB, 16 GiB moved, 1 M events; N from 1 to 1024)\n"
     "  --quiet           print only the summary\n"
+    "  --backend B       fake (default) or rdma-core: the real NIC that owns\n"
+    "                    --address (default $RPMA_HARNESS_BACKEND, else "
+    "fake);\n"
+    "                    faults that need the fake NIC skip the scenario\n"
+    "  --address ADDR    rdma-core: a local address of the RDMA device (both\n"
+    "                    ends use it; default $RPMA_HARNESS_VM_ADDR)\n"
     "  --help            this text\n"
     "\n"
     "Exit status: 0 every expectation held, 1 one failed or the replay\n"
     "diverges, 2 a usage error, an unusable or invalid file, or a scenario\n"
-    "over its budget.\n";
+    "over its budget, 3 skipped: the backend cannot host one of its faults.\n";
 
 // `bazel run` starts programs in their runfiles; paths the user typed are
 // relative to where they typed them.
@@ -92,6 +100,12 @@ int main(int argc, char** argv) {
   bool quiet = false;
   uint64_t budget_factor = 1;
   rpma_harness::RunOptions options;
+  if (const char* env = std::getenv("RPMA_HARNESS_BACKEND")) {
+    if (*env != '\0') options.backend = env;
+  }
+  if (const char* env = std::getenv("RPMA_HARNESS_VM_ADDR")) {
+    options.address = env;
+  }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -134,6 +148,10 @@ int main(int argc, char** argv) {
       timeline = UserPath(value());
     } else if (arg == "--quiet") {
       quiet = true;
+    } else if (arg == "--backend") {
+      options.backend = value();
+    } else if (arg == "--address") {
+      options.address = value();
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "scenario: unknown option %s\n%s", arg.c_str(),
                    kUsage);
@@ -147,6 +165,18 @@ int main(int argc, char** argv) {
   }
   if (file.empty()) {
     std::fprintf(stderr, "scenario: which scenario file?\n%s", kUsage);
+    return 2;
+  }
+  if (options.backend != "fake" && options.backend != "rdma-core") {
+    std::fprintf(stderr,
+                 "scenario: --backend %s: neither fake nor rdma-core\n%s",
+                 options.backend.c_str(), kUsage);
+    return 2;
+  }
+  if (options.backend == "rdma-core" && options.address.empty()) {
+    std::fprintf(stderr,
+                 "scenario: --backend rdma-core needs --address (a local "
+                 "address of the RDMA device) or RPMA_HARNESS_VM_ADDR\n");
     return 2;
   }
   if ((!replay.empty() && !CheckReadable("--replay", replay)) ||
@@ -175,6 +205,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   std::printf("%s", rpma_harness::Summary(result).c_str());
+  if (result.skipped) return 3;
   int status = result.failures.empty() ? 0 : 1;
   if (!trace.empty()) {
     if (!rpma_harness::WriteTrace(result, trace, &error)) {

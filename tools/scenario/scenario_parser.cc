@@ -308,7 +308,10 @@ void ParseFault(const YAML::Node& node, size_t index, Scenario* s) {
     const bool has_qp = rule.call == FaultCall::kPostSend ||
                         rule.call == FaultCall::kPostRecv ||
                         rule.call == FaultCall::kExecute ||
-                        rule.call == FaultCall::kCmEvent;
+                        rule.call == FaultCall::kCmEvent ||
+                        // a rewritten completion belongs to one QP
+                        (rule.call == FaultCall::kPollCq &&
+                         rule.action == FaultAction::kCompleteWithStatus);
     if (!has_qp && !side.empty()) {
       Fail(node["side"],
            named + ": 'side' does not apply to '" + ToString(rule.call) + "'");

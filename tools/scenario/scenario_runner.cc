@@ -6,6 +6,7 @@
 #include <librpma.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -13,12 +14,14 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "mock/fake_nic.h"
 #include "mock/fault_injection.h"
 #include "rpma/harness.h"
 #include "tools/scenario/scenario_parser.h"
+#include "verbs_backend/rdma_core_backend.h"
 
 namespace rpma_harness {
 namespace {
@@ -80,6 +83,9 @@ struct Connection {
   uint64_t posted = 0;
   uint64_t finished = 0;  // executed or flushed send WRs
   uint64_t next_recv = 0;
+  // rdma-core: the posted writes in order (id, signaled) and how many of
+  // them a completion has accounted for (see Run::AccountClient).
+  std::vector<std::pair<uint64_t, bool>> posted_ids;
 };
 
 // Both sides of one write: where it reads and writes.
@@ -94,8 +100,13 @@ struct PlannedWrite {
 
 class Run {
  public:
-  Run(const Scenario& s, uint64_t seed, uint64_t max_events)
-      : s_(s), seed_(seed), max_events_(max_events) {}
+  Run(const Scenario& s, const RunOptions& options)
+      : s_(s),
+        seed_(options.seed.value_or(s.seed)),
+        options_(options),
+        real_(options.backend != "fake"),
+        addr_(real_ ? options.address : std::string(kServerAddr)),
+        max_events_(options.max_events) {}
 
   ScenarioResult Go();
 
@@ -136,16 +147,34 @@ class Run {
   int Await(const std::function<int()>& attempt, int not_yet);
   // Steps until `done` or idle (or out of steps); polls after every step.
   void Drive(const std::function<bool()>& done);
-  void PollAll();
-  void Poll(Connection& c, bool client);
+  // Returns how many completions (or failed polls) it saw.
+  uint64_t PollAll();
+  uint64_t Poll(Connection& c, bool client);
+  // rdma-core: a client completion for write `wr_id` accounts for it and
+  // for every write posted before it (an RC send queue completes in order,
+  // and an unsignaled WR that ends well reports nothing: ibv_post_send(3)).
+  void AccountClient(Connection& c, uint64_t wr_id, bool success);
+  // Sets up the backend and its faults; false (with r_.skipped) when the
+  // backend cannot host the scenario.
+  bool MakeBackend();
   void Finish(Connection& c);
   void Verify();
   void Check();
   void BuildTrace();
 
+  using Clock = std::chrono::steady_clock;
+  uint64_t MsSince(Clock::time_point t) const {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t)
+            .count());
+  }
+
   const Scenario& s_;
   const uint64_t seed_;
-  std::shared_ptr<FakeNic> nic_;
+  const RunOptions options_;
+  const bool real_;  // not the fake: no Step(), the wall clock instead
+  const std::string addr_;
+  std::shared_ptr<FakeNic> nic_;  // null on rdma-core
   std::shared_ptr<FaultInjector> faults_;
   rpma_peer* client_peer_ = nullptr;
   rpma_peer* server_peer_ = nullptr;
@@ -164,18 +193,36 @@ class Run {
 };
 
 int Run::Await(const std::function<int()>& attempt, int not_yet) {
+  const Clock::time_point start = Clock::now();
   while (true) {
     int ret = attempt();
     if (ret != not_yet) return ret;
+    if (real_) {
+      if (MsSince(start) >= options_.wait_limit_ms) return ret;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
     if (r_.steps >= s_.max_steps || !nic_->Step()) return ret;
     ++r_.steps;
   }
 }
 
 void Run::Drive(const std::function<bool()>& done) {
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last_seen = start;
   while (true) {
-    PollAll();
+    if (PollAll() > 0) last_seen = Clock::now();
     if (done()) return;
+    if (real_) {
+      // A real NIC cannot say it is idle: silence for quiet_ms is taken
+      // as the end, and no wait lasts longer than wait_limit_ms.
+      if (MsSince(last_seen) >= options_.quiet_ms ||
+          MsSince(start) >= options_.wait_limit_ms) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
     if (r_.steps >= s_.max_steps) {
       r_.stalled = !nic_->Idle();
       return;
@@ -185,22 +232,38 @@ void Run::Drive(const std::function<bool()>& done) {
   }
 }
 
-void Run::PollAll() {
+uint64_t Run::PollAll() {
+  uint64_t seen = 0;
   for (Connection& c : conns_) {
-    if (c.client != nullptr) Poll(c, true);
-    if (c.server != nullptr) Poll(c, false);
+    if (c.client != nullptr) seen += Poll(c, true);
+    if (c.server != nullptr) seen += Poll(c, false);
+  }
+  return seen;
+}
+
+void Run::AccountClient(Connection& c, uint64_t wr_id, bool success) {
+  for (uint64_t k = c.finished; k < c.posted_ids.size(); ++k) {
+    if (c.posted_ids[k].first != wr_id) continue;
+    for (uint64_t j = c.finished; j < k; ++j) {
+      executed_ok_.insert({c.index, c.posted_ids[j].first});
+    }
+    if (success) executed_ok_.insert({c.index, wr_id});
+    c.finished = k + 1;
+    return;
   }
 }
 
-void Run::Poll(Connection& c, bool client) {
+uint64_t Run::Poll(Connection& c, bool client) {
   rpma_cq* cq = client ? c.client_cq : c.server_cq;
   bool& dead = client ? c.client_cq_dead : c.server_cq_dead;
-  if (cq == nullptr || dead) return;
+  if (cq == nullptr || dead) return 0;
   const std::string side = client ? "client" : "server";
+  uint64_t seen = 0;
   while (true) {
     ibv_wc wc;
     int ret = rpma_cq_get_wc(cq, 1, &wc, nullptr);
-    if (ret == RPMA_E_NO_COMPLETION) return;
+    if (ret == RPMA_E_NO_COMPLETION) return seen;
+    ++seen;
     if (ret != 0) {
       // An overrun CQ fails every poll from now on.
       App(side, c.index, "rpma_cq_get_wc", ret);
@@ -208,11 +271,18 @@ void Run::Poll(Connection& c, bool client) {
                        ": rpma_cq_get_wc failed: " + rpma_err_2str(ret));
       (client ? r_.client_completions : r_.server_completions)["CQ_ERROR"]++;
       dead = true;
-      return;
+      return seen;
     }
     const std::string status =
         WcStatusShortName(static_cast<ibv_wc_status>(wc.status));
     (client ? r_.client_completions : r_.server_completions)[status]++;
+    if (real_) {
+      // No NIC events to trace on a real NIC: the completions are what the
+      // program saw.
+      App(side, c.index, std::string("completion ") + status, 0,
+          client ? wc.wr_id : 0);
+      if (client) AccountClient(c, wc.wr_id, wc.status == IBV_WC_SUCCESS);
+    }
     if (client) {
       client_status_[{c.index, wc.wr_id}] = status;
     } else if (wc.status == IBV_WC_SUCCESS &&
@@ -274,7 +344,7 @@ bool Run::SetUp(Connection& c) {
 
   rpma_conn_req* req = nullptr;
   if (!step("client", "rpma_conn_req_new",
-            rpma_conn_req_new(client_peer_, kServerAddr, port.c_str(),
+            rpma_conn_req_new(client_peer_, addr_.c_str(), port.c_str(),
                               client_cfg, &req)) ||
       !step("client", "rpma_conn_req_connect",
             rpma_conn_req_connect(&req, nullptr, &c.client))) {
@@ -461,8 +531,10 @@ void Run::Check() {
   expect(r_.unfinished == e.unfinished,
          std::to_string(e.unfinished) + " writes left unfinished (got " +
              std::to_string(r_.unfinished) + ")");
-  expect(!r_.stalled, "the NIC finished its work within max_steps (" +
-                          std::to_string(s_.max_steps) + ")");
+  if (!real_) {
+    expect(!r_.stalled, "the NIC finished its work within max_steps (" +
+                            std::to_string(s_.max_steps) + ")");
+  }
   // A run whose connections never came up tested nothing, unless that is
   // what the scenario says should happen (expect: connection:).
   if (setup_failed_ && !e.connection) {
@@ -563,56 +635,101 @@ void Run::BuildTrace() {
   }
 }
 
-ScenarioResult Run::Go() {
-  r_.name = s_.name;
-  r_.seed = seed_;
-  FakeNicConfig config;
-  config.seed = seed_;
-  config.personality = s_.personality == "rxe"   ? Personality::Rxe()
-                       : s_.personality == "siw" ? Personality::Siw()
-                                                 : Personality::Spec();
-  if (s_.personality == "rxe") config.caps = FakeDeviceCaps::Rxe();
-  config.random_schedule = s_.random_schedule;
-  nic_ = std::make_shared<FakeNic>(config);
-  faults_ = std::make_shared<FaultInjector>(nic_, seed_);
-  for (const FaultRule& rule : s_.faults) faults_->AddRule(rule);
+bool Run::MakeBackend() {
+  auto skip = [&](const std::string& why) {
+    r_.skipped = true;
+    r_.skip_reason = why;
+    r_.log.push_back("skipped on " + options_.backend + ": " + why);
+    return false;
+  };
+  if (!real_) {
+    FakeNicConfig config;
+    config.seed = seed_;
+    config.personality = s_.personality == "rxe"   ? Personality::Rxe()
+                         : s_.personality == "siw" ? Personality::Siw()
+                                                   : Personality::Spec();
+    if (s_.personality == "rxe") config.caps = FakeDeviceCaps::Rxe();
+    config.random_schedule = s_.random_schedule;
+    nic_ = std::make_shared<FakeNic>(config);
+    faults_ = std::make_shared<FaultInjector>(nic_, seed_);
+  } else {
+    if (options_.backend != "rdma-core") {
+      return skip("unknown backend '" + options_.backend +
+                  "' (fake or rdma-core)");
+    }
+    // The scenario's fault rules first: one the real NIC cannot host makes
+    // the whole scenario meaningless there.
+    for (const FaultRule& rule : s_.faults) {
+      const std::string needs = FaultNeedsFakeNic(rule);
+      if (!needs.empty()) {
+        return skip("fault '" + rule.name + "' needs the fake NIC: " + needs);
+      }
+    }
+    if (addr_.empty()) {
+      return skip(
+          "no address: the rdma-core backend needs the address of "
+          "a local RDMA device (--address, or RPMA_HARNESS_VM_ADDR)");
+    }
+    faults_ = std::make_shared<FaultInjector>(
+        std::make_shared<RdmaCoreBackend>(), seed_);
+    r_.log.push_back("backend rdma-core at " + addr_ +
+                     ": the NIC is what it is (the "
+                     "scenario's personality '" +
+                     s_.personality + "'" +
+                     (s_.random_schedule ? " and random schedule" : "") +
+                     " apply to the fake only)");
+  }
+  for (const FaultRule& rule : s_.faults) {
+    std::string why;
+    if (!faults_->AddRule(rule, &why)) return skip(why);
+  }
   // librpma always asks for rnr_retry 7; a scenario may model a peer that
   // asks for fewer retries.
   if (s_.rnr_retry != 7) faults_->OverrideRnrRetry(s_.rnr_retry);
-  nic_->AddObserver([this](const FakeNicEvent& e) {
-    if (Keep()) {
-      Item item;
-      item.nic = e;
-      items_.push_back(std::move(item));
-    }
-    if (e.kind == FakeNicEvent::Kind::kExecute ||
-        (e.kind == FakeNicEvent::Kind::kCompletion &&
-         e.status == IBV_WC_WR_FLUSH_ERR)) {
-      for (Connection& c : conns_) {
-        if (c.client_qp != 0 && c.client_qp == e.qp_num) {
-          // A send-queue slot frees when the NIC is done with the WR:
-          // executed (well or not) or flushed. The client posts no
-          // receives, so its flushes are all send WRs.
-          ++c.finished;
-          if (e.kind == FakeNicEvent::Kind::kExecute) {
-            if (e.status == IBV_WC_SUCCESS)
-              executed_ok_.insert({c.index, e.wr_id});
-            if (e.text.find("torn write") != std::string::npos) {
-              torn_[{c.index, e.wr_id}] = e.byte_len;
+  return true;
+}
+
+ScenarioResult Run::Go() {
+  r_.name = s_.name;
+  r_.seed = seed_;
+  r_.backend = options_.backend;
+  if (!MakeBackend()) return r_;
+  if (nic_ != nullptr) {
+    nic_->AddObserver([this](const FakeNicEvent& e) {
+      if (Keep()) {
+        Item item;
+        item.nic = e;
+        items_.push_back(std::move(item));
+      }
+      if (e.kind == FakeNicEvent::Kind::kExecute ||
+          (e.kind == FakeNicEvent::Kind::kCompletion &&
+           e.status == IBV_WC_WR_FLUSH_ERR)) {
+        for (Connection& c : conns_) {
+          if (c.client_qp != 0 && c.client_qp == e.qp_num) {
+            // A send-queue slot frees when the NIC is done with the WR:
+            // executed (well or not) or flushed. The client posts no
+            // receives, so its flushes are all send WRs.
+            ++c.finished;
+            if (e.kind == FakeNicEvent::Kind::kExecute) {
+              if (e.status == IBV_WC_SUCCESS)
+                executed_ok_.insert({c.index, e.wr_id});
+              if (e.text.find("torn write") != std::string::npos) {
+                torn_[{c.index, e.wr_id}] = e.byte_len;
+              }
             }
           }
         }
       }
-    }
-  });
+    });
+  }
   ScopedBackend use(faults_);
 
   ibv_context* dev = nullptr;
   bool ready = rpma_utils_get_ibv_context(
-                   kServerAddr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev) == 0 &&
+                   addr_.c_str(), RPMA_UTIL_IBV_CONTEXT_LOCAL, &dev) == 0 &&
                rpma_peer_new(dev, &server_peer_) == 0 &&
                rpma_peer_new(dev, &client_peer_) == 0 &&
-               rpma_ep_listen(server_peer_, kServerAddr,
+               rpma_ep_listen(server_peer_, addr_.c_str(),
                               std::to_string(kBasePort).c_str(), &ep_) == 0;
   if (ready) {
     int fd = -1;
@@ -677,11 +794,43 @@ ScenarioResult Run::Go() {
     if (ret == 0) {
       ++c.posted;
       ++r_.posted;
+      c.posted_ids.push_back({w.id, (w.flags & RPMA_F_COMPLETION_ALWAYS) ==
+                                        RPMA_F_COMPLETION_ALWAYS});
     } else {
       ++r_.post_errors;
     }
   }
-  Drive([] { return false; });
+  if (real_) {
+    // Every signaled write's completion, then the quiet period for the
+    // server's completions and flushes.
+    Drive([&] {
+      for (const Connection& c : conns_) {
+        for (uint64_t k = c.finished; k < c.posted_ids.size(); ++k) {
+          if (c.posted_ids[k].second) return false;
+        }
+      }
+      return true;
+    });
+    Drive([] { return false; });
+    for (Connection& c : conns_) {
+      // Unsignaled writes after the last completion: a real NIC reports
+      // nothing for those that succeed (ibv_post_send(3)) and an error
+      // completion for any that fails, so silence means they landed (the
+      // data check then holds the bytes to it).
+      bool tail_unsignaled = true;
+      for (uint64_t k = c.finished; k < c.posted_ids.size(); ++k) {
+        tail_unsignaled = tail_unsignaled && !c.posted_ids[k].second;
+      }
+      if (tail_unsignaled) {
+        for (uint64_t k = c.finished; k < c.posted_ids.size(); ++k) {
+          executed_ok_.insert({c.index, c.posted_ids[k].first});
+        }
+        c.finished = c.posted_ids.size();
+      }
+    }
+  } else {
+    Drive([] { return false; });
+  }
   for (Connection& c : conns_) r_.unfinished += c.posted - c.finished;
   for (Connection& c : conns_) Finish(c);
   r_.connection = conns_.empty() ? "not_connected" : conns_[0].state;
@@ -701,7 +850,7 @@ ScenarioResult Run::Go() {
   // Teardown: everything the run made is released, whatever happened.
   for (Connection& c : conns_) {
     if (c.client != nullptr) rpma_conn_disconnect(c.client);
-    nic_->RunUntilIdle();
+    if (nic_ != nullptr) nic_->RunUntilIdle();
     rpma_conn_delete(&c.client);
     rpma_conn_delete(&c.server);
     rpma_mr_remote_delete(&c.remote);
@@ -722,7 +871,7 @@ ScenarioResult Run::Go() {
 
 ScenarioResult RunScenario(const Scenario& scenario,
                            const RunOptions& options) {
-  Run run(scenario, options.seed.value_or(scenario.seed), options.max_events);
+  Run run(scenario, options);
   return run.Go();
 }
 
@@ -735,8 +884,17 @@ std::string Summary(const ScenarioResult& r) {
     }
     return text.empty() ? std::string("none") : text;
   };
-  out << "scenario:     " << r.name << " (seed " << r.seed << ", " << r.steps
-      << " NIC steps)\n";
+  if (r.backend != "fake") {
+    out << "scenario:     " << r.name << " (seed " << r.seed << ", on "
+        << r.backend << ")\n";
+  } else {
+    out << "scenario:     " << r.name << " (seed " << r.seed << ", " << r.steps
+        << " NIC steps)\n";
+  }
+  if (r.skipped) {
+    out << "skipped:      " << r.skip_reason << "\n";
+    return out.str();
+  }
   out << "operations:   " << r.posted << " writes with imm posted, "
       << r.post_errors << " refused at post\n";
   out << "completions:  client " << counts(r.client_completions) << "\n";

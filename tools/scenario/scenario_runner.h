@@ -1,9 +1,13 @@
-// scenario_runner.h: plays a Scenario on the fake NIC through the rpma API
-// and says what happened.
+// scenario_runner.h: plays a Scenario on the fake NIC (or on a real one
+// through rdma-core) through the rpma API and says what happened.
 //
-// The run is single-threaded and drives the NIC one step at a time, so with
-// the same scenario and seed every event happens in the same order: the
-// trace (one JSON object per line) is byte-identical run after run.
+// On the fake the run is single-threaded and drives the NIC one step at a
+// time, so with the same scenario and seed every event happens in the same
+// order: the trace (one JSON object per line) is byte-identical run after
+// run. On rdma-core (RunOptions::backend) the NIC runs on its own: the runner
+// polls against the wall clock, the trace holds the program's calls and the
+// completions it polled (no NIC-internal events), and a scenario whose
+// faults need the fake (FaultNeedsFakeNic) is skipped with the reason.
 //
 //   Scenario s = ...;
 //   ScenarioResult r = RunScenario(s, RunOptions{});
@@ -29,6 +33,15 @@ struct RunOptions {
   // Events kept at most (0: no limit); a run that would keep more stops
   // keeping them and fails. The command line sets the budget's figure.
   uint64_t max_events = 0;
+  // "fake" (default) or "rdma-core": the real NIC that owns `address`.
+  std::string backend = "fake";
+  // rdma-core only: the local address both ends use (one process, loopback
+  // through the NIC, as the soft-RoCE VM's tests do).
+  std::string address;
+  // rdma-core only: how long the NIC may stay silent before the runner
+  // takes the run as finished, and the most any wait may take.
+  uint64_t quiet_ms = 500;
+  uint64_t wait_limit_ms = 30000;
 };
 
 // A trace line longer than this is not one --trace wrote.
@@ -52,6 +65,11 @@ struct TraceEvent {
 struct ScenarioResult {
   std::string name;
   uint64_t seed = 0;
+  std::string backend = "fake";
+  // Not run: the backend cannot host one of its faults (or the options are
+  // unusable); skip_reason says which fault and why.
+  bool skipped = false;
+  std::string skip_reason;
   uint64_t posted = 0;
   uint64_t post_errors = 0;
   std::map<std::string, uint64_t> client_completions;  // by status name

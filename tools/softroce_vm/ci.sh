@@ -6,6 +6,11 @@
 # the host's conformance_test compares the fake with that recording, this
 # compares live rxe with it, so together they compare the fake with rxe.
 #
+# It runs the shipped scenarios (tools/scenarios/) on rxe with the rdma-core
+# backend and the same expectations as on the fake
+# (scenarios_on_rxe_test; those needing fake-only faults are skipped, each
+# with its reason on a "SCENARIO SKIP" line).
+#
 # It also runs every example pair (examples/, listed in examples/pairs.bzl)
 # as a server process and client processes on rxe, and two of them again
 # built with plain gcc against Debian's librpma-dev but loading the drop-in
@@ -18,7 +23,8 @@ cd "$(dirname "$0")/../.."
 
 targets=(//tests:conformance_test //tests:write_imm_flow_test
          //tools/softroce_vm:rxe_smoke_test //tests:random_differential_test
-         //tools/softroce_vm:peer_death_probe_test)
+         //tools/softroce_vm:peer_death_probe_test
+         //tools/softroce_vm:scenarios_on_rxe_test)
 out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
 # The example pairs' programs (:*_server, :*_client) and their list.
 pair_targets=(//examples:pairs.txt //rpma/dropin
@@ -74,6 +80,8 @@ tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
   --env RPMA_HARNESS_RANDOM_PROGRAMS=200 \
   --pairs "$out/pairs" "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
 tr -d '\r' <"$out/vm/console.log" | grep -a "^random differential:" >&2
+# The shipped scenarios on rxe: which ran, and why the others were skipped.
+tr -d '\r' <"$out/vm/console.log" | grep -a -E "^SCENARIO (PASS|FAIL|SKIP) " >&2
 grep -E "^softroce_vm: " "$out/run.log" >&2
 
 . .ci/count_cases.sh
