@@ -24,7 +24,8 @@ cd "$(dirname "$0")/../.."
 targets=(//tests:conformance_test //tests:write_imm_flow_test
          //tools/softroce_vm:rxe_smoke_test //tests:random_differential_test
          //tools/softroce_vm:peer_death_probe_test
-         //tools/softroce_vm:scenarios_on_rxe_test)
+         //tools/softroce_vm:scenarios_on_rxe_test
+         //tools/softroce_vm:static_verbs_probe_test)
 out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
 # The example pairs' programs (:*_server, :*_client) and their list.
 pair_targets=(//examples:pairs.txt //rpma/dropin
