@@ -45,6 +45,13 @@ int RawBufferNew(rpma_peer* peer, RawBuffer* raw) {
     munmap(mem, static_cast<size_t>(page));
     return ret;
   }
+  if (peer->checker != nullptr) {
+    // librpma's own scratch buffer: every flush reads into it, outstanding
+    // or not, and nobody reads the bytes; not the program's object either.
+    peer->checker->ExemptFromOverlap(reinterpret_cast<uintptr_t>(mem),
+                                     kRawSize);
+    peer->checker->NoteDeleted(mr);
+  }
   raw->page = mem;
   raw->page_size = static_cast<size_t>(page);
   raw->mr = mr;
