@@ -36,11 +36,20 @@ struct Stack {
   std::string where;  // the first frame outside the harness
 };
 
+// The demangled name of the function at `pc` ("" when the dynamic symbol
+// table does not have it: a static or anonymous-namespace function), and
+// "binary+0xoffset" in *module for addr2line(1).
 std::string Symbol(void* pc, std::string* module) {
   Dl_info info;
   std::memset(&info, 0, sizeof(info));
   if (dladdr(pc, &info) == 0) return "";
-  if (module != nullptr && info.dli_fname != nullptr) *module = info.dli_fname;
+  if (module != nullptr && info.dli_fname != nullptr) {
+    char off[32];
+    std::snprintf(off, sizeof(off), "+0x%zx",
+                  static_cast<size_t>(static_cast<char*>(pc) -
+                                      static_cast<char*>(info.dli_fbase)));
+    *module = std::string(info.dli_fname) + off;
+  }
   if (info.dli_sname == nullptr) return "";
   int status = 0;
   char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr,
@@ -50,12 +59,13 @@ std::string Symbol(void* pc, std::string* module) {
   return name;
 }
 
+// The harness's own entry points: the librpma API and the checker.
 bool IsHarnessFrame(const std::string& name) {
   static const char* const kPrefixes[] = {
-      "rpma_harness::", "rpma_",     "(anonymous namespace)::",
-      "std::",          "__",        "testing::",
+      "rpma_",  // the C API (rpma_harness:: does not start so)
+      "rpma_harness::CheckingBackend::",
+      "rpma_harness::internal::",
   };
-  if (name.empty()) return true;
   for (const char* p : kPrefixes) {
     if (name.compare(0, std::strlen(p), p) == 0) return true;
   }
@@ -68,11 +78,31 @@ Stack CaptureStack(int skip) {
   Stack stack;
   std::ostringstream out;
   int shown = 0;
+  // The user's frame is the one right after the last harness frame of the
+  // top run (unnamed frames between are the harness's static helpers).
+  bool in_top_run = true;
+  int user = -1;
+  std::vector<std::string> names, modules;
+  for (int i = skip; i < n; ++i) {
+    std::string module;
+    names.push_back(Symbol(pcs[i], &module));
+    modules.push_back(module);
+  }
+  for (size_t i = 0; i < names.size() && in_top_run; ++i) {
+    if (IsHarnessFrame(names[i])) {
+      user = static_cast<int>(i) + 1;
+    } else if (!names[i].empty()) {
+      in_top_run = false;
+    }
+  }
+  if (user >= 0 && user < static_cast<int>(names.size())) {
+    stack.where = names[user].empty() ? "?? (" + modules[user] + ")"
+                                      : names[user];
+  }
   for (int i = skip; i < n; ++i) {
     stack.frames.push_back(pcs[i]);
-    std::string module;
-    std::string name = Symbol(pcs[i], &module);
-    if (stack.where.empty() && !IsHarnessFrame(name)) stack.where = name;
+    const std::string& module = modules[i - skip];
+    const std::string& name = names[i - skip];
     if (shown < 16) {
       out << "    #" << shown << " " << pcs[i] << " in "
           << (name.empty() ? "??" : name) << " (" << module << ")\n";
@@ -215,6 +245,17 @@ uint64_t CheckingBackend::FindingCount(const std::string& check) const {
   uint64_t n = 0;
   for (const auto& f : findings_) n += f.check == check;
   return n;
+}
+
+std::vector<ibv_cq*> CheckingBackend::Cqs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<uint64_t, ibv_cq*> by_serial;
+  for (const auto& [key, state] : cqs_) {
+    if (state.cq != nullptr) by_serial[state.serial] = state.cq;
+  }
+  std::vector<ibv_cq*> out;
+  for (const auto& [serial, cq] : by_serial) out.push_back(cq);
+  return out;
 }
 
 std::vector<Finding> CheckingBackend::Findings() const {
@@ -603,7 +644,11 @@ ibv_cq* CheckingBackend::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
   ibv_cq* cq = inner_->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
   if (cq != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
-    cqs_[cq] = CqState{cq->cqe, 0, 0, false};
+    CqState state;
+    state.depth = cq->cqe;
+    state.serial = next_cq_serial_++;
+    state.cq = cq;
+    cqs_[cq] = state;
   }
   return cq;
 }

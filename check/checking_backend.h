@@ -110,6 +110,9 @@ class CheckingBackend final : public VerbsBackend {
   bool Enabled(const std::string& check) const;
   const CheckOptions& options() const { return options_; }
   VerbsBackend* inner() const { return inner_.get(); }
+  // The CQs it watches (alive ones), in creation order: for tests that
+  // reach under the rpma layer.
+  std::vector<ibv_cq*> Cqs() const;
 
   // ---- what only the rpma layer knows (rpma/ calls these) ----
   // `call` is the rpma function ("rpma_write_with_imm").
@@ -225,6 +228,8 @@ class CheckingBackend final : public VerbsBackend {
     uint64_t signaled_outstanding = 0;
     uint64_t events_unacked = 0;
     bool overrun_reported = false;
+    uint64_t serial = 0;
+    ibv_cq* cq = nullptr;
   };
   struct LiveObject {
     std::string kind;
@@ -261,6 +266,7 @@ class CheckingBackend final : public VerbsBackend {
   std::map<const ibv_srq*, std::deque<OutstandingRecv>> srq_recvs_;
   std::map<const void*, LiveObject> live_;
   std::vector<Range> exempt_;
+  uint64_t next_cq_serial_ = 0;
   std::vector<Finding> findings_;
   std::map<std::string, size_t> finding_index_;  // check + stack -> index
 
