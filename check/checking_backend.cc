@@ -451,7 +451,8 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
                                    const std::vector<Range>& local, bool sink,
                                    const Range* remote, uint32_t rkey,
                                    bool remote_written,
-                                   const std::string& description) {
+                                   const std::string& description,
+                                   bool include_recvs) {
   if (!Enabled("overlap")) return;
   auto against = [&](const std::vector<Range>& other, bool other_sink,
                      const std::string& other_description) {
@@ -501,10 +502,12 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
         return;
       }
     }
+    if (!include_recvs) continue;
     for (const auto& r : qs.recvs) {
       if (against(r.local, true, r.description)) return;
     }
   }
+  if (!include_recvs) return;
   for (const auto& [srq, recvs] : srq_recvs_) {
     for (const auto& r : recvs) {
       if (against(r.local, true, r.description)) return;
@@ -583,13 +586,32 @@ void CheckingBackend::ReapRecv(QpState* qs, const ibv_wc& wc) {
   if (recvs->empty()) return;
   // An RQ is consumed in order; an SRQ in the order of its posts too, but
   // interleaved between QPs: take the oldest receive with this wr_id.
-  for (auto it = recvs->begin(); it != recvs->end(); ++it) {
-    if (it->wr_id == wc.wr_id) {
-      recvs->erase(it);
-      return;
-    }
+  auto it = recvs->begin();
+  for (; it != recvs->end(); ++it) {
+    if (it->wr_id == wc.wr_id) break;
   }
-  recvs->pop_front();
+  if (it == recvs->end()) it = recvs->begin();
+  OutstandingRecv done = std::move(*it);
+  recvs->erase(it);
+  // Only a SEND places bytes in a receive buffer (a write with imm consumes
+  // the receive but writes the remote address: IB spec 9.4.3), so a
+  // receive buffer shared with other outstanding operations is a race
+  // exactly when a SEND landed in it: the next message, or the NIC still
+  // reading it for a send, may overwrite what the program now reads.
+  if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
+      wc.byte_len > 0) {
+    std::vector<Range> landed;
+    uint64_t left = wc.byte_len;
+    for (const Range& r : done.local) {
+      if (left == 0) break;
+      landed.push_back(Range{r.addr, std::min(left, r.len)});
+      left -= landed.back().len;
+    }
+    CheckOverlap(qs->qp_num, landed, /*sink=*/true, nullptr, 0, false,
+                 done.description + " (completed: a SEND of " +
+                     std::to_string(wc.byte_len) + " bytes landed)",
+                 /*include_recvs=*/true);
+  }
 }
 
 // ---- VerbsBackend ----------------------------------------------------------
@@ -809,7 +831,8 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
       if (!qs.in_error) {
         CheckOverlap(qs.qp_num, s.local, s.local_is_sink,
                      HasRemote(s.opcode) ? &s.remote : nullptr, s.rkey,
-                     s.remote_written, s.description);
+                     s.remote_written, s.description,
+                     /*include_recvs=*/false);
       }
       const bool signaled = s.signaled || qs.sq_sig_all;
       qs.sends.push_back(s);
@@ -925,11 +948,8 @@ int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
     std::lock_guard<std::mutex> lock(mu_);
     QpState& qs = qps_[qp->qp_num];
     qs.qp_num = qp->qp_num;
-    for (auto& r : posts) {
-      CheckOverlap(qs.qp_num, r.local, true, nullptr, 0, false,
-                   r.description);
-      qs.recvs.push_back(r);
-    }
+    // Checked when a SEND lands in it (ReapRecv), not at post.
+    for (auto& r : posts) qs.recvs.push_back(r);
   }
   int rc = inner_->PostRecv(qp, wr, bad_wr);
   if (rc != 0) {
@@ -951,10 +971,7 @@ int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& recvs = srq_recvs_[srq];
-    for (auto& r : posts) {
-      CheckOverlap(0, r.local, true, nullptr, 0, false, r.description);
-      recvs.push_back(r);
-    }
+    for (auto& r : posts) recvs.push_back(r);
   }
   int rc = inner_->PostSrqRecv(srq, wr, bad_wr);
   if (rc != 0) {
@@ -1110,8 +1127,32 @@ void ReportAtExit() {
     std::lock_guard<std::mutex> lock(ExitMutex());
     checkers = ExitCheckers();
   }
-  for (auto& c : checkers) c->ReportLiveObjects();
-  for (auto& c : checkers) c->ExitIfStrict();
+  // One summary for the process, over every checker it made (one per
+  // installed backend).
+  std::map<std::string, uint64_t> per_check;
+  uint64_t total = 0;
+  bool strict = false;
+  for (auto& c : checkers) {
+    c->ReportLiveObjects();
+    for (const Finding& f : c->Findings()) {
+      ++per_check[f.check];
+      ++total;
+    }
+    strict = strict || c->options().strict;
+  }
+  if (total == 0) return;
+  std::string line = "==" + std::to_string(getpid()) +
+                     "==rpma-harness check: " + std::to_string(total) +
+                     " finding(s):";
+  for (const auto& [check, n] : per_check) {
+    line += " " + check + "=" + std::to_string(n);
+  }
+  std::fprintf(stderr, "%s%s\n", line.c_str(),
+               strict ? " (strict: exiting with 66)" : "");
+  if (strict) {
+    std::fflush(nullptr);
+    _exit(kStrictExitCode);
+  }
 }
 
 }  // namespace

@@ -31,10 +31,12 @@
 //                  a larger MR behind the same rkey)
 //   source-changed the source of a posted write/send changed before its
 //                  completion (or a later signaled one) was reaped
-//   overlap        a receive (or READ destination) reposted while an
-//                  outstanding operation uses overlapping memory, or two
-//                  outstanding operations of different QPs writing
-//                  overlapping remote memory
+//   overlap        a READ destination posted over memory an outstanding
+//                  operation uses (or the reverse); a SEND landing in a
+//                  receive buffer that another outstanding receive or send
+//                  also uses (a receive reposted too early); two
+//                  outstanding operations of different QPs touching
+//                  overlapping remote memory, one writing
 //   sq-overflow    more WRs outstanding on a send queue than its depth: an
 //                  unsignaled WR's slot is only freed when a later signaled
 //                  WR's completion is reaped (rdma-core mlx5 cq.c)
@@ -247,7 +249,8 @@ class CheckingBackend final : public VerbsBackend {
   // outstanding. REQUIRES: mu_ held.
   void CheckOverlap(uint32_t qp_num, const std::vector<Range>& local,
                     bool sink, const Range* remote, uint32_t rkey,
-                    bool remote_written, const std::string& description);
+                    bool remote_written, const std::string& description,
+                    bool include_recvs);
   bool Exempt(const Range& r) const;
   // Reaps the send WRs one completion of `qs` stands for. REQUIRES: mu_.
   void ReapSend(QpState* qs, const ibv_wc& wc);

@@ -40,6 +40,10 @@ constexpr char kUsage[] =
     "  --budget N        allow N times the default resource budget (memory\n"
     "                    1 GiB, 16 GiB moved, 1 M events; N from 1 to 1024)\n"
     "  --quiet           print only the summary\n"
+    "  --check[=LIST]    run under the usage checker (all checks, or the\n"
+    "                    comma-separated LIST); findings are in the summary\n"
+    "  --strict          any usage-checker finding fails the run (implies\n"
+    "                    --check unless the scenario or --check= says which)\n"
     "  --help            this text\n"
     "\n"
     "Exit status: 0 every expectation held, 1 one failed or the replay\n"
@@ -134,6 +138,13 @@ int main(int argc, char** argv) {
       timeline = UserPath(value());
     } else if (arg == "--quiet") {
       quiet = true;
+    } else if (arg == "--check") {
+      options.check = "all";
+    } else if (arg.rfind("--check=", 0) == 0) {
+      options.check = arg.substr(8);
+    } else if (arg == "--strict") {
+      options.strict = true;
+      if (!options.check) options.check = "all";
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "scenario: unknown option %s\n%s", arg.c_str(),
                    kUsage);

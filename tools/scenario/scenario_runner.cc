@@ -15,6 +15,7 @@
 #include <sstream>
 #include <utility>
 
+#include "check/checking_backend.h"
 #include "mock/fake_nic.h"
 #include "mock/fault_injection.h"
 #include "rpma/harness.h"
@@ -94,8 +95,13 @@ struct PlannedWrite {
 
 class Run {
  public:
-  Run(const Scenario& s, uint64_t seed, uint64_t max_events)
-      : s_(s), seed_(seed), max_events_(max_events) {}
+  Run(const Scenario& s, uint64_t seed, uint64_t max_events,
+      std::optional<std::string> check, bool strict)
+      : s_(s),
+        seed_(seed),
+        max_events_(max_events),
+        check_(std::move(check)),
+        strict_(strict) {}
 
   ScenarioResult Go();
 
@@ -159,6 +165,9 @@ class Run {
   std::set<std::pair<uint32_t, uint64_t>> executed_ok_;
   bool setup_failed_ = false;
   uint64_t max_events_ = 0;  // 0: no limit
+  std::optional<std::string> check_;  // the usage checker's checks, if any
+  bool strict_ = false;
+  std::shared_ptr<CheckingBackend> checker_;
   bool events_cut_ = false;
   ScenarioResult r_;
 };
@@ -470,6 +479,23 @@ void Run::Check() {
            "connection set-up succeeded (it failed, see the log; a scenario "
            "about a failing set-up says so with expect: {connection: ...})");
   }
+  if (e.findings) {
+    std::string text;
+    for (const auto& [name, n] : *e.findings) {
+      text += (text.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+    }
+    std::map<std::string, uint64_t> want = *e.findings;
+    for (auto it = want.begin(); it != want.end();) {
+      it = it->second == 0 ? want.erase(it) : std::next(it);
+    }
+    expect(r_.checked && want == r_.findings_per_check,
+           "usage-checker findings " + (text.empty() ? "none" : text) +
+               (r_.checked ? "" : " (the run was not checked: add check:)"));
+  } else if (strict_ && r_.checked) {
+    expect(r_.findings.empty(),
+           "no usage-checker findings (--strict; got " +
+               std::to_string(r_.findings.size()) + ")");
+  }
   if (events_cut_) {
     expect(false, "the run kept at most " + std::to_string(max_events_) +
                       " events (the budget's figure; the trace is cut there)");
@@ -605,7 +631,22 @@ ScenarioResult Run::Go() {
       }
     }
   });
-  ScopedBackend use(faults_);
+  std::shared_ptr<VerbsBackend> backend = faults_;
+  if (check_ && !check_->empty()) {
+    // The checker goes outermost: it sees what the program posts.
+    CheckOptions check;
+    std::string why;
+    if (!ParseCheckOptions(*check_, &check, &why)) {
+      r_.failures.push_back("check: " + why);
+      r_.expectations.push_back("FAILED: check: " + why);
+    }
+    check.print = false;  // listed in the summary instead
+    check.trace_nic = nic_.get();
+    checker_ = std::make_shared<CheckingBackend>(faults_, check);
+    backend = checker_;
+    r_.checked = true;
+  }
+  ScopedBackend use(backend);
 
   ibv_context* dev = nullptr;
   bool ready = rpma_utils_get_ibv_context(
@@ -712,6 +753,16 @@ ScenarioResult Run::Go() {
   rpma_ep_shutdown(&ep_);
   rpma_peer_delete(&client_peer_);
   rpma_peer_delete(&server_peer_);
+  if (checker_) {
+    checker_->ReportLiveObjects();
+    for (const Finding& f : checker_->Findings()) {
+      ++r_.findings_per_check[f.check];
+      r_.findings.push_back(f.check + ": " + f.what +
+                            (f.times > 1 ? " (x" + std::to_string(f.times) +
+                                               ")"
+                                         : ""));
+    }
+  }
   items_.resize(traced);
   BuildTrace();
   Check();
@@ -722,7 +773,10 @@ ScenarioResult Run::Go() {
 
 ScenarioResult RunScenario(const Scenario& scenario,
                            const RunOptions& options) {
-  Run run(scenario, options.seed.value_or(scenario.seed), options.max_events);
+  std::optional<std::string> check = options.check;
+  if (!check) check = scenario.check;
+  Run run(scenario, options.seed.value_or(scenario.seed), options.max_events,
+          check, options.strict);
   return run.Go();
 }
 
@@ -757,6 +811,10 @@ std::string Summary(const ScenarioResult& r) {
   }
   out << "connection:   " << r.connection << (r.stalled ? " (STALLED)" : "")
       << "\n";
+  if (r.checked) {
+    out << "findings:     " << counts(r.findings_per_check) << "\n";
+    for (const std::string& f : r.findings) out << "  " << f << "\n";
+  }
   out << "expectations: " << r.expectations.size() - r.failures.size()
       << " met, " << r.failures.size() << " failed\n";
   for (const std::string& e : r.expectations) out << "  " << e << "\n";

@@ -29,6 +29,11 @@ struct RunOptions {
   // Events kept at most (0: no limit); a run that would keep more stops
   // keeping them and fails. The command line sets the budget's figure.
   uint64_t max_events = 0;
+  // Overrides the scenario's `check:` ("all" or check names; "" disables).
+  std::optional<std::string> check;
+  // Any usage-checker finding fails the run (unless the scenario's
+  // expect.findings names it).
+  bool strict = false;
 };
 
 // A trace line longer than this is not one --trace wrote.
@@ -70,6 +75,9 @@ struct ScenarioResult {
   std::vector<std::string>
       expectations;  // each checked one, "ok: ..." or "FAILED: ..."
   std::vector<std::string> failures;  // the failed ones
+  bool checked = false;               // ran under the usage checker
+  std::map<std::string, uint64_t> findings_per_check;
+  std::vector<std::string> findings;  // "check: what (in where)"
 };
 
 ScenarioResult RunScenario(const Scenario& scenario, const RunOptions& options);
