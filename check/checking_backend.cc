@@ -102,11 +102,14 @@ Stack CaptureStack(int skip) {
     stack.where = names[user].empty() ? "?? (" + modules[user] + ")"
                                       : names[user];
   }
+  // Shown from the call the user made (the API entry point), as a
+  // sanitizer's report starts at the intercepted function.
+  const int first = user >= 1 ? skip + user - 1 : skip;
   for (int i = skip; i < n; ++i) {
     stack.frames.push_back(pcs[i]);
     const std::string& module = modules[i - skip];
     const std::string& name = names[i - skip];
-    if (shown < 16) {
+    if (i >= first && shown < 16) {
       out << "    #" << shown << " " << pcs[i] << " in "
           << (name.empty() ? "??" : name) << " (" << module << ")\n";
       ++shown;
@@ -143,39 +146,6 @@ bool IsRemoteWrite(int opcode) {
 
 bool HasRemote(int opcode) {
   return opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM;
-}
-
-std::string DescribeSend(uint32_t qp_num, const ibv_send_wr& wr) {
-  std::ostringstream out;
-  out << "qp " << qp_num << " wr_id " << Hex(wr.wr_id) << " "
-      << WrOpcodeName(wr.opcode)
-      << ((wr.send_flags & IBV_SEND_SIGNALED) ? " signaled" : " unsignaled");
-  if (wr.send_flags & IBV_SEND_INLINE) out << " inline";
-  uint64_t total = 0;
-  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (wr.num_sge > 0) {
-    out << " local " << Hex(wr.sg_list[0].addr) << " +" << total;
-  }
-  if (HasRemote(wr.opcode)) {
-    bool atomic = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                  wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-    out << " remote "
-        << Hex(atomic ? wr.wr.atomic.remote_addr : wr.wr.rdma.remote_addr)
-        << " rkey " << Hex(atomic ? wr.wr.atomic.rkey : wr.wr.rdma.rkey);
-  }
-  return out.str();
-}
-
-std::string DescribeRecv(const char* where, uint32_t num,
-                         const ibv_recv_wr& wr) {
-  std::ostringstream out;
-  out << where << " " << num << " wr_id " << Hex(wr.wr_id) << " RECV";
-  uint64_t total = 0;
-  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (wr.num_sge > 0) {
-    out << " local " << Hex(wr.sg_list[0].addr) << " +" << total;
-  }
-  return out.str();
 }
 
 }  // namespace
@@ -279,13 +249,14 @@ std::string CheckingBackend::TraceLines(uint32_t qp_num) const {
 
 void CheckingBackend::Report(const std::string& check, const std::string& what,
                              const std::string& details, uint32_t qp_num,
-                             const std::string* creation_stack) {
+                             const std::string* creation_stack,
+                             const std::string& creation_where) {
   Stack stack;
   if (creation_stack == nullptr) {
     stack = CaptureStack(/*skip=*/2);
   } else {
     stack.text = *creation_stack;
-    stack.where = "";
+    stack.where = creation_where;
   }
   std::string key = check + "|" + what.substr(0, what.find(':')) + "|" +
                     (creation_stack ? *creation_stack
@@ -360,7 +331,7 @@ void CheckingBackend::NoteCreated(const char* kind, const void* object) {
   if (!Enabled("leak") || object == nullptr) return;
   Stack stack = CaptureStack(/*skip=*/2);
   std::lock_guard<std::mutex> lock(mu_);
-  live_[object] = LiveObject{kind, stack.text};
+  live_[object] = LiveObject{kind, stack.text, stack.where};
 }
 
 void CheckingBackend::NoteDeleted(const void* object) {
@@ -380,12 +351,24 @@ size_t CheckingBackend::ReportLiveObjects() {
   for (const auto& [object, live] : live_) {
     char addr[32];
     std::snprintf(addr, sizeof(addr), "%p", object);
+    static const std::map<std::string, std::string> kRelease = {
+        {"rpma_peer", "rpma_peer_delete"},
+        {"rpma_ep", "rpma_ep_shutdown"},
+        {"rpma_conn_req", "rpma_conn_req_delete (or _connect)"},
+        {"rpma_conn", "rpma_conn_disconnect + rpma_conn_delete"},
+        {"rpma_mr_local", "rpma_mr_dereg"},
+        {"rpma_mr_remote", "rpma_mr_remote_delete"},
+        {"rpma_srq", "rpma_srq_delete"},
+    };
+    auto release = kRelease.find(live.kind);
     Report("leak", live.kind + " " + addr + " is still alive at exit",
-           "  fix: delete it (" + live.kind +
-               "_delete / _dereg / _shutdown, see its man page) before the "
-               "program ends; a real NIC keeps its resources (pinned memory, "
-               "QPs) until the process dies\n",
-           0, &live.stack);
+           "  fix: " +
+               (release == kRelease.end() ? std::string("release it")
+                                          : release->second) +
+               "(3) before the program ends; with a real NIC its "
+               "resources (pinned memory, QPs, CQs) stay until the process "
+               "dies\n",
+           0, &live.stack, live.where);
   }
   return live_.size();
 }
@@ -409,6 +392,24 @@ void CheckingBackend::ExitIfStrict() {
   }
 }
 
+std::string CheckingBackend::Text(const WrSummary& wr) {
+  std::ostringstream out;
+  out << wr.queue << " " << wr.num << " wr_id " << Hex(wr.wr_id) << " ";
+  if (wr.opcode < 0) {
+    out << "RECV";
+  } else {
+    out << WrOpcodeName(wr.opcode)
+        << ((wr.send_flags & IBV_SEND_SIGNALED) ? " signaled" : " unsignaled");
+    if (wr.send_flags & IBV_SEND_INLINE) out << " inline";
+  }
+  if (wr.has_local) out << " local " << Hex(wr.local) << " +" << wr.len;
+  if (wr.has_remote) {
+    out << " remote " << Hex(wr.remote) << " rkey " << Hex(wr.rkey);
+  }
+  if (!wr.note.empty()) out << " " << wr.note;
+  return out.str();
+}
+
 // ---- memory ----------------------------------------------------------------
 
 bool CheckingBackend::HashRanges(const std::vector<Range>& ranges,
@@ -426,12 +427,17 @@ bool CheckingBackend::HashRanges(const std::vector<Range>& ranges,
               chunk, reinterpret_cast<const void*>(r.addr + done), n, fault)) {
         return false;
       }
+      // Four independent lanes keep the multiplier busy (~4x one lane).
+      uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
       size_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        std::memcpy(&w, chunk + i, 8);
-        h = (h ^ w) * 1099511628211ull;
+      for (; i + 32 <= n; i += 32) {
+        for (int k = 0; k < 4; ++k) {
+          uint64_t w;
+          std::memcpy(&w, chunk + i + 8 * k, 8);
+          lane[k] = (lane[k] ^ w) * 1099511628211ull;
+        }
       }
+      h = lane[0] ^ (lane[1] * 3) ^ (lane[2] * 5) ^ (lane[3] * 7);
       for (; i < n; ++i) h = (h ^ chunk[i]) * 1099511628211ull;
       done += n;
     }
@@ -451,11 +457,11 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
                                    const std::vector<Range>& local, bool sink,
                                    const Range* remote, uint32_t rkey,
                                    bool remote_written,
-                                   const std::string& description,
+                                   const WrSummary& wr,
                                    bool include_recvs) {
   if (!Enabled("overlap")) return;
   auto against = [&](const std::vector<Range>& other, bool other_sink,
-                     const std::string& other_description) {
+                     const WrSummary& other_wr) {
     if (!sink && !other_sink) return false;  // two readers are fine
     for (const Range& a : local) {
       if (Exempt(a)) continue;
@@ -467,8 +473,8 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
                    std::to_string(a.len) +
                    " that an outstanding operation " +
                    (other_sink ? "receives into" : "still reads"),
-               "  new WR:         " + description +
-                   "\n  outstanding WR: " + other_description +
+               "  new WR:         " + Text(wr) +
+                   "\n  outstanding WR: " + Text(other_wr) +
                    "\n  why: ibv_post_send(3)/ibv_post_recv(3): a buffer "
                    "belongs to the NIC until its WR completes; the two "
                    "operations race and the result depends on the NIC\n"
@@ -483,7 +489,7 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
   };
   for (const auto& [num, qs] : qps_) {
     for (const auto& s : qs.sends) {
-      if (against(s.local, s.local_is_sink, s.description)) return;
+      if (against(s.local, s.local_is_sink, s.wr)) return;
       if (remote != nullptr && num != qp_num && s.rkey == rkey &&
           (remote_written || s.remote_written) &&
           Overlap(remote->addr, remote->len, s.remote.addr, s.remote.len)) {
@@ -491,8 +497,8 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
                "two outstanding operations of different QPs touch "
                "overlapping remote memory " +
                    Hex(remote->addr) + " and at least one writes it",
-               "  new WR:         " + description +
-                   "\n  outstanding WR: " + s.description +
+               "  new WR:         " + Text(wr) +
+                   "\n  outstanding WR: " + Text(s.wr) +
                    "\n  why: the IB spec orders operations within one QP "
                    "only (o9-21); across QPs the responder may apply them "
                    "in any order\n"
@@ -504,13 +510,13 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
     }
     if (!include_recvs) continue;
     for (const auto& r : qs.recvs) {
-      if (against(r.local, true, r.description)) return;
+      if (against(r.local, true, r.wr)) return;
     }
   }
   if (!include_recvs) return;
   for (const auto& [srq, recvs] : srq_recvs_) {
     for (const auto& r : recvs) {
-      if (against(r.local, true, r.description)) return;
+      if (against(r.local, true, r.wr)) return;
     }
   }
 }
@@ -533,7 +539,7 @@ void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
         Report("mr-unmapped",
                "the source of an outstanding WR became unreadable (fault "
                "at " + Hex(fault) + ") before its completion was reaped",
-               "  WR: " + s.description +
+               "  WR: " + Text(s.wr) +
                    "\n  fix: unmap or free registered memory only after "
                    "rpma_mr_dereg(3) and after every WR using it completed\n",
                qs->qp_num);
@@ -546,7 +552,7 @@ void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
                  std::string(WrOpcodeName(s.opcode)) +
                  " changed between the post and the reaping of its "
                  "completion",
-             "  WR: " + s.description +
+             "  WR: " + Text(s.wr) +
                  "\n  why: ibv_post_send(3): the buffers may not be "
                  "modified until the WR completes; a real NIC reads them "
                  "at any moment in between (several times, on a "
@@ -607,9 +613,10 @@ void CheckingBackend::ReapRecv(QpState* qs, const ibv_wc& wc) {
       landed.push_back(Range{r.addr, std::min(left, r.len)});
       left -= landed.back().len;
     }
-    CheckOverlap(qs->qp_num, landed, /*sink=*/true, nullptr, 0, false,
-                 done.description + " (completed: a SEND of " +
-                     std::to_string(wc.byte_len) + " bytes landed)",
+    WrSummary wr = done.wr;
+    wr.note = "(completed: a SEND of " + std::to_string(wc.byte_len) +
+              " bytes landed)";
+    CheckOverlap(qs->qp_num, landed, /*sink=*/true, nullptr, 0, false, wr,
                  /*include_recvs=*/true);
   }
 }
@@ -803,7 +810,20 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
       s.rkey = atomic ? w->wr.atomic.rkey : w->wr.rdma.rkey;
       s.remote_written = IsRemoteWrite(w->opcode);
     }
-    s.description = DescribeSend(qp->qp_num, *w);
+    s.wr.num = qp->qp_num;
+    s.wr.wr_id = w->wr_id;
+    s.wr.opcode = w->opcode;
+    s.wr.send_flags = w->send_flags;
+    if (w->num_sge > 0 && w->sg_list != nullptr) {
+      s.wr.has_local = true;
+      s.wr.local = w->sg_list[0].addr;
+      for (int i = 0; i < w->num_sge; ++i) s.wr.len += w->sg_list[i].length;
+    }
+    if (HasRemote(w->opcode)) {
+      s.wr.has_remote = true;
+      s.wr.remote = s.remote.addr;
+      s.wr.rkey = s.rkey;
+    }
     if (hash && !s.local_is_sink && !s.local.empty()) {
       uintptr_t fault = 0;
       if (HashRanges(s.local, &s.hash, &fault)) {
@@ -813,7 +833,7 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
         Report("mr-unmapped",
                "the source of a posted WR is registered but unreadable "
                "(fault at " + Hex(fault) + ")",
-               "  WR: " + s.description +
+               "  WR: " + Text(s.wr) +
                    "\n  why: a real NIC pinned the pages at ibv_reg_mr(3) "
                    "and keeps using them: it sends what was there, and the "
                    "program has freed memory the NIC still owns\n"
@@ -831,7 +851,7 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
       if (!qs.in_error) {
         CheckOverlap(qs.qp_num, s.local, s.local_is_sink,
                      HasRemote(s.opcode) ? &s.remote : nullptr, s.rkey,
-                     s.remote_written, s.description,
+                     s.remote_written, s.wr,
                      /*include_recvs=*/false);
       }
       const bool signaled = s.signaled || qs.sq_sig_all;
@@ -847,8 +867,8 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                    " WRs outstanding on a send queue of depth " +
                    std::to_string(qs.sq_depth) + " (" +
                    std::to_string(unsignaled) + " unsignaled)",
-               "  newest WR: " + s.description +
-                   "\n  oldest WR: " + qs.sends.front().description +
+               "  newest WR: " + Text(s.wr) +
+                   "\n  oldest WR: " + Text(qs.sends.front().wr) +
                    "\n  why: a send queue slot is freed only when the "
                    "completion of its WR, or of a later signaled WR, is "
                    "polled (rdma-core providers/mlx5/cq.c advances the SQ "
@@ -870,7 +890,7 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                    std::to_string(cq->second.signaled_outstanding) +
                        " signaled WRs outstanding on a CQ of " +
                        std::to_string(cq->second.depth) + " entries",
-                   "  newest WR: " + s.description +
+                   "  newest WR: " + Text(s.wr) +
                        "\n  why: every signaled WR puts a completion in "
                        "the CQ; once more than cqe are unpolled the CQ "
                        "overruns (ibv_create_cq(3)) and its QPs go to "
@@ -912,15 +932,23 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
 
 namespace {
 
-template <typename RecvList, typename Describe>
-void CollectRecvs(ibv_recv_wr* wr, RecvList* out, Describe describe) {
+template <typename RecvList>
+void CollectRecvs(ibv_recv_wr* wr, RecvList* out, const char* queue,
+                  uint32_t num) {
   for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
     typename RecvList::value_type r;
     r.wr_id = w->wr_id;
+    r.wr.queue = queue;
+    r.wr.num = num;
+    r.wr.wr_id = w->wr_id;
     for (int i = 0; i < w->num_sge && w->sg_list != nullptr; ++i) {
       r.local.push_back({w->sg_list[i].addr, w->sg_list[i].length});
+      r.wr.len += w->sg_list[i].length;
     }
-    r.description = describe(*w);
+    if (!r.local.empty()) {
+      r.wr.has_local = true;
+      r.wr.local = r.local[0].addr;
+    }
     out->push_back(std::move(r));
   }
 }
@@ -941,9 +969,7 @@ int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                               ibv_recv_wr** bad_wr) {
   if (qp == nullptr) return inner_->PostRecv(qp, wr, bad_wr);
   std::vector<OutstandingRecv> posts;
-  CollectRecvs(wr, &posts, [&](const ibv_recv_wr& w) {
-    return DescribeRecv("qp", qp->qp_num, w);
-  });
+  CollectRecvs(wr, &posts, "qp", qp->qp_num);
   {
     std::lock_guard<std::mutex> lock(mu_);
     QpState& qs = qps_[qp->qp_num];
@@ -965,9 +991,7 @@ int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
                                  ibv_recv_wr** bad_wr) {
   if (srq == nullptr) return inner_->PostSrqRecv(srq, wr, bad_wr);
   std::vector<OutstandingRecv> posts;
-  CollectRecvs(wr, &posts, [&](const ibv_recv_wr& w) {
-    return DescribeRecv("srq", srq->handle, w);
-  });
+  CollectRecvs(wr, &posts, "srq", srq->handle);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& recvs = srq_recvs_[srq];

@@ -193,6 +193,22 @@ class CheckingBackend final : public VerbsBackend {
     uint64_t addr = 0;
     uint64_t len = 0;
   };
+  // A WR as reports print it; kept as fields, formatted only for a report.
+  struct WrSummary {
+    const char* queue = "qp";  // "qp" or "srq"
+    uint32_t num = 0;
+    uint64_t wr_id = 0;
+    int opcode = -1;  // ibv_wr_opcode; -1: a receive
+    unsigned send_flags = 0;
+    bool has_local = false;
+    uint64_t local = 0;
+    uint64_t len = 0;
+    bool has_remote = false;
+    uint64_t remote = 0;
+    uint32_t rkey = 0;
+    std::string note;
+  };
+  static std::string Text(const WrSummary& wr);
   // A send WR from its post until its completion (or a later signaled
   // one's) is reaped.
   struct OutstandingSend {
@@ -206,12 +222,12 @@ class CheckingBackend final : public VerbsBackend {
     bool remote_written = false;
     bool has_hash = false;
     uint64_t hash = 0;
-    std::string description;  // the WR, one line
+    WrSummary wr;
   };
   struct OutstandingRecv {
     uint64_t wr_id = 0;
     std::vector<Range> local;
-    std::string description;
+    WrSummary wr;
   };
   struct QpState {
     ibv_qp* qp = nullptr;
@@ -236,6 +252,7 @@ class CheckingBackend final : public VerbsBackend {
   struct LiveObject {
     std::string kind;
     std::string stack;  // where it was created
+    std::string where;  // the user's function that created it
   };
 
   // Records (and prints, once per stack) a finding. REQUIRES: mu_ held.
@@ -243,13 +260,14 @@ class CheckingBackend final : public VerbsBackend {
   // the current stack).
   void Report(const std::string& check, const std::string& what,
               const std::string& details, uint32_t qp_num,
-              const std::string* creation_stack = nullptr);
+              const std::string* creation_stack = nullptr,
+              const std::string& creation_where = "");
   std::string TraceLines(uint32_t qp_num) const;
   // The overlap check of one new operation against everything
   // outstanding. REQUIRES: mu_ held.
   void CheckOverlap(uint32_t qp_num, const std::vector<Range>& local,
                     bool sink, const Range* remote, uint32_t rkey,
-                    bool remote_written, const std::string& description,
+                    bool remote_written, const WrSummary& wr,
                     bool include_recvs);
   bool Exempt(const Range& r) const;
   // Reaps the send WRs one completion of `qs` stands for. REQUIRES: mu_.
