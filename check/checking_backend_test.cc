@@ -22,7 +22,8 @@ namespace rpma_harness {
 // A peer and an MR made by this function, deleted or not.
 // Not in the anonymous namespace: reports name it (dladdr sees only
 // exported symbols).
-void MakePeerAndMr(CheckingBackend* checker, bool clean_up) {
+void MakePeerAndMr(bool clean_up, rpma_peer** peer_out = nullptr,
+                   rpma_mr_local** mr_out = nullptr) {
   ibv_context* ctx = nullptr;
   ASSERT_EQ(rpma_utils_get_ibv_context("10.0.0.9",
                                        RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
@@ -37,7 +38,8 @@ void MakePeerAndMr(CheckingBackend* checker, bool clean_up) {
     ASSERT_EQ(rpma_mr_dereg(&mr), 0);
     ASSERT_EQ(rpma_peer_delete(&peer), 0);
   }
-  (void)checker;
+  if (peer_out != nullptr) *peer_out = peer;
+  if (mr_out != nullptr) *mr_out = mr;
 }
 
 // Exported for the same reason.
@@ -423,7 +425,9 @@ TEST(LeakCheck, LiveObjectsAreReportedWithWhereTheyWereCreated) {
   CheckOptions options;
   auto checker = std::make_shared<CheckingBackend>(nic, options);
   ScopedBackend use(checker);
-  MakePeerAndMr(checker.get(), /*clean_up=*/false);
+  rpma_peer* peer = nullptr;
+  rpma_mr_local* mr = nullptr;
+  MakePeerAndMr(/*clean_up=*/false, &peer, &mr);
   EXPECT_EQ(checker->ReportLiveObjects(), 2u);
   ASSERT_EQ(checker->FindingCount("leak"), 2u) << AllFindings(&*checker);
   for (const Finding& f : checker->Findings()) {
@@ -435,19 +439,26 @@ TEST(LeakCheck, LiveObjectsAreReportedWithWhereTheyWereCreated) {
   auto again = std::make_shared<CheckingBackend>(nic, quiet);
   {
     ScopedBackend use2(again);
-    MakePeerAndMr(again.get(), /*clean_up=*/false);
+    rpma_peer* peer2 = nullptr;
+    rpma_mr_local* mr2 = nullptr;
+    MakePeerAndMr(/*clean_up=*/false, &peer2, &mr2);
     again->ReportLiveObjects();
+    rpma_mr_dereg(&mr2);
+    rpma_peer_delete(&peer2);
   }
   std::string report = testing::internal::GetCapturedStderr();
   EXPECT_THAT(report, HasSubstr("MakePeerAndMr"));
   EXPECT_THAT(report, HasSubstr("RPMA-HARNESS CHECK [leak]: rpma_mr_local"));
+  // The test's own deliberate leak, released.
+  EXPECT_EQ(rpma_mr_dereg(&mr), 0);
+  EXPECT_EQ(rpma_peer_delete(&peer), 0);
 }
 
 TEST(LeakCheck, DeletedObjectsAreSilent) {
   auto nic = std::make_shared<FakeNic>();
   auto checker = std::make_shared<CheckingBackend>(nic, CheckOptions{});
   ScopedBackend use(checker);
-  MakePeerAndMr(checker.get(), /*clean_up=*/true);
+  MakePeerAndMr(/*clean_up=*/true);
   EXPECT_EQ(checker->ReportLiveObjects(), 0u);
   EXPECT_EQ(checker->FindingCount(), 0u) << AllFindings(&*checker);
 }
