@@ -52,8 +52,8 @@ std::string Symbol(void* pc, std::string* module) {
   }
   if (info.dli_sname == nullptr) return "";
   int status = 0;
-  char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr,
-                                        &status);
+  char* demangled =
+      abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
   std::string name = status == 0 && demangled ? demangled : info.dli_sname;
   std::free(demangled);
   return name;
@@ -99,8 +99,8 @@ Stack CaptureStack(int skip) {
     }
   }
   if (user >= 0 && user < static_cast<int>(names.size())) {
-    stack.where = names[user].empty() ? "?? (" + modules[user] + ")"
-                                      : names[user];
+    stack.where =
+        names[user].empty() ? "?? (" + modules[user] + ")" : names[user];
   }
   // Shown from the call the user made (the API entry point), as a
   // sanitizer's report starts at the intercepted function.
@@ -152,8 +152,8 @@ bool HasRemote(int opcode) {
 
 const std::vector<std::string>& CheckNames() {
   static const std::vector<std::string> names = {
-      "length",    "remote-range", "source-changed", "overlap",    "sq-overflow",
-      "cq-overrun", "cq-events",   "mr-unmapped",    "leak",
+      "length",     "remote-range", "source-changed", "overlap", "sq-overflow",
+      "cq-overrun", "cq-events",    "mr-unmapped",    "leak",
   };
   return names;
 }
@@ -188,8 +188,8 @@ CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
                                  CheckOptions options)
     : inner_(std::move(inner)), options_(std::move(options)) {
   if (options_.trace_nic != nullptr) {
-    trace_observer_ = options_.trace_nic->AddObserver(
-        [this](const FakeNicEvent& event) {
+    trace_observer_ =
+        options_.trace_nic->AddObserver([this](const FakeNicEvent& event) {
           std::lock_guard<std::mutex> lock(trace_mu_);
           auto& ring = trace_[event.qp_num];
           ring.push_back(event);
@@ -241,8 +241,8 @@ std::string CheckingBackend::TraceLines(uint32_t qp_num) const {
   std::lock_guard<std::mutex> lock(trace_mu_);
   auto it = trace_.find(qp_num);
   if (it == trace_.end()) return "";
-  std::string out = "  the NIC's last trace lines for qp " +
-                    std::to_string(qp_num) + ":\n";
+  std::string out =
+      "  the NIC's last trace lines for qp " + std::to_string(qp_num) + ":\n";
   for (const auto& e : it->second) out += "    " + ToString(e) + "\n";
   return out;
 }
@@ -378,9 +378,10 @@ void CheckingBackend::ExitIfStrict() {
   if (findings.empty()) return;
   std::map<std::string, uint64_t> per_check;
   for (const auto& f : findings) ++per_check[f.check];
-  std::string line = "==" + std::to_string(getpid()) +
-                     "==rpma-harness check: " +
-                     std::to_string(findings.size()) + " finding(s):";
+  std::string line =
+      "==" + std::to_string(getpid()) +
+      "==rpma-harness check: " + std::to_string(findings.size()) +
+      " finding(s):";
   for (const auto& [check, n] : per_check) {
     line += " " + check + "=" + std::to_string(n);
   }
@@ -421,8 +422,8 @@ bool CheckingBackend::HashRanges(const std::vector<Range>& ranges,
   for (const Range& r : ranges) {
     uint64_t done = 0;
     while (done < r.len) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(chunk),
-                                                        r.len - done));
+      size_t n =
+          static_cast<size_t>(std::min<uint64_t>(sizeof(chunk), r.len - done));
       if (!fake_nic_internal::GuardedCopy(
               chunk, reinterpret_cast<const void*>(r.addr + done), n, fault)) {
         return false;
@@ -456,8 +457,7 @@ bool CheckingBackend::Exempt(const Range& r) const {
 void CheckingBackend::CheckOverlap(uint32_t qp_num,
                                    const std::vector<Range>& local, bool sink,
                                    const Range* remote, uint32_t rkey,
-                                   bool remote_written,
-                                   const WrSummary& wr,
+                                   bool remote_written, const WrSummary& wr,
                                    bool include_recvs) {
   if (!Enabled("overlap")) return;
   auto against = [&](const std::vector<Range>& other, bool other_sink,
@@ -470,8 +470,7 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
         Report("overlap",
                std::string(sink ? "the NIC may write" : "the NIC reads") +
                    " local memory " + Hex(a.addr) + " +" +
-                   std::to_string(a.len) +
-                   " that an outstanding operation " +
+                   std::to_string(a.len) + " that an outstanding operation " +
                    (other_sink ? "receives into" : "still reads"),
                "  new WR:         " + Text(wr) +
                    "\n  outstanding WR: " + Text(other_wr) +
@@ -521,7 +520,8 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
   }
 }
 
-// ---- completions -------------------------------------------------------------
+// ---- completions
+// -------------------------------------------------------------
 
 void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
   auto retire = [&](OutstandingSend& s, bool compare) {
@@ -538,7 +538,8 @@ void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
       if (Enabled("mr-unmapped")) {
         Report("mr-unmapped",
                "the source of an outstanding WR became unreadable (fault "
-               "at " + Hex(fault) + ") before its completion was reaped",
+               "at " +
+                   Hex(fault) + ") before its completion was reaped",
                "  WR: " + Text(s.wr) +
                    "\n  fix: unmap or free registered memory only after "
                    "rpma_mr_dereg(3) and after every WR using it completed\n",
@@ -548,8 +549,7 @@ void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
     }
     if (now != s.hash && Enabled("source-changed")) {
       Report("source-changed",
-             "the source of a posted " +
-                 std::string(WrOpcodeName(s.opcode)) +
+             "the source of a posted " + std::string(WrOpcodeName(s.opcode)) +
                  " changed between the post and the reaping of its "
                  "completion",
              "  WR: " + Text(s.wr) +
@@ -804,9 +804,8 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
       for (int i = 0; i < w->num_sge && w->sg_list != nullptr; ++i) {
         total += w->sg_list[i].length;
       }
-      s.remote = Range{atomic ? w->wr.atomic.remote_addr
-                              : w->wr.rdma.remote_addr,
-                       total};
+      s.remote = Range{
+          atomic ? w->wr.atomic.remote_addr : w->wr.rdma.remote_addr, total};
       s.rkey = atomic ? w->wr.atomic.rkey : w->wr.rdma.rkey;
       s.remote_written = IsRemoteWrite(w->opcode);
     }
@@ -832,7 +831,8 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
         std::lock_guard<std::mutex> lock(mu_);
         Report("mr-unmapped",
                "the source of a posted WR is registered but unreadable "
-               "(fault at " + Hex(fault) + ")",
+               "(fault at " +
+                   Hex(fault) + ")",
                "  WR: " + Text(s.wr) +
                    "\n  why: a real NIC pinned the pages at ibv_reg_mr(3) "
                    "and keeps using them: it sends what was there, and the "
@@ -1021,9 +1021,7 @@ int CheckingBackend::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
                               void* context) {
   return inner_->CreateId(channel, id, context);
 }
-int CheckingBackend::DestroyId(rdma_cm_id* id) {
-  return inner_->DestroyId(id);
-}
+int CheckingBackend::DestroyId(rdma_cm_id* id) { return inner_->DestroyId(id); }
 int CheckingBackend::ResolveAddr(rdma_cm_id* id, const char* addr,
                                  const char* port, int timeout_ms) {
   return inner_->ResolveAddr(id, addr, port, timeout_ms);
@@ -1113,8 +1111,7 @@ int CheckingBackend::DestroySrq(ibv_srq* srq) {
   }
   return rc;
 }
-int CheckingBackend::QueryDeviceEx(ibv_context* ctx,
-                                   ibv_device_attr_ex* attr) {
+int CheckingBackend::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
   return inner_->QueryDeviceEx(ctx, attr);
 }
 int CheckingBackend::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,

@@ -106,7 +106,7 @@ class CheckingBackend final : public VerbsBackend {
   CheckingBackend& operator=(const CheckingBackend&) = delete;
 
   // ---- results ----
-  uint64_t FindingCount() const;                     // distinct findings
+  uint64_t FindingCount() const;  // distinct findings
   uint64_t FindingCount(const std::string& check) const;
   std::vector<Finding> Findings() const;
   bool Enabled(const std::string& check) const;
@@ -181,8 +181,7 @@ class CheckingBackend final : public VerbsBackend {
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
   int DestroySrq(ibv_srq* srq) override;
-  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
-                  ibv_recv_wr** bad_wr) override;
+  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
   int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
   int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
                ibv_sge* sg_list, uint32_t num_sge) override;
@@ -265,10 +264,9 @@ class CheckingBackend final : public VerbsBackend {
   std::string TraceLines(uint32_t qp_num) const;
   // The overlap check of one new operation against everything
   // outstanding. REQUIRES: mu_ held.
-  void CheckOverlap(uint32_t qp_num, const std::vector<Range>& local,
-                    bool sink, const Range* remote, uint32_t rkey,
-                    bool remote_written, const WrSummary& wr,
-                    bool include_recvs);
+  void CheckOverlap(uint32_t qp_num, const std::vector<Range>& local, bool sink,
+                    const Range* remote, uint32_t rkey, bool remote_written,
+                    const WrSummary& wr, bool include_recvs);
   bool Exempt(const Range& r) const;
   // Reaps the send WRs one completion of `qs` stands for. REQUIRES: mu_.
   void ReapSend(QpState* qs, const ibv_wc& wc);

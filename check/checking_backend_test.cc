@@ -25,9 +25,9 @@ namespace rpma_harness {
 void MakePeerAndMr(bool clean_up, rpma_peer** peer_out = nullptr,
                    rpma_mr_local** mr_out = nullptr) {
   ibv_context* ctx = nullptr;
-  ASSERT_EQ(rpma_utils_get_ibv_context("10.0.0.9",
-                                       RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
-            0);
+  ASSERT_EQ(
+      rpma_utils_get_ibv_context("10.0.0.9", RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
+      0);
   rpma_peer* peer = nullptr;
   ASSERT_EQ(rpma_peer_new(ctx, &peer), 0);
   static char buf[64];
@@ -121,10 +121,10 @@ TEST(RemoteRangeCheck, WritePastTheAnnouncedSizeIsReportedAtPost) {
   ConnectedPair pair(Checked());
   ASSERT_TRUE(pair.ok()) << pair.error();
   const size_t size = pair.buffer_size();
-  EXPECT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), size - 8,
-                       pair.client_mr(), 0, 16, RPMA_F_COMPLETION_ALWAYS,
-                       nullptr),
-            0);
+  EXPECT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), size - 8,
+                 pair.client_mr(), 0, 16, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
   // Reported before the NIC ran (it would be REM_ACCESS_ERR).
   ASSERT_EQ(pair.checker()->FindingCount("remote-range"), 1u);
   EXPECT_THAT(pair.checker()->Findings()[0].what,
@@ -135,10 +135,10 @@ TEST(RemoteRangeCheck, WriteEndingAtTheAnnouncedSizeIsSilent) {
   ConnectedPair pair(Checked());
   ASSERT_TRUE(pair.ok()) << pair.error();
   const size_t size = pair.buffer_size();
-  ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), size - 16,
-                       pair.client_mr(), 0, 16, RPMA_F_COMPLETION_ALWAYS,
-                       nullptr),
-            0);
+  ASSERT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), size - 16,
+                 pair.client_mr(), 0, 16, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
   ibv_wc wc;
   ASSERT_EQ(pair.ClientCompletion(&wc), 0);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -173,16 +173,16 @@ TEST(SourceChangedCheck, SourceWrittenAfterTheCompletionIsSilent) {
 TEST(SourceChangedCheck, UnsignaledWriteIsOutstandingUntilALaterSignaledOne) {
   ConnectedPair pair(Checked());
   ASSERT_TRUE(pair.ok()) << pair.error();
-  ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0,
-                       pair.client_mr(), 0, 32, RPMA_F_COMPLETION_ON_ERROR,
-                       nullptr),
-            0);
+  ASSERT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(), 0,
+                 32, RPMA_F_COMPLETION_ON_ERROR, nullptr),
+      0);
   pair.nic().RunUntilIdle();
   pair.client_buffer()[0] ^= 1;  // executed, but not known to be complete
-  ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 64,
-                       pair.client_mr(), 64, 32, RPMA_F_COMPLETION_ALWAYS,
-                       nullptr),
-            0);
+  ASSERT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), 64, pair.client_mr(),
+                 64, 32, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
   ibv_wc wc;
   ASSERT_EQ(pair.ClientCompletion(&wc), 0);
   EXPECT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
@@ -265,10 +265,10 @@ TEST(SqOverflowCheck, UnsignaledWritesBeyondTheQueueDepth) {
   // rpma_conn_cfg's default sq_size is 10. The fake frees a slot when it
   // executes the WR, so every post succeeds here; on mlx5 the 11th fails.
   for (int i = 0; i < 11; ++i) {
-    ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0,
-                         pair.client_mr(), 0, 8, RPMA_F_COMPLETION_ON_ERROR,
-                         nullptr),
-              0);
+    ASSERT_EQ(
+        rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(),
+                   0, 8, RPMA_F_COMPLETION_ON_ERROR, nullptr),
+        0);
     pair.nic().RunUntilIdle();
   }
   EXPECT_EQ(pair.checker()->FindingCount("sq-overflow"), 1u)
@@ -280,12 +280,12 @@ TEST(SqOverflowCheck, ASignaledWriteReapedEveryFewIsSilent) {
   ASSERT_TRUE(pair.ok()) << pair.error();
   for (int i = 0; i < 40; ++i) {
     const bool signal = i % 5 == 4;
-    ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0,
-                         pair.client_mr(), 0, 8,
-                         signal ? RPMA_F_COMPLETION_ALWAYS
-                                : RPMA_F_COMPLETION_ON_ERROR,
-                         nullptr),
-              0);
+    ASSERT_EQ(
+        rpma_write(
+            pair.client(), pair.server_mr_remote(), 0, pair.client_mr(), 0, 8,
+            signal ? RPMA_F_COMPLETION_ALWAYS : RPMA_F_COMPLETION_ON_ERROR,
+            nullptr),
+        0);
     if (signal) {
       ibv_wc wc;
       ASSERT_EQ(pair.ClientCompletion(&wc), 0);
@@ -300,10 +300,10 @@ TEST(CqOverrunCheck, MoreSignaledWritesThanTheCqHolds) {
   // The CQ and the SQ are both 10 deep (rpma_conn_cfg defaults): 11
   // signaled writes without polling.
   for (int i = 0; i <= 10; ++i) {
-    ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0,
-                         pair.client_mr(), 0, 8, RPMA_F_COMPLETION_ALWAYS,
-                         nullptr),
-              0);
+    ASSERT_EQ(
+        rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(),
+                   0, 8, RPMA_F_COMPLETION_ALWAYS, nullptr),
+        0);
     pair.nic().RunUntilIdle();  // the fake frees the SQ slot here
   }
   EXPECT_EQ(pair.checker()->FindingCount("cq-overrun"), 1u)
@@ -331,10 +331,10 @@ TEST(CqOverrunCheck, PollingAsYouGoIsSilent) {
   ConnectedPair pair(Checked());
   ASSERT_TRUE(pair.ok()) << pair.error();
   for (int i = 0; i < 30; ++i) {
-    ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0,
-                         pair.client_mr(), 0, 8, RPMA_F_COMPLETION_ALWAYS,
-                         nullptr),
-              0);
+    ASSERT_EQ(
+        rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(),
+                   0, 8, RPMA_F_COMPLETION_ALWAYS, nullptr),
+        0);
     ibv_wc wc;
     ASSERT_EQ(pair.ClientCompletion(&wc), 0);
   }
@@ -386,9 +386,9 @@ TEST(MrUnmappedCheck, SourceUnmappedWhileRegistered) {
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   rpma_mr_local* mr = nullptr;
-  ASSERT_EQ(rpma_mr_reg(pair.client_peer(), mem, page, RPMA_MR_USAGE_WRITE_SRC,
-                        &mr),
-            0);
+  ASSERT_EQ(
+      rpma_mr_reg(pair.client_peer(), mem, page, RPMA_MR_USAGE_WRITE_SRC, &mr),
+      0);
   ASSERT_EQ(munmap(mem, page), 0);  // the bug: still registered
   (void)rpma_write(pair.client(), pair.server_mr_remote(), 0, mr, 0, 16,
                    RPMA_F_COMPLETION_ALWAYS, nullptr);
@@ -407,9 +407,9 @@ TEST(MrUnmappedCheck, UnmappedAfterDeregIsSilent) {
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   rpma_mr_local* mr = nullptr;
-  ASSERT_EQ(rpma_mr_reg(pair.client_peer(), mem, page, RPMA_MR_USAGE_WRITE_SRC,
-                        &mr),
-            0);
+  ASSERT_EQ(
+      rpma_mr_reg(pair.client_peer(), mem, page, RPMA_MR_USAGE_WRITE_SRC, &mr),
+      0);
   ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0, mr, 0, 16,
                        RPMA_F_COMPLETION_ALWAYS, nullptr),
             0);

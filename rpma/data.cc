@@ -61,8 +61,8 @@ int PostWrite(rpma_conn* conn, rpma_mr_remote* dst, size_t dst_offset,
               int flags, ibv_wr_opcode opcode, uint32_t imm,
               const void* op_context) {
   if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
-    const char* call = opcode == IBV_WR_RDMA_WRITE ? "rpma_write"
-                                                   : "rpma_write_with_imm";
+    const char* call =
+        opcode == IBV_WR_RDMA_WRITE ? "rpma_write" : "rpma_write_with_imm";
     c->CheckLength(call, len);
     if (dst != nullptr) {
       c->CheckRemoteRange(call, dst_offset, len, dst->size, dst->raddr,

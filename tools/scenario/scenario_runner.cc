@@ -164,7 +164,7 @@ class Run {
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> torn_;
   std::set<std::pair<uint32_t, uint64_t>> executed_ok_;
   bool setup_failed_ = false;
-  uint64_t max_events_ = 0;  // 0: no limit
+  uint64_t max_events_ = 0;           // 0: no limit
   std::optional<std::string> check_;  // the usage checker's checks, if any
   bool strict_ = false;
   std::shared_ptr<CheckingBackend> checker_;
@@ -492,9 +492,8 @@ void Run::Check() {
            "usage-checker findings " + (text.empty() ? "none" : text) +
                (r_.checked ? "" : " (the run was not checked: add check:)"));
   } else if (strict_ && r_.checked) {
-    expect(r_.findings.empty(),
-           "no usage-checker findings (--strict; got " +
-               std::to_string(r_.findings.size()) + ")");
+    expect(r_.findings.empty(), "no usage-checker findings (--strict; got " +
+                                    std::to_string(r_.findings.size()) + ")");
   }
   if (events_cut_) {
     expect(false, "the run kept at most " + std::to_string(max_events_) +
@@ -757,10 +756,9 @@ ScenarioResult Run::Go() {
     checker_->ReportLiveObjects();
     for (const Finding& f : checker_->Findings()) {
       ++r_.findings_per_check[f.check];
-      r_.findings.push_back(f.check + ": " + f.what +
-                            (f.times > 1 ? " (x" + std::to_string(f.times) +
-                                               ")"
-                                         : ""));
+      r_.findings.push_back(
+          f.check + ": " + f.what +
+          (f.times > 1 ? " (x" + std::to_string(f.times) + ")" : ""));
     }
   }
   items_.resize(traced);

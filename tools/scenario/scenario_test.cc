@@ -408,9 +408,9 @@ TEST(ScenarioCheckTest, UnknownCheckNameIsAParseError) {
               HasSubstr("unknown check 'lenght'"));
   EXPECT_THAT(ParseError(std::string(kMinimal) + "check: strict\n"),
               HasSubstr("--strict"));
-  EXPECT_THAT(ParseError(std::string(kMinimal) +
-                         "expect:\n  findings: {bogus: 1}\n"),
-              HasSubstr("'bogus' is not a check"));
+  EXPECT_THAT(
+      ParseError(std::string(kMinimal) + "expect:\n  findings: {bogus: 1}\n"),
+      HasSubstr("'bogus' is not a check"));
 }
 
 }  // namespace
