@@ -145,6 +145,58 @@ TEST(RemoteRangeCheck, WriteEndingAtTheAnnouncedSizeIsSilent) {
   EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
 }
 
+// A remote MR of the server's buffer that may be flushed (the pair's is
+// WRITE_DST only), through a descriptor as a real client gets it.
+struct FlushableRemote {
+  rpma_mr_local* local = nullptr;
+  rpma_mr_remote* remote = nullptr;
+  explicit FlushableRemote(ConnectedPair* pair) {
+    EXPECT_EQ(
+        rpma_mr_reg(
+            pair->server_peer(), pair->server_buffer(), pair->buffer_size(),
+            RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY,
+            &local),
+        0);
+    size_t size = 0;
+    EXPECT_EQ(rpma_mr_get_descriptor_size(local, &size), 0);
+    std::string desc(size, '\0');
+    EXPECT_EQ(rpma_mr_get_descriptor(local, &desc[0]), 0);
+    EXPECT_EQ(rpma_mr_remote_from_descriptor(desc.data(), size, &remote), 0);
+  }
+  ~FlushableRemote() {
+    rpma_mr_remote_delete(&remote);
+    rpma_mr_dereg(&local);
+  }
+};
+
+TEST(RemoteRangeCheck, FlushPastTheAnnouncedSize) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  FlushableRemote mr(&pair);
+  (void)rpma_flush(pair.client(), mr.remote, pair.buffer_size() - 64, 128,
+                   RPMA_FLUSH_TYPE_VISIBILITY, RPMA_F_COMPLETION_ALWAYS,
+                   nullptr);
+  ASSERT_EQ(pair.checker()->FindingCount("remote-range"), 1u)
+      << AllFindings(pair.checker());
+  EXPECT_THAT(pair.checker()->Findings()[0].what, HasSubstr("rpma_flush"));
+  ibv_wc wc;
+  (void)pair.ClientCompletion(&wc);
+}
+
+TEST(RemoteRangeCheck, FlushInsideTheAnnouncedSizeIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  FlushableRemote mr(&pair);
+  ASSERT_EQ(
+      rpma_flush(pair.client(), mr.remote, pair.buffer_size() - 64, 64,
+                 RPMA_FLUSH_TYPE_VISIBILITY, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
 // ---- 2. source changed in flight ----
 
 TEST(SourceChangedCheck, SourceWrittenBeforeTheCompletionIsReaped) {

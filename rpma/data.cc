@@ -119,8 +119,9 @@ namespace internal {
 
 int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
              const rpma_mr_remote* src, size_t src_offset, size_t len,
-             int flags, const void* op_context) {
-  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+             int flags, const void* op_context, bool flush) {
+  rpma_harness::CheckingBackend* c = conn->peer->checker;
+  if (c != nullptr && !flush) {
     c->CheckLength("rpma_read", len);
     if (src != nullptr) {
       c->CheckRemoteRange("rpma_read", src_offset, len, src->size, src->raddr,

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "rpma/internal.h"
@@ -107,9 +108,14 @@ extern "C" int rpma_flush(struct rpma_conn* conn, struct rpma_mr_remote* dst,
     // would post the READ anyway; the man page is the specification).
     return RPMA_E_INVAL;
   }
-  // len is not used: the READ always covers 8 bytes at dst_offset.
-  (void)len;
+  // len is not used by the NIC: the READ always covers 8 bytes at
+  // dst_offset. The usage checker sees the range the program meant.
+  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+    c->CheckRemoteRange("rpma_flush", dst_offset,
+                        std::max(len, rpma_harness::internal::kRawSize),
+                        dst->size, dst->raddr, dst->rkey);
+  }
   return rpma_harness::internal::PostRead(
       conn, conn->raw.mr, 0, dst, dst_offset, rpma_harness::internal::kRawSize,
-      flags, op_context);
+      flags, op_context, /*flush=*/true);
 }

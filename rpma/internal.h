@@ -195,9 +195,11 @@ int OdpCapable(VerbsBackend* backend, ibv_context* ibv_ctx,
 // Posts one IBV_WR_RDMA_READ of [src + src_offset, +len) into
 // [dst + dst_offset) on the connection's QP, as librpma's rpma_mr_read does
 // (dst == src == nullptr: the 0-byte form). Returns 0 or RPMA_E_PROVIDER.
+// `flush`: the read of an rpma_flush, whose range rpma_flush itself gave
+// the usage checker.
 int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
              const rpma_mr_remote* src, size_t src_offset, size_t len,
-             int flags, const void* op_context);
+             int flags, const void* op_context, bool flush = false);
 
 // Tells the usage checker an rpma object came to life / died (no-op when
 // `backend` does not check).
