@@ -20,10 +20,17 @@ ConnectedPair::ConnectedPair(ConnectedPairOptions options)
         return;
       }
     }
-    use_ = std::make_unique<ScopedBackend>(faults_);
-  } else {
-    use_ = std::make_unique<ScopedBackend>(nic_);
   }
+  std::shared_ptr<VerbsBackend> backend = faults_;
+  if (!backend) backend = nic_;
+  if (options_.check) {
+    // The usage checker sees what the program posts: it goes outermost.
+    CheckOptions check = *options_.check;
+    if (check.trace_nic == nullptr) check.trace_nic = nic_.get();
+    checker_ = std::make_shared<CheckingBackend>(backend, check);
+    backend = checker_;
+  }
+  use_ = std::make_unique<ScopedBackend>(backend);
   Connect();
 }
 

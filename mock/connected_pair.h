@@ -37,9 +37,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "check/checking_backend.h"
 #include "mock/fake_nic.h"
 #include "mock/fault_injection.h"
 #include "rpma/harness.h"
@@ -55,6 +57,9 @@ struct ConnectedPairOptions {
   size_t recv_size = 64;          // bytes of each receive
   std::string address = "10.0.0.1";
   std::string port = "7204";
+  // Set: a usage checker (check/checking_backend.h) wraps the NIC (and the
+  // fault injector); its trace_nic defaults to the pair's NIC.
+  std::optional<CheckOptions> check;
 };
 
 class ConnectedPair {
@@ -71,6 +76,9 @@ class ConnectedPair {
   FakeNic& nic() { return *nic_; }
   // nullptr when options.faults was empty.
   FaultInjector* faults() { return faults_.get(); }
+  // nullptr when options.check was not set.
+  CheckingBackend* checker() { return checker_.get(); }
+  std::shared_ptr<CheckingBackend> shared_checker() { return checker_; }
 
   rpma_conn* client() { return client_; }
   rpma_conn* server() { return server_; }
@@ -110,6 +118,7 @@ class ConnectedPair {
   std::string error_;
   std::shared_ptr<FakeNic> nic_;
   std::shared_ptr<FaultInjector> faults_;
+  std::shared_ptr<CheckingBackend> checker_;
   std::unique_ptr<ScopedBackend> use_;
   std::vector<char> client_buffer_;
   std::vector<char> server_buffer_;

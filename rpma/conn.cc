@@ -189,6 +189,7 @@ extern "C" int rpma_conn_delete(struct rpma_conn** conn_ptr) {
     if (ret == 0) ret = RPMA_E_PROVIDER;
   }
   backend->DestroyEventChannel(conn->channel);
+  rpma_harness::internal::NoteDeleted(backend, conn);
   delete conn;
   *conn_ptr = nullptr;
   return ret;

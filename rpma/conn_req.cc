@@ -193,6 +193,7 @@ extern "C" int rpma_conn_req_new(struct rpma_peer* peer, const char* addr,
     delete req;
     return ret;
   }
+  rpma_harness::internal::NoteCreated(backend, "rpma_conn_req", req);
   *req_ptr = req;
   return 0;
 }
@@ -216,6 +217,7 @@ extern "C" int rpma_conn_req_delete(struct rpma_conn_req** req_ptr) {
         std::strerror(errno));
     if (ret == 0) ret = RPMA_E_PROVIDER;
   }
+  rpma_harness::internal::NoteDeleted(backend, req);
   delete req;
   *req_ptr = nullptr;
   return ret;
@@ -298,6 +300,7 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
     rpma_harness::internal::ConnReqTearDownQueues(req->peer, req->id, &req->cq,
                                                   &req->rcq, &req->channel);
     backend->DestroyId(req->id);
+    rpma_harness::internal::NoteDeleted(backend, req);
     delete req;
     *req_ptr = nullptr;
     return RPMA_E_PROVIDER;
@@ -309,6 +312,8 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
   conn->comp_channel = req->channel;
   conn->direct_write_to_pmem = false;
   conn->private_data = std::move(req->private_data);
+  rpma_harness::internal::NoteDeleted(backend, req);
+  rpma_harness::internal::NoteCreated(backend, "rpma_conn", conn);
   delete req;
   *req_ptr = nullptr;
   *conn_ptr = conn;

@@ -60,6 +60,15 @@ int PostWrite(rpma_conn* conn, rpma_mr_remote* dst, size_t dst_offset,
               const rpma_mr_local* src, size_t src_offset, size_t len,
               int flags, ibv_wr_opcode opcode, uint32_t imm,
               const void* op_context) {
+  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+    const char* call =
+        opcode == IBV_WR_RDMA_WRITE ? "rpma_write" : "rpma_write_with_imm";
+    c->CheckLength(call, len);
+    if (dst != nullptr) {
+      c->CheckRemoteRange(call, dst_offset, len, dst->size, dst->raddr,
+                          dst->rkey);
+    }
+  }
   ibv_sge sge;
   ibv_send_wr wr;
   std::memset(&wr, 0, sizeof(wr));
@@ -84,6 +93,10 @@ int PostSendOp(rpma_conn* conn, const rpma_mr_local* src, size_t offset,
                const void* op_context) {
   if (conn == nullptr || flags == 0) return RPMA_E_INVAL;
   if (src == nullptr && (offset != 0 || len != 0)) return RPMA_E_INVAL;
+  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+    c->CheckLength(opcode == IBV_WR_SEND ? "rpma_send" : "rpma_send_with_imm",
+                   len);
+  }
   ibv_sge sge;
   ibv_send_wr wr;
   std::memset(&wr, 0, sizeof(wr));
@@ -106,7 +119,15 @@ namespace internal {
 
 int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
              const rpma_mr_remote* src, size_t src_offset, size_t len,
-             int flags, const void* op_context) {
+             int flags, const void* op_context, bool flush) {
+  rpma_harness::CheckingBackend* c = conn->peer->checker;
+  if (c != nullptr && !flush) {
+    c->CheckLength("rpma_read", len);
+    if (src != nullptr) {
+      c->CheckRemoteRange("rpma_read", src_offset, len, src->size, src->raddr,
+                          src->rkey);
+    }
+  }
   ibv_sge sge;
   ibv_send_wr wr;
   std::memset(&wr, 0, sizeof(wr));
@@ -148,6 +169,10 @@ extern "C" int rpma_atomic_write(struct rpma_conn* conn,
     return RPMA_E_INVAL;
   }
   if (dst_offset % RPMA_ATOMIC_WRITE_ALIGNMENT != 0) return RPMA_E_INVAL;
+  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+    c->CheckRemoteRange("rpma_atomic_write", dst_offset, 8, dst->size,
+                        dst->raddr, dst->rkey);
+  }
   // Without a native atomic write (IBV_WR_ATOMIC_WRITE via ibv_qp_ex, used by
   // librpma 1.3 only on devices reporting IB_UVERBS_DEVICE_ATOMIC_WRITE,
   // which neither the fake nor rxe in Linux 6.1 does) librpma's mr.c posts an
@@ -212,6 +237,9 @@ extern "C" int rpma_recv(struct rpma_conn* conn, struct rpma_mr_local* dst,
                          size_t offset, size_t len, const void* op_context) {
   if (conn == nullptr) return RPMA_E_INVAL;
   if (dst == nullptr && (offset != 0 || len != 0)) return RPMA_E_INVAL;
+  if (conn->peer->checker != nullptr) {
+    conn->peer->checker->CheckLength("rpma_recv", len);
+  }
   return rpma_harness::internal::PostRecv(
       conn->peer->backend.get(), conn->id->qp, dst, offset, len, op_context);
 }

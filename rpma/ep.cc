@@ -50,6 +50,7 @@ extern "C" int rpma_ep_listen(struct rpma_peer* peer, const char* addr,
     backend->DestroyEventChannel(channel);
     return failed ? RPMA_E_PROVIDER : RPMA_E_NOMEM;
   }
+  rpma_harness::internal::NoteCreated(ep->backend.get(), "rpma_ep", ep);
   *ep_ptr = ep;
   return 0;
 }
@@ -65,6 +66,7 @@ extern "C" int rpma_ep_shutdown(struct rpma_ep** ep_ptr) {
     return RPMA_E_PROVIDER;
   }
   backend->DestroyEventChannel(ep->channel);
+  rpma_harness::internal::NoteDeleted(backend, ep);
   delete ep;
   *ep_ptr = nullptr;
   return 0;
@@ -130,6 +132,7 @@ extern "C" int rpma_ep_next_conn_req(struct rpma_ep* ep,
     rpma_conn_req_delete(&req);
     return RPMA_E_PROVIDER;
   }
+  rpma_harness::internal::NoteCreated(backend, "rpma_conn_req", req);
   *req_ptr = req;
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "rpma/internal.h"
@@ -44,6 +45,13 @@ int RawBufferNew(rpma_peer* peer, RawBuffer* raw) {
   if (ret != 0) {
     munmap(mem, static_cast<size_t>(page));
     return ret;
+  }
+  if (peer->checker != nullptr) {
+    // librpma's own scratch buffer: every flush reads into it, outstanding
+    // or not, and nobody reads the bytes; not the program's object either.
+    peer->checker->ExemptFromOverlap(reinterpret_cast<uintptr_t>(mem),
+                                     kRawSize);
+    peer->checker->NoteDeleted(mr);
   }
   raw->page = mem;
   raw->page_size = static_cast<size_t>(page);
@@ -100,9 +108,14 @@ extern "C" int rpma_flush(struct rpma_conn* conn, struct rpma_mr_remote* dst,
     // would post the READ anyway; the man page is the specification).
     return RPMA_E_INVAL;
   }
-  // len is not used: the READ always covers 8 bytes at dst_offset.
-  (void)len;
+  // len is not used by the NIC: the READ always covers 8 bytes at
+  // dst_offset. The usage checker sees the range the program meant.
+  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+    c->CheckRemoteRange("rpma_flush", dst_offset,
+                        std::max(len, rpma_harness::internal::kRawSize),
+                        dst->size, dst->raddr, dst->rkey);
+  }
   return rpma_harness::internal::PostRead(
       conn, conn->raw.mr, 0, dst, dst_offset, rpma_harness::internal::kRawSize,
-      flags, op_context);
+      flags, op_context, /*flush=*/true);
 }

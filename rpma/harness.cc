@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "check/checking_backend.h"
 #include "rpma/default_backend.h"
 #include "rpma/internal.h"
 
@@ -45,18 +46,21 @@ std::shared_ptr<VerbsBackend> CurrentBackend() {
   std::lock_guard<std::mutex> lock(RegistryMutex());
   if (Installed()) return Installed();
   if (!FromEnvironment()) {
-    FromEnvironment() =
-        MakeBackendFromEnvironment(std::getenv("RPMA_HARNESS_BACKEND"));
+    FromEnvironment() = WrapForCheckingFromEnvironment(
+        MakeBackendFromEnvironment(std::getenv("RPMA_HARNESS_BACKEND")));
   }
   return FromEnvironment();
 }
 
 void InstallBackend(std::shared_ptr<VerbsBackend> backend) {
+  // RPMA_HARNESS_CHECK checks a test's own backend too (check/).
+  backend = WrapForCheckingFromEnvironment(std::move(backend));
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Installed() = std::move(backend);
 }
 
 ScopedBackend::ScopedBackend(std::shared_ptr<VerbsBackend> backend) {
+  backend = WrapForCheckingFromEnvironment(std::move(backend));
   std::lock_guard<std::mutex> lock(RegistryMutex());
   previous_ = std::move(Installed());
   Installed() = std::move(backend);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "check/checking_backend.h"
 #include "rpma/harness.h"
 #include "rpma/librpma.h"
 #include "verbs_backend/verbs_backend.h"
@@ -18,6 +19,9 @@ struct rpma_peer {
   std::shared_ptr<rpma_harness::VerbsBackend> backend;
   ibv_context* context;
   ibv_pd* pd;
+  // The usage checker (check/checking_backend.h) when `backend` is one;
+  // nullptr otherwise, so an unchecked program pays one branch.
+  rpma_harness::CheckingBackend* checker = nullptr;
 };
 
 struct rpma_mr_local {
@@ -191,9 +195,21 @@ int OdpCapable(VerbsBackend* backend, ibv_context* ibv_ctx,
 // Posts one IBV_WR_RDMA_READ of [src + src_offset, +len) into
 // [dst + dst_offset) on the connection's QP, as librpma's rpma_mr_read does
 // (dst == src == nullptr: the 0-byte form). Returns 0 or RPMA_E_PROVIDER.
+// `flush`: the read of an rpma_flush, whose range rpma_flush itself gave
+// the usage checker.
 int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
              const rpma_mr_remote* src, size_t src_offset, size_t len,
-             int flags, const void* op_context);
+             int flags, const void* op_context, bool flush = false);
+
+// Tells the usage checker an rpma object came to life / died (no-op when
+// `backend` does not check).
+inline void NoteCreated(VerbsBackend* backend, const char* kind,
+                        const void* object) {
+  if (CheckingBackend* c = CheckerOf(backend)) c->NoteCreated(kind, object);
+}
+inline void NoteDeleted(VerbsBackend* backend, const void* object) {
+  if (CheckingBackend* c = CheckerOf(backend)) c->NoteDeleted(object);
+}
 
 }  // namespace internal
 }  // namespace rpma_harness

@@ -52,6 +52,9 @@ extern "C" int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size,
     peer->backend->DeregMr(mr);
     return RPMA_E_NOMEM;
   }
+  if (peer->checker != nullptr) {
+    peer->checker->NoteCreated("rpma_mr_local", local);
+  }
   *mr_ptr = local;
   return 0;
 }
@@ -66,6 +69,7 @@ extern "C" int rpma_mr_dereg(struct rpma_mr_local** mr_ptr) {
         rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
+  if (mr->peer->checker != nullptr) mr->peer->checker->NoteDeleted(mr);
   delete mr;
   *mr_ptr = nullptr;
   return 0;
@@ -102,6 +106,8 @@ extern "C" int rpma_mr_remote_from_descriptor(const void* desc,
   auto* remote =
       new (std::nothrow) rpma_mr_remote{d.raddr, d.size, d.rkey, d.usage};
   if (remote == nullptr) return RPMA_E_NOMEM;
+  rpma_harness::internal::NoteCreated(rpma_harness::CurrentBackend().get(),
+                                      "rpma_mr_remote", remote);
   *mr_ptr = remote;
   return 0;
 }
@@ -157,6 +163,10 @@ extern "C" int rpma_mr_advise(struct rpma_mr_local* mr, size_t offset,
 
 extern "C" int rpma_mr_remote_delete(struct rpma_mr_remote** mr_ptr) {
   if (mr_ptr == nullptr) return RPMA_E_INVAL;
+  if (*mr_ptr != nullptr) {
+    rpma_harness::internal::NoteDeleted(rpma_harness::CurrentBackend().get(),
+                                        *mr_ptr);
+  }
   delete *mr_ptr;
   *mr_ptr = nullptr;
   return 0;

@@ -50,6 +50,8 @@ extern "C" int rpma_peer_new(struct ibv_context* ibv_ctx,
     backend->DeallocPd(pd);
     return RPMA_E_NOMEM;
   }
+  peer->checker = rpma_harness::CheckerOf(backend.get());
+  if (peer->checker != nullptr) peer->checker->NoteCreated("rpma_peer", peer);
   *peer_ptr = peer;
   return 0;
 }
@@ -66,6 +68,7 @@ extern "C" int rpma_peer_delete(struct rpma_peer** peer_ptr) {
         rpma_harness::internal::ErrnoText(err));
     return RPMA_E_PROVIDER;
   }
+  if (peer->checker != nullptr) peer->checker->NoteDeleted(peer);
   delete peer;
   *peer_ptr = nullptr;
   return 0;

@@ -90,6 +90,7 @@ extern "C" int rpma_srq_new(struct rpma_peer* peer, struct rpma_srq_cfg* cfg,
     backend->DestroySrq(srq);
     return RPMA_E_NOMEM;
   }
+  rpma_harness::internal::NoteCreated(backend, "rpma_srq", result);
   *srq_ptr = result;
   return 0;
 }
@@ -108,6 +109,7 @@ extern "C" int rpma_srq_delete(struct rpma_srq** srq_ptr) {
         rpma_harness::internal::ErrnoText(err));
     if (ret == 0) ret = RPMA_E_PROVIDER;
   }
+  rpma_harness::internal::NoteDeleted(backend, srq);
   delete srq;
   *srq_ptr = nullptr;
   return ret;

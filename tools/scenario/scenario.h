@@ -76,6 +76,10 @@ struct Expectations {
   // Writes the NIC never finished (e.g. parked by RNR with rnr_retry 7 and
   // no receive ever posted): a hang on a real NIC. Expected 0 by default.
   uint64_t unfinished = 0;
+  // Distinct usage-checker findings per check name (exactly), when the
+  // scenario is checked (`check:`); unset: findings are listed, and fail
+  // the run only under --strict.
+  std::optional<std::map<std::string, uint64_t>> findings;
 };
 
 struct Scenario {
@@ -97,6 +101,9 @@ struct Scenario {
   std::vector<uint32_t> fault_connections;
   Expectations expect;
   uint64_t max_steps = 200000;  // a run that needs more has stalled
+  // `check:` -- run under the usage checker (check/checking_backend.h):
+  // "all" or a comma-separated list of check names. Unset: unchecked.
+  std::optional<std::string> check;
   // Where some values were written ("client.mr_size", "connections",
   // "max_steps", ...), as {line, column} (1-based), for the budget's
   // messages (scenario_budget.h).

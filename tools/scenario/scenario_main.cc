@@ -48,6 +48,10 @@ constexpr char kUsage[] =
     "                    faults that need the fake NIC skip the scenario\n"
     "  --address ADDR    rdma-core: a local address of the RDMA device (both\n"
     "                    ends use it; default $RPMA_HARNESS_VM_ADDR)\n"
+    "  --check[=LIST]    run under the usage checker (all checks, or the\n"
+    "                    comma-separated LIST); findings are in the summary\n"
+    "  --strict          any usage-checker finding fails the run (implies\n"
+    "                    --check unless the scenario or --check= says which)\n"
     "  --help            this text\n"
     "\n"
     "Exit status: 0 every expectation held, 1 one failed or the replay\n"
@@ -152,6 +156,13 @@ int main(int argc, char** argv) {
       options.backend = value();
     } else if (arg == "--address") {
       options.address = value();
+    } else if (arg == "--check") {
+      options.check = "all";
+    } else if (arg.rfind("--check=", 0) == 0) {
+      options.check = arg.substr(8);
+    } else if (arg == "--strict") {
+      options.strict = true;
+      if (!options.check) options.check = "all";
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "scenario: unknown option %s\n%s", arg.c_str(),
                    kUsage);

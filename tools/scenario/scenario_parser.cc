@@ -9,6 +9,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,8 @@
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#include "check/checking_backend.h"
 
 namespace rpma_harness {
 namespace {
@@ -448,7 +451,7 @@ CompletionCounts ParseCounts(const YAML::Node& node, const std::string& where) {
 void ParseExpect(const YAML::Node& node, Scenario* s) {
   CheckKeys(node, "expect",
             {"client", "server", "data", "connection", "faults_fired",
-             "post_errors", "bytes_torn", "unfinished"});
+             "post_errors", "bytes_torn", "unfinished", "findings"});
   Expectations& e = s->expect;
   if (node["client"]) e.client = ParseCounts(node["client"], "expect.client");
   if (node["server"]) e.server = ParseCounts(node["server"], "expect.server");
@@ -492,6 +495,23 @@ void ParseExpect(const YAML::Node& node, Scenario* s) {
   if (node["unfinished"]) {
     e.unfinished = Unsigned(node["unfinished"], "expect.unfinished");
   }
+  if (node["findings"]) {
+    // {check-name: count, ...}: distinct usage-checker findings.
+    const YAML::Node& map = node["findings"];
+    if (!map.IsMap()) {
+      Fail(map, "expect.findings: expected check: count pairs");
+    }
+    std::map<std::string, uint64_t> counts;
+    const auto& names = CheckNames();
+    for (const auto& item : map) {
+      const std::string name = Text(item.first, "expect.findings");
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        Fail(item.first, "expect.findings: '" + name + "' is not a check");
+      }
+      counts[name] = Unsigned(item.second, "expect.findings." + name);
+    }
+    e.findings = counts;
+  }
 }
 
 void ParseRoot(const YAML::Node& root, Scenario* s) {
@@ -500,7 +520,7 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
   CheckKeys(root, "scenario",
             {"name", "description", "seed", "personality", "schedule",
              "connections", "rnr_retry", "client", "server", "workload",
-             "faults", "expect", "max_steps"});
+             "faults", "expect", "max_steps", "check"});
   if (!root["name"]) Fail(root, "scenario: missing 'name'");
   s->name = Text(root["name"], "name");
   if (root["description"])
@@ -587,6 +607,18 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
            "faults: more than " + std::to_string(kMaxFaults) + " faults");
     }
     for (size_t i = 0; i < faults.size(); ++i) ParseFault(faults[i], i, s);
+  }
+  if (root["check"]) {
+    // "all" or a comma-separated list of check names (RPMA_HARNESS_CHECK's
+    // syntax, without "strict": that is the command line's --strict).
+    const std::string text = Text(root["check"], "check");
+    CheckOptions options;
+    std::string why;
+    if (!ParseCheckOptions(text, &options, &why) || options.strict) {
+      Fail(root["check"],
+           "check: " + (why.empty() ? "strict is --strict, not a check" : why));
+    }
+    s->check = text;
   }
   if (root["expect"]) ParseExpect(root["expect"], s);
 }

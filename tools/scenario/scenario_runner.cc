@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "check/checking_backend.h"
 #include "mock/fake_nic.h"
 #include "mock/fault_injection.h"
 #include "rpma/harness.h"
@@ -106,7 +107,9 @@ class Run {
         options_(options),
         real_(options.backend != "fake"),
         addr_(real_ ? options.address : std::string(kServerAddr)),
-        max_events_(options.max_events) {}
+        max_events_(options.max_events),
+        check_(options.check ? options.check : s.check),
+        strict_(options.strict) {}
 
   ScenarioResult Go();
 
@@ -187,7 +190,10 @@ class Run {
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> torn_;
   std::set<std::pair<uint32_t, uint64_t>> executed_ok_;
   bool setup_failed_ = false;
-  uint64_t max_events_ = 0;  // 0: no limit
+  uint64_t max_events_ = 0;           // 0: no limit
+  std::optional<std::string> check_;  // the usage checker's checks, if any
+  bool strict_ = false;
+  std::shared_ptr<CheckingBackend> checker_;
   bool events_cut_ = false;
   ScenarioResult r_;
 };
@@ -542,6 +548,22 @@ void Run::Check() {
            "connection set-up succeeded (it failed, see the log; a scenario "
            "about a failing set-up says so with expect: {connection: ...})");
   }
+  if (e.findings) {
+    std::string text;
+    for (const auto& [name, n] : *e.findings) {
+      text += (text.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+    }
+    std::map<std::string, uint64_t> want = *e.findings;
+    for (auto it = want.begin(); it != want.end();) {
+      it = it->second == 0 ? want.erase(it) : std::next(it);
+    }
+    expect(r_.checked && want == r_.findings_per_check,
+           "usage-checker findings " + (text.empty() ? "none" : text) +
+               (r_.checked ? "" : " (the run was not checked: add check:)"));
+  } else if (strict_ && r_.checked) {
+    expect(r_.findings.empty(), "no usage-checker findings (--strict; got " +
+                                    std::to_string(r_.findings.size()) + ")");
+  }
   if (events_cut_) {
     expect(false, "the run kept at most " + std::to_string(max_events_) +
                       " events (the budget's figure; the trace is cut there)");
@@ -722,7 +744,22 @@ ScenarioResult Run::Go() {
       }
     });
   }
-  ScopedBackend use(faults_);
+  std::shared_ptr<VerbsBackend> backend = faults_;
+  if (check_ && !check_->empty()) {
+    // The checker goes outermost: it sees what the program posts.
+    CheckOptions check;
+    std::string why;
+    if (!ParseCheckOptions(*check_, &check, &why)) {
+      r_.failures.push_back("check: " + why);
+      r_.expectations.push_back("FAILED: check: " + why);
+    }
+    check.print = false;  // listed in the summary instead
+    check.trace_nic = nic_.get();
+    checker_ = std::make_shared<CheckingBackend>(faults_, check);
+    backend = checker_;
+    r_.checked = true;
+  }
+  ScopedBackend use(backend);
 
   ibv_context* dev = nullptr;
   bool ready = rpma_utils_get_ibv_context(
@@ -861,6 +898,15 @@ ScenarioResult Run::Go() {
   rpma_ep_shutdown(&ep_);
   rpma_peer_delete(&client_peer_);
   rpma_peer_delete(&server_peer_);
+  if (checker_) {
+    checker_->ReportLiveObjects();
+    for (const Finding& f : checker_->Findings()) {
+      ++r_.findings_per_check[f.check];
+      r_.findings.push_back(
+          f.check + ": " + f.what +
+          (f.times > 1 ? " (x" + std::to_string(f.times) + ")" : ""));
+    }
+  }
   items_.resize(traced);
   BuildTrace();
   Check();
@@ -915,6 +961,10 @@ std::string Summary(const ScenarioResult& r) {
   }
   out << "connection:   " << r.connection << (r.stalled ? " (STALLED)" : "")
       << "\n";
+  if (r.checked) {
+    out << "findings:     " << counts(r.findings_per_check) << "\n";
+    for (const std::string& f : r.findings) out << "  " << f << "\n";
+  }
   out << "expectations: " << r.expectations.size() - r.failures.size()
       << " met, " << r.failures.size() << " failed\n";
   for (const std::string& e : r.expectations) out << "  " << e << "\n";

@@ -42,6 +42,11 @@ struct RunOptions {
   // takes the run as finished, and the most any wait may take.
   uint64_t quiet_ms = 500;
   uint64_t wait_limit_ms = 30000;
+  // Overrides the scenario's `check:` ("all" or check names; "" disables).
+  std::optional<std::string> check;
+  // Any usage-checker finding fails the run (unless the scenario's
+  // expect.findings names it).
+  bool strict = false;
 };
 
 // A trace line longer than this is not one --trace wrote.
@@ -88,6 +93,9 @@ struct ScenarioResult {
   std::vector<std::string>
       expectations;  // each checked one, "ok: ..." or "FAILED: ..."
   std::vector<std::string> failures;  // the failed ones
+  bool checked = false;               // ran under the usage checker
+  std::map<std::string, uint64_t> findings_per_check;
+  std::vector<std::string> findings;  // "check: what (in where)"
 };
 
 ScenarioResult RunScenario(const Scenario& scenario, const RunOptions& options);

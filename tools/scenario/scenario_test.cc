@@ -352,5 +352,66 @@ TEST(TimelineTest, EscapesTextAndCutsLongRuns) {
   EXPECT_THAT(svg, HasSubstr("more events are in the trace"));
 }
 
+// ---- the usage checker in scenarios ----
+
+constexpr char kPastTheEnd[] =
+    "name: past the end\n"
+    "server: {mr_size: 4096}\n"
+    "client: {mr_size: 8192}\n"
+    "workload:\n"
+    "  - write_with_imm: {count: 1, size: 64, src_offset: 4096, "
+    "dst_offset: 4064}\n"
+    "expect:\n"
+    "  client: {REM_ACCESS_ERR: 1}\n"
+    "  server: {LOC_ACCESS_ERR: 1, WR_FLUSH_ERR: 3}\n";
+
+TEST(ScenarioCheckTest, CheckKeyListsFindingsInTheSummary) {
+  Scenario s = Parse(std::string(kPastTheEnd) + "check: remote-range\n");
+  ASSERT_EQ(s.check, std::optional<std::string>("remote-range"));
+  ScenarioResult r = RunScenario(s, RunOptions{});
+  EXPECT_TRUE(r.checked);
+  EXPECT_EQ(r.findings_per_check["remote-range"], 1u);
+  EXPECT_TRUE(r.failures.empty()) << Summary(r);  // listed, not failed
+  EXPECT_THAT(Summary(r), HasSubstr("findings:     remote-range x1"));
+}
+
+TEST(ScenarioCheckTest, StrictMakesAFindingFailTheRun) {
+  Scenario s = Parse(kPastTheEnd);
+  RunOptions options;
+  options.check = "all";
+  options.strict = true;
+  ScenarioResult r = RunScenario(s, options);
+  ASSERT_EQ(r.failures.size(), 1u) << Summary(r);
+  EXPECT_THAT(r.failures[0], HasSubstr("no usage-checker findings"));
+}
+
+TEST(ScenarioCheckTest, ExpectedFindingsAreAnExpectation) {
+  Scenario s = Parse(std::string(kPastTheEnd) +
+                     "  findings: {remote-range: 1}\ncheck: all\n");
+  RunOptions options;
+  options.strict = true;  // expect.findings decides instead
+  ScenarioResult r = RunScenario(s, options);
+  EXPECT_TRUE(r.failures.empty()) << Summary(r);
+  Scenario wrong = Parse(std::string(kPastTheEnd) +
+                         "  findings: {remote-range: 0}\ncheck: all\n");
+  EXPECT_EQ(RunScenario(wrong, RunOptions{}).failures.size(), 1u);
+}
+
+TEST(ScenarioCheckTest, UncheckedRunHasNoFindingsLine) {
+  ScenarioResult r = RunScenario(Parse(kMinimal), RunOptions{});
+  EXPECT_FALSE(r.checked);
+  EXPECT_THAT(Summary(r), ::testing::Not(HasSubstr("findings:")));
+}
+
+TEST(ScenarioCheckTest, UnknownCheckNameIsAParseError) {
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "check: lenght\n"),
+              HasSubstr("unknown check 'lenght'"));
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "check: strict\n"),
+              HasSubstr("--strict"));
+  EXPECT_THAT(
+      ParseError(std::string(kMinimal) + "expect:\n  findings: {bogus: 1}\n"),
+      HasSubstr("'bogus' is not a check"));
+}
+
 }  // namespace
 }  // namespace rpma_harness

@@ -1,0 +1,1201 @@
+#include "check/checking_backend.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <utility>
+
+#include "mock/fake_nic.h"
+#include "mock/fake_nic_user_memory.h"
+
+namespace rpma_harness {
+namespace {
+
+constexpr uint32_t kWcRecvFlag = IBV_WC_RECV;  // every receive opcode has it
+
+std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIx64, v);
+  return buf;
+}
+
+// One call stack: the frames above the checker, symbolized well enough to
+// name the user's function (backtrace(3) + dladdr(3); the executable needs
+// -rdynamic for its own symbols, which //check adds to every binary).
+struct Stack {
+  std::vector<void*> frames;
+  std::string text;   // "    #0 0x... in fn+0x12 (binary)\n" per frame
+  std::string where;  // the first frame outside the harness
+};
+
+// The demangled name of the function at `pc` ("" when the dynamic symbol
+// table does not have it: a static or anonymous-namespace function), and
+// "binary+0xoffset" in *module for addr2line(1).
+std::string Symbol(void* pc, std::string* module) {
+  Dl_info info;
+  std::memset(&info, 0, sizeof(info));
+  if (dladdr(pc, &info) == 0) return "";
+  if (module != nullptr && info.dli_fname != nullptr) {
+    char off[32];
+    std::snprintf(off, sizeof(off), "+0x%zx",
+                  static_cast<size_t>(static_cast<char*>(pc) -
+                                      static_cast<char*>(info.dli_fbase)));
+    *module = std::string(info.dli_fname) + off;
+  }
+  if (info.dli_sname == nullptr) return "";
+  int status = 0;
+  char* demangled =
+      abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+  std::string name = status == 0 && demangled ? demangled : info.dli_sname;
+  std::free(demangled);
+  return name;
+}
+
+// The harness's own entry points: the librpma API and the checker.
+bool IsHarnessFrame(const std::string& name) {
+  if (name.compare(0, 5, "rpma_") == 0 &&
+      name.find("::") == std::string::npos) {
+    return true;  // the C API
+  }
+  static const char* const kPrefixes[] = {
+      "rpma_harness::CheckingBackend::",
+      "rpma_harness::internal::",
+  };
+  for (const char* p : kPrefixes) {
+    if (name.compare(0, std::strlen(p), p) == 0) return true;
+  }
+  return false;
+}
+
+Stack CaptureStack(int skip) {
+  void* pcs[48];
+  int n = backtrace(pcs, 48);
+  Stack stack;
+  std::ostringstream out;
+  int shown = 0;
+  // The user's frame is the one right after the last harness frame of the
+  // top run (unnamed frames between are the harness's static helpers).
+  bool in_top_run = true;
+  int user = -1;
+  std::vector<std::string> names, modules;
+  for (int i = skip; i < n; ++i) {
+    std::string module;
+    names.push_back(Symbol(pcs[i], &module));
+    modules.push_back(module);
+  }
+  for (size_t i = 0; i < names.size() && in_top_run; ++i) {
+    if (IsHarnessFrame(names[i])) {
+      user = static_cast<int>(i) + 1;
+    } else if (!names[i].empty()) {
+      in_top_run = false;
+    }
+  }
+  if (user >= 0 && user < static_cast<int>(names.size())) {
+    stack.where =
+        names[user].empty() ? "?? (" + modules[user] + ")" : names[user];
+  }
+  // Shown from the call the user made (the API entry point), as a
+  // sanitizer's report starts at the intercepted function.
+  const int first = user >= 1 ? skip + user - 1 : skip;
+  for (int i = skip; i < n; ++i) {
+    stack.frames.push_back(pcs[i]);
+    const std::string& module = modules[i - skip];
+    const std::string& name = names[i - skip];
+    if (i >= first && shown < 16) {
+      out << "    #" << shown << " " << pcs[i] << " in "
+          << (name.empty() ? "??" : name) << " (" << module << ")\n";
+      ++shown;
+    }
+  }
+  stack.text = out.str();
+  if (stack.where.empty()) stack.where = "(unknown)";
+  return stack;
+}
+
+uint64_t StackHash(const std::vector<void*>& frames) {
+  uint64_t h = 1469598103934665603ull;
+  for (void* f : frames) {
+    h ^= reinterpret_cast<uintptr_t>(f);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool Overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) {
+  return alen != 0 && blen != 0 && a < b + blen && b < a + alen;
+}
+
+bool IsSinkOpcode(int opcode) {
+  return opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+bool IsRemoteWrite(int opcode) {
+  return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+         opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+bool HasRemote(int opcode) {
+  return opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM;
+}
+
+}  // namespace
+
+const std::vector<std::string>& CheckNames() {
+  static const std::vector<std::string> names = {
+      "length",     "remote-range", "source-changed", "overlap", "sq-overflow",
+      "cq-overrun", "cq-events",    "mr-unmapped",    "leak",
+  };
+  return names;
+}
+
+bool ParseCheckOptions(const std::string& value, CheckOptions* options,
+                       std::string* why) {
+  std::stringstream in(value);
+  std::string item;
+  bool ok = true;
+  while (std::getline(in, item, ',')) {
+    if (item.empty() || item == "1" || item == "all") continue;
+    if (item == "strict") {
+      options->strict = true;
+      continue;
+    }
+    const auto& names = CheckNames();
+    if (std::find(names.begin(), names.end(), item) == names.end()) {
+      ok = false;
+      if (why != nullptr) {
+        *why = "unknown check '" + item + "'; known:";
+        for (const auto& n : names) *why += " " + n;
+        *why += ", strict, all";
+      }
+      continue;
+    }
+    options->enabled.insert(item);
+  }
+  return ok;
+}
+
+CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
+                                 CheckOptions options)
+    : inner_(std::move(inner)), options_(std::move(options)) {
+  if (options_.trace_nic != nullptr) {
+    trace_observer_ =
+        options_.trace_nic->AddObserver([this](const FakeNicEvent& event) {
+          std::lock_guard<std::mutex> lock(trace_mu_);
+          auto& ring = trace_[event.qp_num];
+          ring.push_back(event);
+          if (ring.size() > kTraceLines) ring.pop_front();
+        });
+  }
+}
+
+CheckingBackend::~CheckingBackend() {
+  if (options_.trace_nic != nullptr) {
+    options_.trace_nic->RemoveObserver(trace_observer_);
+  }
+}
+
+bool CheckingBackend::Enabled(const std::string& check) const {
+  return options_.enabled.empty() || options_.enabled.count(check) != 0;
+}
+
+uint64_t CheckingBackend::FindingCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return findings_.size();
+}
+
+uint64_t CheckingBackend::FindingCount(const std::string& check) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t n = 0;
+  for (const auto& f : findings_) n += f.check == check;
+  return n;
+}
+
+std::vector<ibv_cq*> CheckingBackend::Cqs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<uint64_t, ibv_cq*> by_serial;
+  for (const auto& [key, state] : cqs_) {
+    if (state.cq != nullptr) by_serial[state.serial] = state.cq;
+  }
+  std::vector<ibv_cq*> out;
+  for (const auto& [serial, cq] : by_serial) out.push_back(cq);
+  return out;
+}
+
+std::vector<Finding> CheckingBackend::Findings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return findings_;
+}
+
+std::string CheckingBackend::TraceLines(uint32_t qp_num) const {
+  if (options_.trace_nic == nullptr || qp_num == 0) return "";
+  std::lock_guard<std::mutex> lock(trace_mu_);
+  auto it = trace_.find(qp_num);
+  if (it == trace_.end()) return "";
+  std::string out =
+      "  the NIC's last trace lines for qp " + std::to_string(qp_num) + ":\n";
+  for (const auto& e : it->second) out += "    " + ToString(e) + "\n";
+  return out;
+}
+
+void CheckingBackend::Report(const std::string& check, const std::string& what,
+                             const std::string& details, uint32_t qp_num,
+                             const std::string* creation_stack,
+                             const std::string& creation_where) {
+  Stack stack;
+  if (creation_stack == nullptr) {
+    stack = CaptureStack(/*skip=*/2);
+  } else {
+    stack.text = *creation_stack;
+    stack.where = creation_where;
+  }
+  std::string key = check + "|" + what.substr(0, what.find(':')) + "|" +
+                    (creation_stack ? *creation_stack
+                                    : std::to_string(StackHash(stack.frames)));
+  auto it = finding_index_.find(key);
+  if (it != finding_index_.end()) {
+    ++findings_[it->second].times;
+    return;
+  }
+  finding_index_[key] = findings_.size();
+  Finding f;
+  f.check = check;
+  f.what = what;
+  f.details = details;
+  f.where = stack.where;
+  findings_.push_back(f);
+  if (!options_.print) return;
+  std::ostringstream out;
+  out << "==" << getpid() << "==RPMA-HARNESS CHECK [" << check << "]: " << what
+      << "\n";
+  out << (creation_stack ? "  created at:\n" : "") << stack.text;
+  out << details;
+  out << TraceLines(qp_num);
+  out << "SUMMARY: rpma-harness check " << check;
+  if (!stack.where.empty()) out << " in " << stack.where;
+  out << "\n";
+  std::string text = out.str();
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+// ---- what the rpma layer tells -------------------------------------------
+
+void CheckingBackend::CheckLength(const char* call, size_t len) {
+  if (!Enabled("length") || len <= UINT32_MAX) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t moved = len & 0xffffffffull;
+  Report("length",
+         std::string(call) + ": len " + std::to_string(len) +
+             " does not fit the 32-bit ibv_sge.length; the NIC moves " +
+             std::to_string(moved) + " bytes and the call returns 0",
+         "  why: ibv_sge.length is uint32_t (infiniband/verbs.h) and librpma "
+         "1.3 casts len to it\n"
+         "  fix: split the transfer into pieces of at most the port's "
+         "max_msg_sz (2^31 bytes on InfiniBand/RoCE; ibv_query_port(3))\n",
+         0);
+}
+
+void CheckingBackend::CheckRemoteRange(const char* call, size_t offset,
+                                       size_t len, uint64_t size,
+                                       uint64_t raddr, uint32_t rkey) {
+  if (!Enabled("remote-range")) return;
+  if (offset <= size && len <= size - offset) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Report("remote-range",
+         std::string(call) + ": remote range [" + std::to_string(offset) +
+             ", +" + std::to_string(len) + ") is past the " +
+             std::to_string(size) + " bytes the peer's descriptor announced",
+         "  remote MR " + Hex(raddr) + " rkey " + Hex(rkey) + " size " +
+             std::to_string(size) +
+             "\n  what a NIC does: REM_ACCESS_ERR at completion when the "
+             "range leaves the MR (IB spec 9.7.5.1.3; rxe_resp.c "
+             "check_rkey), both QPs then in ERR -- or, when the peer "
+             "registered more than it announced, a silent write past the "
+             "announced end\n"
+             "  fix: check dst_offset + len <= rpma_mr_remote_get_size(3) "
+             "before posting\n",
+         0);
+}
+
+void CheckingBackend::NoteCreated(const char* kind, const void* object) {
+  if (!Enabled("leak") || object == nullptr) return;
+  Stack stack = CaptureStack(/*skip=*/2);
+  std::lock_guard<std::mutex> lock(mu_);
+  live_[object] = LiveObject{kind, stack.text, stack.where};
+}
+
+void CheckingBackend::NoteDeleted(const void* object) {
+  if (!Enabled("leak") || object == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(object);
+}
+
+void CheckingBackend::ExemptFromOverlap(uintptr_t addr, size_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exempt_.push_back(Range{addr, len});
+}
+
+size_t CheckingBackend::ReportLiveObjects() {
+  if (!Enabled("leak")) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [object, live] : live_) {
+    char addr[32];
+    std::snprintf(addr, sizeof(addr), "%p", object);
+    static const std::map<std::string, std::string> kRelease = {
+        {"rpma_peer", "rpma_peer_delete"},
+        {"rpma_ep", "rpma_ep_shutdown"},
+        {"rpma_conn_req", "rpma_conn_req_delete (or _connect)"},
+        {"rpma_conn", "rpma_conn_disconnect + rpma_conn_delete"},
+        {"rpma_mr_local", "rpma_mr_dereg"},
+        {"rpma_mr_remote", "rpma_mr_remote_delete"},
+        {"rpma_srq", "rpma_srq_delete"},
+    };
+    auto release = kRelease.find(live.kind);
+    Report("leak", live.kind + " " + addr + " is still alive at exit",
+           "  fix: " +
+               (release == kRelease.end() ? std::string("release it")
+                                          : release->second) +
+               "(3) before the program ends; with a real NIC its "
+               "resources (pinned memory, QPs, CQs) stay until the process "
+               "dies\n",
+           0, &live.stack, live.where);
+  }
+  return live_.size();
+}
+
+void CheckingBackend::ExitIfStrict() {
+  std::vector<Finding> findings = Findings();
+  if (findings.empty()) return;
+  std::map<std::string, uint64_t> per_check;
+  for (const auto& f : findings) ++per_check[f.check];
+  std::string line =
+      "==" + std::to_string(getpid()) +
+      "==rpma-harness check: " + std::to_string(findings.size()) +
+      " finding(s):";
+  for (const auto& [check, n] : per_check) {
+    line += " " + check + "=" + std::to_string(n);
+  }
+  std::fprintf(stderr, "%s%s\n", line.c_str(),
+               options_.strict ? " (strict: exiting with 66)" : "");
+  if (options_.strict) {
+    std::fflush(nullptr);
+    _exit(kStrictExitCode);
+  }
+}
+
+std::string CheckingBackend::Text(const WrSummary& wr) {
+  std::ostringstream out;
+  out << wr.queue << " " << wr.num << " wr_id " << Hex(wr.wr_id) << " ";
+  if (wr.opcode < 0) {
+    out << "RECV";
+  } else {
+    out << WrOpcodeName(wr.opcode)
+        << ((wr.send_flags & IBV_SEND_SIGNALED) ? " signaled" : " unsignaled");
+    if (wr.send_flags & IBV_SEND_INLINE) out << " inline";
+  }
+  if (wr.has_local) out << " local " << Hex(wr.local) << " +" << wr.len;
+  if (wr.has_remote) {
+    out << " remote " << Hex(wr.remote) << " rkey " << Hex(wr.rkey);
+  }
+  if (!wr.note.empty()) out << " " << wr.note;
+  return out.str();
+}
+
+// ---- memory ----------------------------------------------------------------
+
+bool CheckingBackend::HashRanges(const std::vector<Range>& ranges,
+                                 uint64_t* hash, uintptr_t* fault) {
+  // FNV-1a over 8-byte words, read through the fake's GuardedCopy so memory
+  // the program unmapped is reported instead of crashing the checker.
+  uint64_t h = 1469598103934665603ull;
+  unsigned char chunk[4096];
+  for (const Range& r : ranges) {
+    uint64_t done = 0;
+    while (done < r.len) {
+      size_t n =
+          static_cast<size_t>(std::min<uint64_t>(sizeof(chunk), r.len - done));
+      if (!fake_nic_internal::GuardedCopy(
+              chunk, reinterpret_cast<const void*>(r.addr + done), n, fault)) {
+        return false;
+      }
+      // Four independent lanes keep the multiplier busy (~4x one lane).
+      uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
+      size_t i = 0;
+      for (; i + 32 <= n; i += 32) {
+        for (int k = 0; k < 4; ++k) {
+          uint64_t w;
+          std::memcpy(&w, chunk + i + 8 * k, 8);
+          lane[k] = (lane[k] ^ w) * 1099511628211ull;
+        }
+      }
+      h = lane[0] ^ (lane[1] * 3) ^ (lane[2] * 5) ^ (lane[3] * 7);
+      for (; i < n; ++i) h = (h ^ chunk[i]) * 1099511628211ull;
+      done += n;
+    }
+  }
+  *hash = h;
+  return true;
+}
+
+bool CheckingBackend::Exempt(const Range& r) const {
+  for (const Range& e : exempt_) {
+    if (r.addr >= e.addr && r.addr + r.len <= e.addr + e.len) return true;
+  }
+  return false;
+}
+
+void CheckingBackend::CheckOverlap(uint32_t qp_num,
+                                   const std::vector<Range>& local, bool sink,
+                                   const Range* remote, uint32_t rkey,
+                                   bool remote_written, const WrSummary& wr,
+                                   bool include_recvs) {
+  if (!Enabled("overlap")) return;
+  auto against = [&](const std::vector<Range>& other, bool other_sink,
+                     const WrSummary& other_wr) {
+    if (!sink && !other_sink) return false;  // two readers are fine
+    for (const Range& a : local) {
+      if (Exempt(a)) continue;
+      for (const Range& b : other) {
+        if (!Overlap(a.addr, a.len, b.addr, b.len)) continue;
+        Report("overlap",
+               std::string(sink ? "the NIC may write" : "the NIC reads") +
+                   " local memory " + Hex(a.addr) + " +" +
+                   std::to_string(a.len) + " that an outstanding operation " +
+                   (other_sink ? "receives into" : "still reads"),
+               "  new WR:         " + Text(wr) +
+                   "\n  outstanding WR: " + Text(other_wr) +
+                   "\n  why: ibv_post_send(3)/ibv_post_recv(3): a buffer "
+                   "belongs to the NIC until its WR completes; the two "
+                   "operations race and the result depends on the NIC\n"
+                   "  fix: reap the outstanding WR's completion (or, for an "
+                   "unsignaled WR, a later signaled one's) before reusing "
+                   "the memory, or use separate buffers\n",
+               qp_num);
+        return true;
+      }
+    }
+    return false;
+  };
+  for (const auto& [num, qs] : qps_) {
+    for (const auto& s : qs.sends) {
+      if (against(s.local, s.local_is_sink, s.wr)) return;
+      if (remote != nullptr && num != qp_num && s.rkey == rkey &&
+          (remote_written || s.remote_written) &&
+          Overlap(remote->addr, remote->len, s.remote.addr, s.remote.len)) {
+        Report("overlap",
+               "two outstanding operations of different QPs touch "
+               "overlapping remote memory " +
+                   Hex(remote->addr) + " and at least one writes it",
+               "  new WR:         " + Text(wr) +
+                   "\n  outstanding WR: " + Text(s.wr) +
+                   "\n  why: the IB spec orders operations within one QP "
+                   "only (o9-21); across QPs the responder may apply them "
+                   "in any order\n"
+                   "  fix: wait for one completion before posting the "
+                   "other, or give each connection its own range\n",
+               qp_num);
+        return;
+      }
+    }
+    if (!include_recvs) continue;
+    for (const auto& r : qs.recvs) {
+      if (against(r.local, true, r.wr)) return;
+    }
+  }
+  if (!include_recvs) return;
+  for (const auto& [srq, recvs] : srq_recvs_) {
+    for (const auto& r : recvs) {
+      if (against(r.local, true, r.wr)) return;
+    }
+  }
+}
+
+// ---- completions
+// -------------------------------------------------------------
+
+void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
+  auto retire = [&](OutstandingSend& s, bool compare) {
+    if (s.signaled && qs->send_cq != nullptr) {
+      auto cq = cqs_.find(qs->send_cq);
+      if (cq != cqs_.end() && cq->second.signaled_outstanding > 0) {
+        --cq->second.signaled_outstanding;
+      }
+    }
+    if (!compare || !s.has_hash) return;
+    uint64_t now = 0;
+    uintptr_t fault = 0;
+    if (!HashRanges(s.local, &now, &fault)) {
+      if (Enabled("mr-unmapped")) {
+        Report("mr-unmapped",
+               "the source of an outstanding WR became unreadable (fault "
+               "at " +
+                   Hex(fault) + ") before its completion was reaped",
+               "  WR: " + Text(s.wr) +
+                   "\n  fix: unmap or free registered memory only after "
+                   "rpma_mr_dereg(3) and after every WR using it completed\n",
+               qs->qp_num);
+      }
+      return;
+    }
+    if (now != s.hash && Enabled("source-changed")) {
+      Report("source-changed",
+             "the source of a posted " + std::string(WrOpcodeName(s.opcode)) +
+                 " changed between the post and the reaping of its "
+                 "completion",
+             "  WR: " + Text(s.wr) +
+                 "\n  why: ibv_post_send(3): the buffers may not be "
+                 "modified until the WR completes; a real NIC reads them "
+                 "at any moment in between (several times, on a "
+                 "retransmission), so the peer may get old, new or mixed "
+                 "bytes\n"
+                 "  fix: change the buffer only after rpma_cq_get_wc(3) "
+                 "returned this WR's completion (for an unsignaled WR: a "
+                 "later signaled one's), or write from another buffer\n",
+             qs->qp_num);
+    }
+  };
+  if (wc.status != IBV_WC_SUCCESS) {
+    // An error completes exactly one WR (signaled or not); the QP is in
+    // ERR and every later WR flushes with its own error completion.
+    qs->in_error = true;
+    if (!qs->sends.empty()) {
+      retire(qs->sends.front(), false);
+      qs->sends.pop_front();
+    }
+    return;
+  }
+  // In-order completion on an RC send queue: a success completion retires
+  // its WR and every unsignaled WR posted before it (IB spec 10.8.3;
+  // rdma-core mlx5 cq.c frees the SQ up to the completed WQE at poll).
+  while (!qs->sends.empty()) {
+    OutstandingSend s = std::move(qs->sends.front());
+    qs->sends.pop_front();
+    bool last = s.signaled || qs->sq_sig_all;
+    retire(s, true);
+    if (last) break;
+  }
+}
+
+void CheckingBackend::ReapRecv(QpState* qs, const ibv_wc& wc) {
+  std::deque<OutstandingRecv>* recvs =
+      qs->srq != nullptr ? &srq_recvs_[qs->srq] : &qs->recvs;
+  if (recvs->empty()) return;
+  // An RQ is consumed in order; an SRQ in the order of its posts too, but
+  // interleaved between QPs: take the oldest receive with this wr_id.
+  auto it = recvs->begin();
+  for (; it != recvs->end(); ++it) {
+    if (it->wr_id == wc.wr_id) break;
+  }
+  if (it == recvs->end()) it = recvs->begin();
+  OutstandingRecv done = std::move(*it);
+  recvs->erase(it);
+  // Only a SEND places bytes in a receive buffer (a write with imm consumes
+  // the receive but writes the remote address: IB spec 9.4.3), so a
+  // receive buffer shared with other outstanding operations is a race
+  // exactly when a SEND landed in it: the next message, or the NIC still
+  // reading it for a send, may overwrite what the program now reads.
+  if (wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV &&
+      wc.byte_len > 0) {
+    std::vector<Range> landed;
+    uint64_t left = wc.byte_len;
+    for (const Range& r : done.local) {
+      if (left == 0) break;
+      landed.push_back(Range{r.addr, std::min(left, r.len)});
+      left -= landed.back().len;
+    }
+    WrSummary wr = done.wr;
+    wr.note = "(completed: a SEND of " + std::to_string(wc.byte_len) +
+              " bytes landed)";
+    CheckOverlap(qs->qp_num, landed, /*sink=*/true, nullptr, 0, false, wr,
+                 /*include_recvs=*/true);
+  }
+}
+
+// ---- VerbsBackend ----------------------------------------------------------
+
+const char* CheckingBackend::Name() const { return inner_->Name(); }
+
+int CheckingBackend::GetContextByAddress(const char* addr, bool local,
+                                         ibv_context** ctx) {
+  return inner_->GetContextByAddress(addr, local, ctx);
+}
+int CheckingBackend::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
+  return inner_->QueryDevice(ctx, attr);
+}
+ibv_pd* CheckingBackend::AllocPd(ibv_context* ctx) {
+  return inner_->AllocPd(ctx);
+}
+int CheckingBackend::DeallocPd(ibv_pd* pd) { return inner_->DeallocPd(pd); }
+ibv_mr* CheckingBackend::RegMr(ibv_pd* pd, void* addr, size_t length,
+                               int access) {
+  return inner_->RegMr(pd, addr, length, access);
+}
+
+int CheckingBackend::DeregMr(ibv_mr* mr) {
+  if (mr != nullptr) {
+    // Memory may be freed once its MR is gone: the outstanding WRs over it
+    // are no longer compared (their post was checked already).
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t lo = reinterpret_cast<uintptr_t>(mr->addr);
+    for (auto& [num, qs] : qps_) {
+      for (auto& s : qs.sends) {
+        for (const Range& r : s.local) {
+          if (Overlap(lo, mr->length, r.addr, r.len)) s.has_hash = false;
+        }
+      }
+    }
+    exempt_.erase(std::remove_if(exempt_.begin(), exempt_.end(),
+                                 [&](const Range& e) {
+                                   return Overlap(lo, mr->length, e.addr,
+                                                  e.len);
+                                 }),
+                  exempt_.end());
+  }
+  return inner_->DeregMr(mr);
+}
+
+ibv_comp_channel* CheckingBackend::CreateCompChannel(ibv_context* ctx) {
+  return inner_->CreateCompChannel(ctx);
+}
+int CheckingBackend::DestroyCompChannel(ibv_comp_channel* channel) {
+  return inner_->DestroyCompChannel(channel);
+}
+
+ibv_cq* CheckingBackend::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                                  ibv_comp_channel* channel, int comp_vector) {
+  ibv_cq* cq = inner_->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
+  if (cq != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    CqState state;
+    state.depth = cq->cqe;
+    state.serial = next_cq_serial_++;
+    state.cq = cq;
+    cqs_[cq] = state;
+  }
+  return cq;
+}
+
+int CheckingBackend::DestroyCq(ibv_cq* cq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cqs_.find(cq);
+    if (it != cqs_.end() && it->second.events_unacked > 0 &&
+        Enabled("cq-events")) {
+      Report("cq-events",
+             "ibv_destroy_cq with " +
+                 std::to_string(it->second.events_unacked) +
+                 " CQ event(s) not acknowledged",
+             "  why: ibv_get_cq_event(3): every event must be acknowledged "
+             "with ibv_ack_cq_events(3); ibv_destroy_cq(3) waits for that, "
+             "so on rdma-core this call blocks forever\n"
+             "  fix: ibv_ack_cq_events(cq, n) for every event got before "
+             "destroying the CQ\n",
+             0);
+    }
+  }
+  int err = inner_->DestroyCq(cq);
+  if (err == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cqs_.erase(cq);
+  }
+  return err;
+}
+
+int CheckingBackend::ReqNotifyCq(ibv_cq* cq, int solicited_only) {
+  return inner_->ReqNotifyCq(cq, solicited_only);
+}
+
+int CheckingBackend::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                                void** cq_context) {
+  int rc = inner_->GetCqEvent(channel, cq, cq_context);
+  if (rc == 0 && cq != nullptr && *cq != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++cqs_[*cq].events_unacked;
+  }
+  return rc;
+}
+
+void CheckingBackend::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cqs_.find(cq);
+    if (it != cqs_.end()) {
+      it->second.events_unacked -=
+          std::min<uint64_t>(it->second.events_unacked, nevents);
+    }
+  }
+  inner_->AckCqEvents(cq, nevents);
+}
+
+int CheckingBackend::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  int got = inner_->PollCq(cq, num_entries, wc);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (got < 0) {
+    auto it = cqs_.find(cq);
+    if (it != cqs_.end() && !it->second.overrun_reported &&
+        Enabled("cq-overrun")) {
+      it->second.overrun_reported = true;
+      Report("cq-overrun",
+             "ibv_poll_cq failed (" + std::to_string(got) +
+                 "): the CQ overran and lost a completion",
+             "  CQ depth " + std::to_string(it->second.depth) +
+                 "\n  why: ibv_create_cq(3): more completions than cqe "
+                 "entries unpolled overrun the CQ (IB spec 11.4.2.1: an "
+                 "affiliated asynchronous error; the QPs go to ERR)\n"
+                 "  fix: size the CQ for every completion that can be "
+                 "outstanding (signaled sends + posted receives), or poll "
+                 "more often\n",
+             0);
+    }
+    return got;
+  }
+  for (int i = 0; i < got; ++i) {
+    auto q = qps_.find(wc[i].qp_num);
+    if (q == qps_.end()) continue;
+    QpState& qs = q->second;
+    bool recv;
+    if (qs.send_cq != qs.recv_cq) {
+      recv = cq == qs.recv_cq;
+    } else {
+      // One CQ for both queues: only the opcode tells (ibv_poll_cq(3)
+      // leaves it undefined for an error; the fake and rxe set it).
+      recv = (wc[i].opcode & kWcRecvFlag) != 0;
+    }
+    if (recv) {
+      ReapRecv(&qs, wc[i]);
+    } else {
+      ReapSend(&qs, wc[i]);
+    }
+  }
+  return got;
+}
+
+int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
+                              ibv_send_wr** bad_wr) {
+  if (qp == nullptr) return inner_->PostSend(qp, wr, bad_wr);
+  const bool hash = Enabled("source-changed") || Enabled("mr-unmapped");
+  std::vector<OutstandingSend> posts;
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    OutstandingSend s;
+    s.wr_id = w->wr_id;
+    s.opcode = w->opcode;
+    s.signaled = (w->send_flags & IBV_SEND_SIGNALED) != 0;
+    s.local_is_sink = IsSinkOpcode(w->opcode);
+    const bool inline_data = (w->send_flags & IBV_SEND_INLINE) != 0;
+    if (!inline_data && w->num_sge > 0 && w->sg_list != nullptr) {
+      for (int i = 0; i < w->num_sge; ++i) {
+        s.local.push_back(Range{w->sg_list[i].addr, w->sg_list[i].length});
+      }
+    }
+    if (HasRemote(w->opcode)) {
+      bool atomic = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      uint64_t total = 0;
+      for (int i = 0; i < w->num_sge && w->sg_list != nullptr; ++i) {
+        total += w->sg_list[i].length;
+      }
+      s.remote = Range{
+          atomic ? w->wr.atomic.remote_addr : w->wr.rdma.remote_addr, total};
+      s.rkey = atomic ? w->wr.atomic.rkey : w->wr.rdma.rkey;
+      s.remote_written = IsRemoteWrite(w->opcode);
+    }
+    s.wr.num = qp->qp_num;
+    s.wr.wr_id = w->wr_id;
+    s.wr.opcode = w->opcode;
+    s.wr.send_flags = w->send_flags;
+    if (w->num_sge > 0 && w->sg_list != nullptr) {
+      s.wr.has_local = true;
+      s.wr.local = w->sg_list[0].addr;
+      for (int i = 0; i < w->num_sge; ++i) s.wr.len += w->sg_list[i].length;
+    }
+    if (HasRemote(w->opcode)) {
+      s.wr.has_remote = true;
+      s.wr.remote = s.remote.addr;
+      s.wr.rkey = s.rkey;
+    }
+    if (hash && !s.local_is_sink && !s.local.empty()) {
+      uintptr_t fault = 0;
+      if (HashRanges(s.local, &s.hash, &fault)) {
+        s.has_hash = Enabled("source-changed");
+      } else if (Enabled("mr-unmapped")) {
+        std::lock_guard<std::mutex> lock(mu_);
+        Report("mr-unmapped",
+               "the source of a posted WR is registered but unreadable "
+               "(fault at " +
+                   Hex(fault) + ")",
+               "  WR: " + Text(s.wr) +
+                   "\n  why: a real NIC pinned the pages at ibv_reg_mr(3) "
+                   "and keeps using them: it sends what was there, and the "
+                   "program has freed memory the NIC still owns\n"
+                   "  fix: rpma_mr_dereg(3) before munmap/free\n",
+               qp->qp_num);
+      }
+    }
+    posts.push_back(std::move(s));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    QpState& qs = qps_[qp->qp_num];
+    qs.qp_num = qp->qp_num;
+    for (auto& s : posts) {
+      if (!qs.in_error) {
+        CheckOverlap(qs.qp_num, s.local, s.local_is_sink,
+                     HasRemote(s.opcode) ? &s.remote : nullptr, s.rkey,
+                     s.remote_written, s.wr,
+                     /*include_recvs=*/false);
+      }
+      const bool signaled = s.signaled || qs.sq_sig_all;
+      qs.sends.push_back(s);
+      if (qs.in_error) continue;
+      if (qs.sq_depth != 0 && qs.sends.size() > qs.sq_depth &&
+          Enabled("sq-overflow")) {
+        std::string unsignaled_run;
+        size_t unsignaled = 0;
+        for (const auto& o : qs.sends) unsignaled += !o.signaled;
+        Report("sq-overflow",
+               std::to_string(qs.sends.size()) +
+                   " WRs outstanding on a send queue of depth " +
+                   std::to_string(qs.sq_depth) + " (" +
+                   std::to_string(unsignaled) + " unsignaled)",
+               "  newest WR: " + Text(s.wr) +
+                   "\n  oldest WR: " + Text(qs.sends.front().wr) +
+                   "\n  why: a send queue slot is freed only when the "
+                   "completion of its WR, or of a later signaled WR, is "
+                   "polled (rdma-core providers/mlx5/cq.c advances the SQ "
+                   "tail at poll); this fake frees slots at execution, a "
+                   "real NIC fails the post with ENOMEM or overwrites "
+                   "queued WQEs\n"
+                   "  fix: signal at least one WR in every sq_size "
+                   "(RPMA_F_COMPLETION_ALWAYS) and reap its completion\n",
+               qs.qp_num);
+      }
+      if (signaled && qs.send_cq != nullptr) {
+        auto cq = cqs_.find(qs.send_cq);
+        if (cq != cqs_.end()) {
+          ++cq->second.signaled_outstanding;
+          if (cq->second.signaled_outstanding >
+                  static_cast<uint64_t>(cq->second.depth) &&
+              Enabled("cq-overrun")) {
+            Report("cq-overrun",
+                   std::to_string(cq->second.signaled_outstanding) +
+                       " signaled WRs outstanding on a CQ of " +
+                       std::to_string(cq->second.depth) + " entries",
+                   "  newest WR: " + Text(s.wr) +
+                       "\n  why: every signaled WR puts a completion in "
+                       "the CQ; once more than cqe are unpolled the CQ "
+                       "overruns (ibv_create_cq(3)) and its QPs go to "
+                       "ERR\n"
+                       "  fix: poll completions before posting more, or "
+                       "create a larger CQ (rpma_conn_cfg_set_cq_size(3))"
+                       "\n",
+                   qs.qp_num);
+          }
+        }
+      }
+    }
+  }
+  int rc = inner_->PostSend(qp, wr, bad_wr);
+  if (rc != 0) {
+    // The WRs from *bad_wr on were not posted: forget them (newest first).
+    size_t unposted = 0;
+    bool counting = false;
+    for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+      if (bad_wr != nullptr && w == *bad_wr) counting = true;
+      if (counting) ++unposted;
+    }
+    if (bad_wr == nullptr || *bad_wr == nullptr) unposted = posts.size();
+    std::lock_guard<std::mutex> lock(mu_);
+    QpState& qs = qps_[qp->qp_num];
+    for (size_t i = 0; i < unposted && !qs.sends.empty(); ++i) {
+      const OutstandingSend& s = qs.sends.back();
+      if ((s.signaled || qs.sq_sig_all) && qs.send_cq != nullptr) {
+        auto cq = cqs_.find(qs.send_cq);
+        if (cq != cqs_.end() && cq->second.signaled_outstanding > 0) {
+          --cq->second.signaled_outstanding;
+        }
+      }
+      qs.sends.pop_back();
+    }
+  }
+  return rc;
+}
+
+namespace {
+
+template <typename RecvList>
+void CollectRecvs(ibv_recv_wr* wr, RecvList* out, const char* queue,
+                  uint32_t num) {
+  for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
+    typename RecvList::value_type r;
+    r.wr_id = w->wr_id;
+    r.wr.queue = queue;
+    r.wr.num = num;
+    r.wr.wr_id = w->wr_id;
+    for (int i = 0; i < w->num_sge && w->sg_list != nullptr; ++i) {
+      r.local.push_back({w->sg_list[i].addr, w->sg_list[i].length});
+      r.wr.len += w->sg_list[i].length;
+    }
+    if (!r.local.empty()) {
+      r.wr.has_local = true;
+      r.wr.local = r.local[0].addr;
+    }
+    out->push_back(std::move(r));
+  }
+}
+
+size_t Unposted(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  size_t n = 0;
+  bool counting = bad_wr == nullptr || *bad_wr == nullptr;
+  for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
+    if (bad_wr != nullptr && w == *bad_wr) counting = true;
+    if (counting) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
+                              ibv_recv_wr** bad_wr) {
+  if (qp == nullptr) return inner_->PostRecv(qp, wr, bad_wr);
+  std::vector<OutstandingRecv> posts;
+  CollectRecvs(wr, &posts, "qp", qp->qp_num);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    QpState& qs = qps_[qp->qp_num];
+    qs.qp_num = qp->qp_num;
+    // Checked when a SEND lands in it (ReapRecv), not at post.
+    for (auto& r : posts) qs.recvs.push_back(r);
+  }
+  int rc = inner_->PostRecv(qp, wr, bad_wr);
+  if (rc != 0) {
+    size_t n = Unposted(wr, bad_wr);
+    std::lock_guard<std::mutex> lock(mu_);
+    QpState& qs = qps_[qp->qp_num];
+    for (size_t i = 0; i < n && !qs.recvs.empty(); ++i) qs.recvs.pop_back();
+  }
+  return rc;
+}
+
+int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                                 ibv_recv_wr** bad_wr) {
+  if (srq == nullptr) return inner_->PostSrqRecv(srq, wr, bad_wr);
+  std::vector<OutstandingRecv> posts;
+  CollectRecvs(wr, &posts, "srq", srq->handle);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& recvs = srq_recvs_[srq];
+    for (auto& r : posts) recvs.push_back(r);
+  }
+  int rc = inner_->PostSrqRecv(srq, wr, bad_wr);
+  if (rc != 0) {
+    size_t n = Unposted(wr, bad_wr);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& recvs = srq_recvs_[srq];
+    for (size_t i = 0; i < n && !recvs.empty(); ++i) recvs.pop_back();
+  }
+  return rc;
+}
+
+int CheckingBackend::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+                             ibv_qp_init_attr* init_attr) {
+  return inner_->QueryQp(qp, attr, attr_mask, init_attr);
+}
+rdma_event_channel* CheckingBackend::CreateEventChannel() {
+  return inner_->CreateEventChannel();
+}
+void CheckingBackend::DestroyEventChannel(rdma_event_channel* channel) {
+  inner_->DestroyEventChannel(channel);
+}
+int CheckingBackend::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+                              void* context) {
+  return inner_->CreateId(channel, id, context);
+}
+int CheckingBackend::DestroyId(rdma_cm_id* id) { return inner_->DestroyId(id); }
+int CheckingBackend::ResolveAddr(rdma_cm_id* id, const char* addr,
+                                 const char* port, int timeout_ms) {
+  return inner_->ResolveAddr(id, addr, port, timeout_ms);
+}
+int CheckingBackend::ResolveRoute(rdma_cm_id* id, int timeout_ms) {
+  return inner_->ResolveRoute(id, timeout_ms);
+}
+int CheckingBackend::BindAddr(rdma_cm_id* id, const char* addr,
+                              const char* port) {
+  return inner_->BindAddr(id, addr, port);
+}
+int CheckingBackend::Listen(rdma_cm_id* id, int backlog) {
+  return inner_->Listen(id, backlog);
+}
+int CheckingBackend::GetCmEvent(rdma_event_channel* channel,
+                                rdma_cm_event** event) {
+  return inner_->GetCmEvent(channel, event);
+}
+int CheckingBackend::AckCmEvent(rdma_cm_event* event) {
+  return inner_->AckCmEvent(event);
+}
+
+int CheckingBackend::CreateQp(rdma_cm_id* id, ibv_pd* pd,
+                              ibv_qp_init_attr* init_attr) {
+  int rc = inner_->CreateQp(id, pd, init_attr);
+  if (rc == 0 && id != nullptr && id->qp != nullptr && init_attr != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    QpState& qs = qps_[id->qp->qp_num];
+    qs = QpState();
+    qs.qp = id->qp;
+    qs.qp_num = id->qp->qp_num;
+    qs.sq_depth = init_attr->cap.max_send_wr;
+    qs.sq_sig_all = init_attr->sq_sig_all != 0;
+    qs.send_cq = init_attr->send_cq;
+    qs.recv_cq = init_attr->recv_cq;
+    qs.srq = init_attr->srq;
+  }
+  return rc;
+}
+
+void CheckingBackend::DestroyQp(rdma_cm_id* id) {
+  if (id != nullptr && id->qp != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = qps_.find(id->qp->qp_num);
+    if (it != qps_.end()) {
+      // Its outstanding WRs are gone with it; their signaled completions
+      // will never reach the CQ.
+      for (const auto& s : it->second.sends) {
+        if ((s.signaled || it->second.sq_sig_all) &&
+            it->second.send_cq != nullptr) {
+          auto cq = cqs_.find(it->second.send_cq);
+          if (cq != cqs_.end() && cq->second.signaled_outstanding > 0) {
+            --cq->second.signaled_outstanding;
+          }
+        }
+      }
+      qps_.erase(it);
+    }
+  }
+  inner_->DestroyQp(id);
+}
+
+int CheckingBackend::Connect(rdma_cm_id* id, rdma_conn_param* param) {
+  return inner_->Connect(id, param);
+}
+int CheckingBackend::Accept(rdma_cm_id* id, rdma_conn_param* param) {
+  return inner_->Accept(id, param);
+}
+int CheckingBackend::Reject(rdma_cm_id* id, const void* private_data,
+                            uint8_t private_data_len) {
+  return inner_->Reject(id, private_data, private_data_len);
+}
+int CheckingBackend::Disconnect(rdma_cm_id* id) {
+  return inner_->Disconnect(id);
+}
+int CheckingBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
+  return inner_->MigrateId(id, channel);
+}
+ibv_srq* CheckingBackend::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
+  return inner_->CreateSrq(pd, init_attr);
+}
+int CheckingBackend::DestroySrq(ibv_srq* srq) {
+  int rc = inner_->DestroySrq(srq);
+  if (rc == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    srq_recvs_.erase(srq);
+  }
+  return rc;
+}
+int CheckingBackend::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
+  return inner_->QueryDeviceEx(ctx, attr);
+}
+int CheckingBackend::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,
+                              uint32_t flags, ibv_sge* sg_list,
+                              uint32_t num_sge) {
+  return inner_->AdviseMr(pd, advice, flags, sg_list, num_sge);
+}
+int CheckingBackend::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  return inner_->ModifyQp(qp, attr, attr_mask);
+}
+
+// ---- wiring ----------------------------------------------------------------
+
+CheckingBackend* CheckerOf(VerbsBackend* backend) {
+  return dynamic_cast<CheckingBackend*>(backend);
+}
+
+namespace {
+
+std::mutex& ExitMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+// Never destroyed: the at-exit report runs after static destructors may
+// have started.
+std::vector<std::shared_ptr<CheckingBackend>>& ExitCheckers() {
+  static auto* v = new std::vector<std::shared_ptr<CheckingBackend>>;
+  return *v;
+}
+
+void ReportAtExit() {
+  std::vector<std::shared_ptr<CheckingBackend>> checkers;
+  {
+    std::lock_guard<std::mutex> lock(ExitMutex());
+    checkers = ExitCheckers();
+  }
+  // One summary for the process, over every checker it made (one per
+  // installed backend).
+  std::map<std::string, uint64_t> per_check;
+  uint64_t total = 0;
+  bool strict = false;
+  for (auto& c : checkers) {
+    c->ReportLiveObjects();
+    for (const Finding& f : c->Findings()) {
+      ++per_check[f.check];
+      ++total;
+    }
+    strict = strict || c->options().strict;
+  }
+  if (total == 0) return;
+  std::string line = "==" + std::to_string(getpid()) +
+                     "==rpma-harness check: " + std::to_string(total) +
+                     " finding(s):";
+  for (const auto& [check, n] : per_check) {
+    line += " " + check + "=" + std::to_string(n);
+  }
+  std::fprintf(stderr, "%s%s\n", line.c_str(),
+               strict ? " (strict: exiting with 66)" : "");
+  if (strict) {
+    std::fflush(nullptr);
+    _exit(kStrictExitCode);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
+    std::shared_ptr<VerbsBackend> backend) {
+  const char* value = std::getenv("RPMA_HARNESS_CHECK");
+  if (backend == nullptr || value == nullptr || *value == '\0' ||
+      std::strcmp(value, "0") == 0 || CheckerOf(backend.get()) != nullptr) {
+    return backend;
+  }
+  CheckOptions options;
+  std::string why;
+  if (!ParseCheckOptions(value, &options, &why)) {
+    std::fprintf(stderr, "rpma-harness: RPMA_HARNESS_CHECK: %s\n", why.c_str());
+  }
+  options.trace_nic = dynamic_cast<FakeNic*>(backend.get());
+  auto checker = std::make_shared<CheckingBackend>(backend, options);
+  std::lock_guard<std::mutex> lock(ExitMutex());
+  if (ExitCheckers().empty()) std::atexit(ReportAtExit);
+  ExitCheckers().push_back(checker);
+  return checker;
+}
+
+}  // namespace rpma_harness

@@ -1,0 +1,310 @@
+// checking_backend.h: an RDMA usage checker -- the program bugs a real NIC
+// silently tolerates, reported the way sanitizers report memory bugs.
+//
+// A CheckingBackend is a VerbsBackend that wraps any other (the fake NIC, a
+// FaultInjector, rdma-core), forwards every call unchanged and watches them:
+// every post, poll, registration, CQ event and destroy. The rpma layer adds
+// what only it knows (the size_t length before it became a 32-bit SGE, the
+// size a peer's descriptor announced, which rpma objects are alive).
+// Each finding is printed once per call stack on stderr, sanitizer-style:
+// what happened, the call and its backtrace, the WR(s), the NIC's trace
+// lines when the wrapped backend is a FakeNic, and how to fix it; it is
+// counted whether printed or not.
+//
+//   auto nic = std::make_shared<FakeNic>();
+//   CheckOptions options;            // every check; findings print on stderr
+//   options.trace_nic = nic.get();   // adds the NIC's trace lines to reports
+//   auto checked = std::make_shared<CheckingBackend>(nic, options);
+//   rpma_harness::ScopedBackend use(checked);
+//   ... the program under test ...
+//   EXPECT_EQ(checked->FindingCount(), 0u);
+//
+// Any program: RPMA_HARNESS_CHECK=1 (every check), or a comma-separated list
+// of check names (below), plus "strict" to make a finding fail the process:
+// at exit, like ASan, it then exits with kStrictExitCode.
+//
+// Checks (names as RPMA_HARNESS_CHECK takes them):
+//   length         a write/read/send/recv length beyond 32 bits (the NIC
+//                  moves len & 0xffffffff; ibv_sge.length is uint32_t)
+//   remote-range   a remote range past the size the peer's descriptor
+//                  announced (would be REM_ACCESS_ERR / a silent overrun of
+//                  a larger MR behind the same rkey)
+//   source-changed the source of a posted write/send changed before its
+//                  completion (or a later signaled one) was reaped
+//   overlap        a READ destination posted over memory an outstanding
+//                  operation uses (or the reverse); a SEND landing in a
+//                  receive buffer that another outstanding receive or send
+//                  also uses (a receive reposted too early); two
+//                  outstanding operations of different QPs touching
+//                  overlapping remote memory, one writing
+//   sq-overflow    more WRs outstanding on a send queue than its depth: an
+//                  unsignaled WR's slot is only freed when a later signaled
+//                  WR's completion is reaped (rdma-core mlx5 cq.c)
+//   cq-overrun     more signaled WRs outstanding than the CQ holds, or a
+//                  CQ that did overrun
+//   cq-events      ibv_destroy_cq with unacknowledged CQ events (on
+//                  rdma-core it blocks forever: ibv_get_cq_event(3))
+//   mr-unmapped    registered memory the program unmapped or protected
+//   leak           rpma objects still alive at exit (with where each was
+//                  created)
+//
+// Thread-safe: one mutex serialises the checker's own state; the wrapped
+// backend is called without it held.
+
+#ifndef RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_
+#define RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mock/fake_nic.h"
+#include "verbs_backend/verbs_backend.h"
+
+namespace rpma_harness {
+
+// The check names, in the order the header lists them.
+const std::vector<std::string>& CheckNames();
+
+// The exit code of a strict-mode process with findings (ASan's default is 1;
+// a distinct value tells a checker failure from the program's own).
+constexpr int kStrictExitCode = 66;
+
+struct CheckOptions {
+  std::set<std::string> enabled;  // empty: every check
+  bool strict = false;            // findings fail the run (see ExitIfStrict)
+  bool print = true;              // print each new finding on stderr
+  // When the wrapped backend is (or wraps) a FakeNic: reports add its last
+  // trace lines for the QP involved.
+  FakeNic* trace_nic = nullptr;
+};
+
+// Parses an RPMA_HARNESS_CHECK value: "1"/"all" (every check), a list of
+// check names, optionally with "strict". False (and *why) on an unknown name.
+bool ParseCheckOptions(const std::string& value, CheckOptions* options,
+                       std::string* why);
+
+struct Finding {
+  std::string check;    // a name from CheckNames()
+  std::string what;     // one line
+  std::string details;  // WRs, trace lines, how to fix (may be multi-line)
+  std::string where;    // the user's function (first frame outside the harness)
+  uint64_t times = 1;   // how often it happened (printed once)
+};
+
+class CheckingBackend final : public VerbsBackend {
+ public:
+  CheckingBackend(std::shared_ptr<VerbsBackend> inner, CheckOptions options);
+  ~CheckingBackend() override;
+  CheckingBackend(const CheckingBackend&) = delete;
+  CheckingBackend& operator=(const CheckingBackend&) = delete;
+
+  // ---- results ----
+  uint64_t FindingCount() const;  // distinct findings
+  uint64_t FindingCount(const std::string& check) const;
+  std::vector<Finding> Findings() const;
+  bool Enabled(const std::string& check) const;
+  const CheckOptions& options() const { return options_; }
+  VerbsBackend* inner() const { return inner_.get(); }
+  // The CQs it watches (alive ones), in creation order: for tests that
+  // reach under the rpma layer.
+  std::vector<ibv_cq*> Cqs() const;
+
+  // ---- what only the rpma layer knows (rpma/ calls these) ----
+  // `call` is the rpma function ("rpma_write_with_imm").
+  void CheckLength(const char* call, size_t len);
+  // [offset, offset + len) against a remote MR of `size` bytes.
+  void CheckRemoteRange(const char* call, size_t offset, size_t len,
+                        uint64_t size, uint64_t raddr, uint32_t rkey);
+  // An rpma object came to life / was deleted; `kind` is "rpma_peer", ...
+  void NoteCreated(const char* kind, const void* object);
+  void NoteDeleted(const void* object);
+  // Memory the rpma layer itself reuses on purpose (the flush's read
+  // buffer): not subject to the overlap check.
+  void ExemptFromOverlap(uintptr_t addr, size_t len);
+  // Reports every rpma object still alive (the "leak" check); returns how
+  // many. Runs at exit for the environment's checker.
+  size_t ReportLiveObjects();
+  // Prints the summary line and, when strict and there are findings,
+  // _exit(kStrictExitCode) -- what the environment's checker does at exit.
+  void ExitIfStrict();
+
+  // ---- VerbsBackend ----
+  const char* Name() const override;
+  int GetContextByAddress(const char* addr, bool local,
+                          ibv_context** ctx) override;
+  int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
+  ibv_pd* AllocPd(ibv_context* ctx) override;
+  int DeallocPd(ibv_pd* pd) override;
+  ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
+  int DeregMr(ibv_mr* mr) override;
+  ibv_comp_channel* CreateCompChannel(ibv_context* ctx) override;
+  int DestroyCompChannel(ibv_comp_channel* channel) override;
+  ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                   ibv_comp_channel* channel, int comp_vector) override;
+  int DestroyCq(ibv_cq* cq) override;
+  int ReqNotifyCq(ibv_cq* cq, int solicited_only) override;
+  int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                 void** cq_context) override;
+  void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
+  int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
+  int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+              ibv_qp_init_attr* init_attr) override;
+  rdma_event_channel* CreateEventChannel() override;
+  void DestroyEventChannel(rdma_event_channel* channel) override;
+  int CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+               void* context) override;
+  int DestroyId(rdma_cm_id* id) override;
+  int ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
+                  int timeout_ms) override;
+  int ResolveRoute(rdma_cm_id* id, int timeout_ms) override;
+  int BindAddr(rdma_cm_id* id, const char* addr, const char* port) override;
+  int Listen(rdma_cm_id* id, int backlog) override;
+  int GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) override;
+  int AckCmEvent(rdma_cm_event* event) override;
+  int CreateQp(rdma_cm_id* id, ibv_pd* pd,
+               ibv_qp_init_attr* init_attr) override;
+  void DestroyQp(rdma_cm_id* id) override;
+  int Connect(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Accept(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Reject(rdma_cm_id* id, const void* private_data,
+             uint8_t private_data_len) override;
+  int Disconnect(rdma_cm_id* id) override;
+  int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
+  int DestroySrq(ibv_srq* srq) override;
+  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
+  int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
+               ibv_sge* sg_list, uint32_t num_sge) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
+
+ private:
+  struct Range {
+    uint64_t addr = 0;
+    uint64_t len = 0;
+  };
+  // A WR as reports print it; kept as fields, formatted only for a report.
+  struct WrSummary {
+    const char* queue = "qp";  // "qp" or "srq"
+    uint32_t num = 0;
+    uint64_t wr_id = 0;
+    int opcode = -1;  // ibv_wr_opcode; -1: a receive
+    unsigned send_flags = 0;
+    bool has_local = false;
+    uint64_t local = 0;
+    uint64_t len = 0;
+    bool has_remote = false;
+    uint64_t remote = 0;
+    uint32_t rkey = 0;
+    std::string note;
+  };
+  static std::string Text(const WrSummary& wr);
+  // A send WR from its post until its completion (or a later signaled
+  // one's) is reaped.
+  struct OutstandingSend {
+    uint64_t wr_id = 0;
+    int opcode = 0;
+    bool signaled = false;
+    std::vector<Range> local;  // SGEs (not for inline WRs)
+    bool local_is_sink = false;
+    Range remote;
+    uint32_t rkey = 0;
+    bool remote_written = false;
+    bool has_hash = false;
+    uint64_t hash = 0;
+    WrSummary wr;
+  };
+  struct OutstandingRecv {
+    uint64_t wr_id = 0;
+    std::vector<Range> local;
+    WrSummary wr;
+  };
+  struct QpState {
+    ibv_qp* qp = nullptr;
+    uint32_t qp_num = 0;
+    uint32_t sq_depth = 0;
+    bool sq_sig_all = false;
+    bool in_error = false;  // an error completion was reaped: WRs flush
+    ibv_cq* send_cq = nullptr;
+    ibv_cq* recv_cq = nullptr;
+    ibv_srq* srq = nullptr;
+    std::deque<OutstandingSend> sends;
+    std::deque<OutstandingRecv> recvs;
+  };
+  struct CqState {
+    int depth = 0;
+    uint64_t signaled_outstanding = 0;
+    uint64_t events_unacked = 0;
+    bool overrun_reported = false;
+    uint64_t serial = 0;
+    ibv_cq* cq = nullptr;
+  };
+  struct LiveObject {
+    std::string kind;
+    std::string stack;  // where it was created
+    std::string where;  // the user's function that created it
+  };
+
+  // Records (and prints, once per stack) a finding. REQUIRES: mu_ held.
+  // `creation_stack`: for a leak, where the object was created (instead of
+  // the current stack).
+  void Report(const std::string& check, const std::string& what,
+              const std::string& details, uint32_t qp_num,
+              const std::string* creation_stack = nullptr,
+              const std::string& creation_where = "");
+  std::string TraceLines(uint32_t qp_num) const;
+  // The overlap check of one new operation against everything
+  // outstanding. REQUIRES: mu_ held.
+  void CheckOverlap(uint32_t qp_num, const std::vector<Range>& local, bool sink,
+                    const Range* remote, uint32_t rkey, bool remote_written,
+                    const WrSummary& wr, bool include_recvs);
+  bool Exempt(const Range& r) const;
+  // Reaps the send WRs one completion of `qs` stands for. REQUIRES: mu_.
+  void ReapSend(QpState* qs, const ibv_wc& wc);
+  void ReapRecv(QpState* qs, const ibv_wc& wc);
+  // Hashes the bytes of `ranges` without crashing on unmapped memory;
+  // false (and *fault) when the memory is gone.
+  static bool HashRanges(const std::vector<Range>& ranges, uint64_t* hash,
+                         uintptr_t* fault);
+
+  std::shared_ptr<VerbsBackend> inner_;
+  const CheckOptions options_;
+
+  mutable std::mutex mu_;
+  std::map<uint32_t, QpState> qps_;  // by qp_num
+  std::map<const ibv_cq*, CqState> cqs_;
+  std::map<const ibv_srq*, std::deque<OutstandingRecv>> srq_recvs_;
+  std::map<const void*, LiveObject> live_;
+  std::vector<Range> exempt_;
+  uint64_t next_cq_serial_ = 0;
+  std::vector<Finding> findings_;
+  std::map<std::string, size_t> finding_index_;  // check + stack -> index
+
+  // The trace_nic's last events per QP (its observer fills them).
+  static constexpr size_t kTraceLines = 6;
+  mutable std::mutex trace_mu_;
+  std::map<uint32_t, std::deque<FakeNicEvent>> trace_;
+  int trace_observer_ = 0;
+};
+
+// The CheckingBackend behind `backend`, or nullptr when it is not one.
+CheckingBackend* CheckerOf(VerbsBackend* backend);
+
+// When RPMA_HARNESS_CHECK is set: `backend` wrapped in a CheckingBackend that
+// reports at exit (live objects, summary, strict exit code); otherwise
+// `backend` itself. A bad value prints why and checks everything.
+std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
+    std::shared_ptr<VerbsBackend> backend);
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_

@@ -1,0 +1,578 @@
+// Each check of the usage checker, both ways: a buggy program it catches and
+// the correct version it stays silent on.
+
+#include "check/checking_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <librpma.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "mock/connected_pair.h"
+#include "mock/fake_nic.h"
+#include "rpma/harness.h"
+
+namespace rpma_harness {
+
+// A peer and an MR made by this function, deleted or not.
+// Not in the anonymous namespace: reports name it (dladdr sees only
+// exported symbols).
+void MakePeerAndMr(bool clean_up, rpma_peer** peer_out = nullptr,
+                   rpma_mr_local** mr_out = nullptr) {
+  ibv_context* ctx = nullptr;
+  ASSERT_EQ(
+      rpma_utils_get_ibv_context("10.0.0.9", RPMA_UTIL_IBV_CONTEXT_LOCAL, &ctx),
+      0);
+  rpma_peer* peer = nullptr;
+  ASSERT_EQ(rpma_peer_new(ctx, &peer), 0);
+  static char buf[64];
+  rpma_mr_local* mr = nullptr;
+  ASSERT_EQ(rpma_mr_reg(peer, buf, sizeof(buf), RPMA_MR_USAGE_WRITE_SRC, &mr),
+            0);
+  if (clean_up) {
+    ASSERT_EQ(rpma_mr_dereg(&mr), 0);
+    ASSERT_EQ(rpma_peer_delete(&peer), 0);
+  }
+  if (peer_out != nullptr) *peer_out = peer;
+  if (mr_out != nullptr) *mr_out = mr;
+}
+
+// Exported for the same reason.
+int PostHugeWriteWithImm(ConnectedPair* pair, size_t len) {
+  return rpma_write_with_imm(pair->client(), pair->server_mr_remote(), 0,
+                             pair->client_mr(), 0, len,
+                             RPMA_F_COMPLETION_ALWAYS, 1, nullptr);
+}
+
+namespace {
+
+using ::testing::HasSubstr;
+
+ConnectedPairOptions Checked(bool print = true) {
+  ConnectedPairOptions options;
+  CheckOptions check;
+  check.print = print;
+  options.check = check;
+  return options;
+}
+
+std::string AllFindings(CheckingBackend* checker) {
+  std::string out;
+  for (const Finding& f : checker->Findings()) {
+    out += f.check + ": " + f.what + " (in " + f.where + ")\n";
+  }
+  return out;
+}
+
+// Posts one write with imm and reaps both completions.
+void WriteAndReap(ConnectedPair* pair, size_t len,
+                  int flags = RPMA_F_COMPLETION_ALWAYS) {
+  ASSERT_EQ(pair->WriteWithImm(0, len, 7, flags), 0);
+  ibv_wc wc;
+  if (flags == RPMA_F_COMPLETION_ALWAYS) {
+    ASSERT_EQ(pair->ClientCompletion(&wc), 0);
+  }
+  ASSERT_EQ(pair->ServerCompletion(&wc), 0);
+  ASSERT_EQ(pair->PostServerRecv(), 0);
+}
+
+TEST(ParseCheckOptions, NamesStrictAndUnknown) {
+  CheckOptions options;
+  std::string why;
+  EXPECT_TRUE(ParseCheckOptions("length,strict", &options, &why));
+  EXPECT_TRUE(options.strict);
+  EXPECT_EQ(options.enabled.count("length"), 1u);
+  CheckOptions all;
+  EXPECT_TRUE(ParseCheckOptions("1", &all, &why));
+  EXPECT_TRUE(all.enabled.empty());
+  EXPECT_FALSE(ParseCheckOptions("lenght", &all, &why));
+  EXPECT_THAT(why, HasSubstr("unknown check 'lenght'"));
+}
+
+// ---- 1. truncation and impossible ranges ----
+
+TEST(LengthCheck, WriteBeyond32BitsIsReportedWithTheCaller) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  // 4 GiB + 16 B: librpma posts len & 0xffffffff = 16 bytes and returns 0.
+  const size_t len = (size_t{1} << 32) + 16;
+  EXPECT_EQ(PostHugeWriteWithImm(&pair, len), 0);
+  ASSERT_EQ(pair.checker()->FindingCount("length"), 1u)
+      << AllFindings(pair.checker());
+  Finding f = pair.checker()->Findings()[0];
+  EXPECT_THAT(f.what, HasSubstr("rpma_write_with_imm: len 4294967312"));
+  EXPECT_THAT(f.what, HasSubstr("moves 16 bytes"));
+  EXPECT_THAT(f.where, HasSubstr("PostHugeWriteWithImm"));
+}
+
+TEST(LengthCheck, ThirtyTwoBitLengthIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  WriteAndReap(&pair, 16);
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(RemoteRangeCheck, WritePastTheAnnouncedSizeIsReportedAtPost) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  const size_t size = pair.buffer_size();
+  EXPECT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), size - 8,
+                 pair.client_mr(), 0, 16, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
+  // Reported before the NIC ran (it would be REM_ACCESS_ERR).
+  ASSERT_EQ(pair.checker()->FindingCount("remote-range"), 1u);
+  EXPECT_THAT(pair.checker()->Findings()[0].what,
+              HasSubstr("past the 4096 bytes"));
+}
+
+TEST(RemoteRangeCheck, WriteEndingAtTheAnnouncedSizeIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  const size_t size = pair.buffer_size();
+  ASSERT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), size - 16,
+                 pair.client_mr(), 0, 16, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+// A remote MR of the server's buffer that may be flushed (the pair's is
+// WRITE_DST only), through a descriptor as a real client gets it.
+struct FlushableRemote {
+  rpma_mr_local* local = nullptr;
+  rpma_mr_remote* remote = nullptr;
+  explicit FlushableRemote(ConnectedPair* pair) {
+    EXPECT_EQ(
+        rpma_mr_reg(
+            pair->server_peer(), pair->server_buffer(), pair->buffer_size(),
+            RPMA_MR_USAGE_WRITE_DST | RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY,
+            &local),
+        0);
+    size_t size = 0;
+    EXPECT_EQ(rpma_mr_get_descriptor_size(local, &size), 0);
+    std::string desc(size, '\0');
+    EXPECT_EQ(rpma_mr_get_descriptor(local, &desc[0]), 0);
+    EXPECT_EQ(rpma_mr_remote_from_descriptor(desc.data(), size, &remote), 0);
+  }
+  ~FlushableRemote() {
+    rpma_mr_remote_delete(&remote);
+    rpma_mr_dereg(&local);
+  }
+};
+
+TEST(RemoteRangeCheck, FlushPastTheAnnouncedSize) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  FlushableRemote mr(&pair);
+  (void)rpma_flush(pair.client(), mr.remote, pair.buffer_size() - 64, 128,
+                   RPMA_FLUSH_TYPE_VISIBILITY, RPMA_F_COMPLETION_ALWAYS,
+                   nullptr);
+  ASSERT_EQ(pair.checker()->FindingCount("remote-range"), 1u)
+      << AllFindings(pair.checker());
+  EXPECT_THAT(pair.checker()->Findings()[0].what, HasSubstr("rpma_flush"));
+  ibv_wc wc;
+  (void)pair.ClientCompletion(&wc);
+}
+
+TEST(RemoteRangeCheck, FlushInsideTheAnnouncedSizeIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  FlushableRemote mr(&pair);
+  ASSERT_EQ(
+      rpma_flush(pair.client(), mr.remote, pair.buffer_size() - 64, 64,
+                 RPMA_FLUSH_TYPE_VISIBILITY, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+// ---- 2. source changed in flight ----
+
+TEST(SourceChangedCheck, SourceWrittenBeforeTheCompletionIsReaped) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 64);
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
+  pair.client_buffer()[10] = 'b';  // the bug: the WR is still outstanding
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
+      << AllFindings(pair.checker());
+}
+
+TEST(SourceChangedCheck, SourceWrittenAfterTheCompletionIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 64);
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  pair.client_buffer()[10] = 'b';
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(SourceChangedCheck, UnsignaledWriteIsOutstandingUntilALaterSignaledOne) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  ASSERT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(), 0,
+                 32, RPMA_F_COMPLETION_ON_ERROR, nullptr),
+      0);
+  pair.nic().RunUntilIdle();
+  pair.client_buffer()[0] ^= 1;  // executed, but not known to be complete
+  ASSERT_EQ(
+      rpma_write(pair.client(), pair.server_mr_remote(), 64, pair.client_mr(),
+                 64, 32, RPMA_F_COMPLETION_ALWAYS, nullptr),
+      0);
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  EXPECT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
+      << AllFindings(pair.checker());
+}
+
+// ---- 4. buffer reuse ----
+
+// The client sends 16 bytes; the server reaps the receive they landed in.
+void SendAndReap(ConnectedPair* pair) {
+  ASSERT_EQ(rpma_send(pair->client(), pair->client_mr(), 0, 16,
+                      RPMA_F_COMPLETION_ALWAYS, nullptr),
+            0);
+  ibv_wc wc;
+  ASSERT_EQ(pair->ServerCompletion(&wc), 0);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_EQ(pair->ClientCompletion(&wc), 0);
+}
+
+TEST(OverlapCheck, ReceiveRepostedWhileOutstandingAndASendLands) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  // The pair posted one receive into recv buffer [0, 64); the bug: the
+  // same buffer again while the first is outstanding.
+  ASSERT_EQ(pair.PostServerRecv(), 0);
+  SendAndReap(&pair);
+  ASSERT_EQ(pair.checker()->FindingCount("overlap"), 1u)
+      << AllFindings(pair.checker());
+  EXPECT_THAT(pair.checker()->Findings()[0].details,
+              HasSubstr("a SEND of 16 bytes landed"));
+}
+
+TEST(OverlapCheck, ReceiveRepostedAfterItsCompletionIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  for (int i = 0; i < 3; ++i) {
+    SendAndReap(&pair);
+    ASSERT_EQ(pair.PostServerRecv(), 0);
+  }
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(OverlapCheck, SharedReceiveBuffersForWritesWithImmAreSilent) {
+  // A write with imm consumes a receive but never writes its buffer, so
+  // receives sharing one buffer are fine for it.
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  ASSERT_EQ(pair.PostServerRecv(), 0);
+  ASSERT_EQ(pair.PostServerRecv(), 0);
+  for (int i = 0; i < 3; ++i) WriteAndReap(&pair, 16);
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(OverlapCheck, ReadIntoTheSourceOfAnOutstandingWrite) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  rpma_mr_local* dst = nullptr;
+  // The client's buffer is WRITE_SRC only; register it again as READ_DST.
+  ASSERT_EQ(rpma_mr_reg(pair.client_peer(), pair.client_buffer(), 256,
+                        RPMA_MR_USAGE_READ_DST, &dst),
+            0);
+  ASSERT_EQ(pair.WriteWithImm(0, 128, 1), 0);
+  // The server's MR is WRITE_DST only, so the read will fail at the NIC;
+  // the overlap is in the client's own memory, decided at post.
+  (void)rpma_read(pair.client(), dst, 64, pair.server_mr_remote(), 0, 64,
+                  RPMA_F_COMPLETION_ALWAYS, nullptr);
+  EXPECT_EQ(pair.checker()->FindingCount("overlap"), 1u)
+      << AllFindings(pair.checker());
+  ibv_wc wc;
+  while (pair.ClientCompletion(&wc) == 0) {
+  }
+  rpma_mr_dereg(&dst);
+}
+
+// ---- 5. queue hygiene ----
+
+TEST(SqOverflowCheck, UnsignaledWritesBeyondTheQueueDepth) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  // rpma_conn_cfg's default sq_size is 10. The fake frees a slot when it
+  // executes the WR, so every post succeeds here; on mlx5 the 11th fails.
+  for (int i = 0; i < 11; ++i) {
+    ASSERT_EQ(
+        rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(),
+                   0, 8, RPMA_F_COMPLETION_ON_ERROR, nullptr),
+        0);
+    pair.nic().RunUntilIdle();
+  }
+  EXPECT_EQ(pair.checker()->FindingCount("sq-overflow"), 1u)
+      << AllFindings(pair.checker());
+}
+
+TEST(SqOverflowCheck, ASignaledWriteReapedEveryFewIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  for (int i = 0; i < 40; ++i) {
+    const bool signal = i % 5 == 4;
+    ASSERT_EQ(
+        rpma_write(
+            pair.client(), pair.server_mr_remote(), 0, pair.client_mr(), 0, 8,
+            signal ? RPMA_F_COMPLETION_ALWAYS : RPMA_F_COMPLETION_ON_ERROR,
+            nullptr),
+        0);
+    if (signal) {
+      ibv_wc wc;
+      ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+    }
+  }
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(CqOverrunCheck, MoreSignaledWritesThanTheCqHolds) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  // The CQ and the SQ are both 10 deep (rpma_conn_cfg defaults): 11
+  // signaled writes without polling.
+  for (int i = 0; i <= 10; ++i) {
+    ASSERT_EQ(
+        rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(),
+                   0, 8, RPMA_F_COMPLETION_ALWAYS, nullptr),
+        0);
+    pair.nic().RunUntilIdle();  // the fake frees the SQ slot here
+  }
+  EXPECT_EQ(pair.checker()->FindingCount("cq-overrun"), 1u)
+      << AllFindings(pair.checker());
+}
+
+TEST(CqOverrunCheck, AnOverrunCqIsExplained) {
+  ConnectedPairOptions options = Checked();
+  FaultRule rule;
+  rule.name = "overrun";
+  rule.call = FaultCall::kExecute;
+  rule.action = FaultAction::kOverflowCq;
+  rule.nth = 1;
+  options.faults.push_back(rule);
+  ConnectedPair pair(options);
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  ASSERT_EQ(pair.WriteWithImm(0, 8, 1), 0);
+  ibv_wc wc;
+  EXPECT_NE(pair.ClientCompletion(&wc), 0);
+  EXPECT_EQ(pair.checker()->FindingCount("cq-overrun"), 1u)
+      << AllFindings(pair.checker());
+}
+
+TEST(CqOverrunCheck, PollingAsYouGoIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(
+        rpma_write(pair.client(), pair.server_mr_remote(), 0, pair.client_mr(),
+                   0, 8, RPMA_F_COMPLETION_ALWAYS, nullptr),
+        0);
+    ibv_wc wc;
+    ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  }
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+// Takes one CQ event of the client's CQ through the checker; acks it or not.
+std::shared_ptr<CheckingBackend> CqEventThenTeardown(bool ack) {
+  auto pair = std::make_unique<ConnectedPair>(Checked());
+  EXPECT_TRUE(pair->ok()) << pair->error();
+  std::shared_ptr<CheckingBackend> checker = pair->shared_checker();
+  // The client's CQ: its fd is the one rpma_cq_get_fd(3) gives.
+  int fd = -1;
+  EXPECT_EQ(rpma_cq_get_fd(pair->client_cq(), &fd), 0);
+  ibv_cq* cq = nullptr;
+  for (ibv_cq* c : checker->Cqs()) {
+    if (c->channel != nullptr && c->channel->fd == fd) cq = c;
+  }
+  EXPECT_NE(cq, nullptr);
+  if (cq == nullptr) return checker;
+  EXPECT_EQ(pair->WriteWithImm(0, 8, 1), 0);
+  pair->nic().RunUntilIdle();
+  ibv_cq* event_cq = nullptr;
+  void* context = nullptr;
+  EXPECT_EQ(checker->GetCqEvent(cq->channel, &event_cq, &context), 0);
+  EXPECT_EQ(event_cq, cq);
+  if (ack) checker->AckCqEvents(cq, 1);
+  pair.reset();  // rpma_conn_delete destroys the CQ
+  return checker;
+}
+
+TEST(CqEventsCheck, DestroyWithAnUnackedEvent) {
+  auto checker = CqEventThenTeardown(/*ack=*/false);
+  EXPECT_EQ(checker->FindingCount("cq-events"), 1u) << AllFindings(&*checker);
+}
+
+TEST(CqEventsCheck, AckedEventsAreSilent) {
+  auto checker = CqEventThenTeardown(/*ack=*/true);
+  EXPECT_EQ(checker->FindingCount(), 0u) << AllFindings(&*checker);
+}
+
+// ---- 6. lifetime ----
+
+TEST(MrUnmappedCheck, SourceUnmappedWhileRegistered) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* mem = mmap(nullptr, page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  rpma_mr_local* mr = nullptr;
+  ASSERT_EQ(
+      rpma_mr_reg(pair.client_peer(), mem, page, RPMA_MR_USAGE_WRITE_SRC, &mr),
+      0);
+  ASSERT_EQ(munmap(mem, page), 0);  // the bug: still registered
+  (void)rpma_write(pair.client(), pair.server_mr_remote(), 0, mr, 0, 16,
+                   RPMA_F_COMPLETION_ALWAYS, nullptr);
+  EXPECT_EQ(pair.checker()->FindingCount("mr-unmapped"), 1u)
+      << AllFindings(pair.checker());
+  ibv_wc wc;
+  (void)pair.ClientCompletion(&wc);
+  rpma_mr_dereg(&mr);
+}
+
+TEST(MrUnmappedCheck, UnmappedAfterDeregIsSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* mem = mmap(nullptr, page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  rpma_mr_local* mr = nullptr;
+  ASSERT_EQ(
+      rpma_mr_reg(pair.client_peer(), mem, page, RPMA_MR_USAGE_WRITE_SRC, &mr),
+      0);
+  ASSERT_EQ(rpma_write(pair.client(), pair.server_mr_remote(), 0, mr, 0, 16,
+                       RPMA_F_COMPLETION_ALWAYS, nullptr),
+            0);
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(rpma_mr_dereg(&mr), 0);
+  ASSERT_EQ(munmap(mem, page), 0);
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(LeakCheck, LiveObjectsAreReportedWithWhereTheyWereCreated) {
+  auto nic = std::make_shared<FakeNic>();
+  CheckOptions options;
+  auto checker = std::make_shared<CheckingBackend>(nic, options);
+  ScopedBackend use(checker);
+  rpma_peer* peer = nullptr;
+  rpma_mr_local* mr = nullptr;
+  MakePeerAndMr(/*clean_up=*/false, &peer, &mr);
+  EXPECT_EQ(checker->ReportLiveObjects(), 2u);
+  ASSERT_EQ(checker->FindingCount("leak"), 2u) << AllFindings(&*checker);
+  for (const Finding& f : checker->Findings()) {
+    EXPECT_THAT(f.what, HasSubstr("still alive at exit"));
+  }
+  // The created-at stack names the function that made them.
+  testing::internal::CaptureStderr();
+  CheckOptions quiet;
+  auto again = std::make_shared<CheckingBackend>(nic, quiet);
+  {
+    ScopedBackend use2(again);
+    rpma_peer* peer2 = nullptr;
+    rpma_mr_local* mr2 = nullptr;
+    MakePeerAndMr(/*clean_up=*/false, &peer2, &mr2);
+    again->ReportLiveObjects();
+    rpma_mr_dereg(&mr2);
+    rpma_peer_delete(&peer2);
+  }
+  std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(report, HasSubstr("MakePeerAndMr"));
+  EXPECT_THAT(report, HasSubstr("RPMA-HARNESS CHECK [leak]: rpma_mr_local"));
+  // The test's own deliberate leak, released.
+  EXPECT_EQ(rpma_mr_dereg(&mr), 0);
+  EXPECT_EQ(rpma_peer_delete(&peer), 0);
+}
+
+TEST(LeakCheck, DeletedObjectsAreSilent) {
+  auto nic = std::make_shared<FakeNic>();
+  auto checker = std::make_shared<CheckingBackend>(nic, CheckOptions{});
+  ScopedBackend use(checker);
+  MakePeerAndMr(/*clean_up=*/true);
+  EXPECT_EQ(checker->ReportLiveObjects(), 0u);
+  EXPECT_EQ(checker->FindingCount(), 0u) << AllFindings(&*checker);
+}
+
+// ---- reporting ----
+
+TEST(Report, OncePerCallSiteCountedEveryTime) {
+  ConnectedPair pair(Checked(/*print=*/false));
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  const size_t len = (size_t{1} << 32) + 8;
+  for (int i = 0; i < 3; ++i) {
+    (void)rpma_write(pair.client(), pair.server_mr_remote(), 0,
+                     pair.client_mr(), 0, len, RPMA_F_COMPLETION_ALWAYS,
+                     nullptr);
+    ibv_wc wc;
+    (void)pair.ClientCompletion(&wc);
+  }
+  ASSERT_EQ(pair.checker()->FindingCount("length"), 1u);
+  EXPECT_EQ(pair.checker()->Findings()[0].times, 3u);
+}
+
+TEST(Report, SanitizerStyleOnStderrWithTraceLines) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
+  pair.nic().RunUntilIdle();
+  pair.client_buffer()[0] ^= 0x5a;
+  testing::internal::CaptureStderr();
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(report, HasSubstr("RPMA-HARNESS CHECK [source-changed]"));
+  EXPECT_THAT(report, HasSubstr("WR: qp"));
+  EXPECT_THAT(report, HasSubstr("fix:"));
+  EXPECT_THAT(report, HasSubstr("op=RDMA_WRITE_WITH_IMM"));
+  EXPECT_THAT(report, HasSubstr("SUMMARY: rpma-harness check source-changed"));
+}
+
+TEST(Strict, FindingsMakeTheProcessExitWith66) {
+  EXPECT_EXIT(
+      {
+        CheckOptions options;
+        options.strict = true;
+        options.print = false;
+        auto nic = std::make_shared<FakeNic>();
+        CheckingBackend checker(nic, options);
+        checker.CheckLength("rpma_write", size_t{1} << 33);
+        checker.ExitIfStrict();
+        std::exit(0);
+      },
+      testing::ExitedWithCode(kStrictExitCode), "1 finding");
+}
+
+TEST(Strict, NoFindingsNoExit) {
+  CheckOptions options;
+  options.strict = true;
+  auto nic = std::make_shared<FakeNic>();
+  CheckingBackend checker(nic, options);
+  checker.CheckLength("rpma_write", 16);
+  checker.ExitIfStrict();  // returns
+  EXPECT_EQ(checker.FindingCount(), 0u);
+}
+
+}  // namespace
+}  // namespace rpma_harness
