@@ -91,7 +91,8 @@ void InstallStopHandlers() {
 
 struct Child {
   ProcessOutcome outcome;
-  int fd = -1;  // read end of its stdout+stderr, -1 after EOF
+  std::string start_error;  // why Start could not run it ("" otherwise)
+  int fd = -1;              // read end of its stdout+stderr, -1 after EOF
   std::string partial;
   int64_t start_ms = 0;
   bool done = false;  // reaped
@@ -154,10 +155,14 @@ class Run {
         for (size_t i = 1; i < children_.size(); ++i) Start(i);
         clients_started = true;
       }
-      if (!clients_started && children_[0].done) {
+      if (!clients_started &&
+          (children_[0].done || !children_[0].outcome.started)) {
         r.failures.push_back(
-            "the server ended before it was ready; the clients were not "
-            "started");
+            children_[0].outcome.started
+                ? "the server ended before it was ready; the clients were not "
+                  "started"
+                : "the server could not be started; the clients were not "
+                  "started");
         Say(r.failures.back());
         break;
       }
@@ -244,7 +249,7 @@ class Run {
     const ProcessSpec& spec = o_.processes[i];
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
-      Say("pipe: " + std::string(std::strerror(errno)));
+      StartFailed(i, "pipe: " + std::string(std::strerror(errno)));
       return;
     }
     std::vector<char*> argv;
@@ -252,9 +257,11 @@ class Run {
       argv.push_back(const_cast<char*>(a.c_str()));
     }
     argv.push_back(nullptr);
-    const pid_t pid = fork();
+    pid_t pid = -1;
+    errno = EAGAIN;
+    if (spec.label != o_.fail_fork_for) pid = fork();
     if (pid < 0) {
-      Say("fork: " + std::string(std::strerror(errno)));
+      StartFailed(i, "fork: " + std::string(std::strerror(errno)));
       close(fds[0]);
       close(fds[1]);
       return;
@@ -291,6 +298,19 @@ class Run {
     c.outcome.started = true;
     c.start_ms = NowMs();
     Event("start " + spec.label + " pid " + std::to_string(pid));
+  }
+
+  // A process that could not be started is a failure of the run, and the
+  // others get the grace period as after any other failure.
+  void StartFailed(size_t i, const std::string& why) {
+    Child& c = children_[i];
+    c.start_error = why;
+    Say("cannot start " + c.outcome.label + ": " + why);
+    Event("start " + c.outcome.label + " failed: " + why);
+    if (grace_deadline_ms_ == 0 && first_failed_.empty()) {
+      first_failed_ = c.outcome.label;
+      grace_deadline_ms_ = NowMs() + o_.grace_ms;
+    }
   }
 
   bool Ready(int64_t begun) {
@@ -520,11 +540,14 @@ class Run {
                : got + ", expected exit code " + want;
   }
 
+  // Every process is judged: one that was never started fails too.
   void Judge(LaunchResult* r) {
     for (Child& c : children_) {
-      if (!c.outcome.started) continue;
       std::string v;
-      if (c.outcome.killed_by_timeout) {
+      if (!c.outcome.started) {
+        v = c.start_error.empty() ? "not started"
+                                  : "not started (" + c.start_error + ")";
+      } else if (c.outcome.killed_by_timeout) {
         v = "hung (killed at the timeout)";
       } else if (c.outcome.killed_by_grace) {
         v = "still running " + std::to_string(o_.grace_ms) + " ms after " +

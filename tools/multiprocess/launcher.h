@@ -78,6 +78,9 @@ struct LaunchOptions {
   std::string tmp_root = "/tmp";  // sun_path limit: keep it short
   bool keep_dir = false;
   std::vector<std::pair<std::string, std::string>> process_env;
+  // Testing seam: the process with this label is not forked, as if fork(2)
+  // had failed with EAGAIN.
+  std::string fail_fork_for;
 };
 
 struct ProcessOutcome {

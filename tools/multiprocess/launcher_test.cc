@@ -143,6 +143,49 @@ TEST(Launcher, ExecFailureIsNamed) {
   EXPECT_THAT(o.output, HasSubstr("FAIL client0: exit code 127"));
 }
 
+// Launch() in this process, with fork(2) made to fail for one label.
+LaunchResult LaunchFailingFork(const std::string& label, std::string* out) {
+  LaunchOptions o;
+  o.processes = {{"server", {kStandin, "listen", "sleep", "300"}},
+                 {"client0", {kStandin, "exit", "0"}},
+                 {"client1", {kStandin, "exit", "0"}}};
+  o.grace_ms = 2000;
+  o.timeout_ms = 20000;
+  o.fail_fork_for = label;
+  std::ostringstream s;
+  LaunchResult r = Launch(o, s);
+  *out = s.str();
+  return r;
+}
+
+TEST(Launcher, AClientThatCannotBeStartedFailsTheRun) {
+  std::string out;
+  const LaunchResult r = LaunchFailingFork("client0", &out);
+  EXPECT_FALSE(r.pass) << out;
+  EXPECT_THAT(out, HasSubstr("launcher: cannot start client0: fork: "));
+  EXPECT_THAT(out, HasSubstr("FAIL client0: not started (fork: "));
+  EXPECT_THAT(out, HasSubstr("ok client1 (exit code 0)"));
+  ASSERT_EQ(r.outcomes.size(), 3u);
+  EXPECT_FALSE(r.outcomes[1].started);
+  EXPECT_THAT(r.outcomes[1].verdict, HasSubstr("not started"));
+}
+
+TEST(Launcher, AServerThatCannotBeStartedFailsAtOnce) {
+  std::string out;
+  const auto begin = std::chrono::steady_clock::now();
+  const LaunchResult r = LaunchFailingFork("server", &out);
+  EXPECT_FALSE(r.pass) << out;
+  EXPECT_THAT(out, HasSubstr("the server could not be started"));
+  EXPECT_THAT(out, HasSubstr("FAIL server: not started (fork: "));
+  EXPECT_THAT(out, HasSubstr("FAIL client0: not started"));
+  // Not the 20 s timeout.
+  EXPECT_LT(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin)
+          .count(),
+      10)
+      << out;
+}
+
 TEST(Launcher, TimeoutKillsTheHungAndNamesThem) {
   const std::string pid_file = TmpPath("grandchild.pid");
   std::remove(pid_file.c_str());
