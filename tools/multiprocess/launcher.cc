@@ -66,7 +66,9 @@ bool HasListener(const std::string& fabric_dir) {
 // The process groups started, for the SIGTERM / SIGINT / SIGHUP handler: when
 // the launcher itself is stopped (Bazel's test timeout sends SIGTERM), it
 // takes its processes with it instead of leaving them orphaned in their own
-// groups. Written before each fork; read only by the handler.
+// groups. Written by the run loop only while the stop signals are blocked
+// (StopSignalsBlocked), so the handler never sees a process that is forked
+// but not yet recorded; read only by the handler.
 constexpr int kMaxGroups = 256;
 volatile pid_t g_groups[kMaxGroups];
 volatile int g_ngroups = 0;
@@ -81,6 +83,24 @@ void KillGroups(int sig) {
   }
   g_stop_signal = sig;
 }
+
+// While one lives, SIGTERM, SIGINT and SIGHUP wait (pending) instead of
+// running KillGroups.
+class StopSignalsBlocked {
+ public:
+  StopSignalsBlocked() {
+    sigset_t stop;
+    sigemptyset(&stop);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, sig);
+    pthread_sigmask(SIG_BLOCK, &stop, &before_);
+  }
+  ~StopSignalsBlocked() { Unblock(); }
+  // The mask as it was before (also for a forked child, before exec).
+  void Unblock() { pthread_sigmask(SIG_SETMASK, &before_, nullptr); }
+
+ private:
+  sigset_t before_;
+};
 
 void InstallStopHandlers() {
   struct sigaction sa = {};
@@ -257,6 +277,9 @@ class Run {
       argv.push_back(const_cast<char*>(a.c_str()));
     }
     argv.push_back(nullptr);
+    // Blocked from before the fork until the new group is recorded: a stop
+    // signal in between would otherwise leave this child running.
+    StopSignalsBlocked blocked;
     pid_t pid = -1;
     errno = EAGAIN;
     if (spec.label != o_.fail_fork_for) pid = fork();
@@ -267,6 +290,11 @@ class Run {
       return;
     }
     if (pid == 0) {
+      // The launcher's dispositions are not the program's: back to the
+      // defaults (exec would keep an ignored SIGPIPE), then the mask as the
+      // launcher got it.
+      for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);
+      blocked.Unblock();
       setpgid(0, 0);
       dup2(fds[1], 1);
       dup2(fds[1], 2);
@@ -291,6 +319,7 @@ class Run {
       g_groups[g_ngroups] = pid;
       g_ngroups = g_ngroups + 1;
     }
+    blocked.Unblock();  // a pending stop signal now kills this group too
     close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
     c.fd = fds[0];
