@@ -107,6 +107,10 @@ void InstallStopHandlers() {
   sa.sa_handler = KillGroups;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+  // `multiprocess | head`: once the reader is gone a write fails with EPIPE
+  // instead of killing the launcher and orphaning its process groups; the
+  // run goes on unprinted and fails (Say, Line).
+  signal(SIGPIPE, SIG_IGN);
 }
 
 struct Child {
@@ -243,6 +247,10 @@ class Run {
     } else {
       RemoveTree(work_);
     }
+    if (!output_error_.empty()) {
+      r.failures.push_back("the output could not be written (" + output_error_ +
+                           ")");
+    }
     r.pass = r.failures.empty();
     r.outcomes.clear();
     for (Child& c : children_) r.outcomes.push_back(c.outcome);
@@ -250,9 +258,18 @@ class Run {
   }
 
  private:
-  void Say(const std::string& text) {
-    out_ << "launcher: " << text << "\n";
+  void Say(const std::string& text) { Print("launcher: " + text); }
+
+  // Once `out_` fails (EPIPE: its reader went away) nothing more is printed;
+  // the processes still run, are judged and reaped, and the run fails.
+  void Print(const std::string& line) {
+    if (!output_error_.empty()) return;
+    errno = 0;
+    out_ << line << "\n";
     out_.flush();
+    if (!out_) {
+      output_error_ = errno != 0 ? std::strerror(errno) : "write failed";
+    }
   }
 
   void Event(const std::string& text) {
@@ -418,8 +435,7 @@ class Run {
 
   void Line(size_t i, const std::string& text) {
     const std::string labelled = "[" + children_[i].outcome.label + "] " + text;
-    out_ << labelled << "\n";
-    out_.flush();
+    Print(labelled);
     if (i == 0 && o_.ready == ReadyRule::kLine && !ready_seen_ &&
         ready_re_.Search(text)) {
       ready_seen_ = true;
@@ -610,6 +626,7 @@ class Run {
   int64_t grace_deadline_ms_ = 0;
   std::string first_failed_;
   std::vector<TraceLine> launcher_lines_;
+  std::string output_error_;  // why `out_` failed; "" while it works
 };
 
 }  // namespace

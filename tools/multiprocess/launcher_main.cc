@@ -27,7 +27,9 @@
 //   --keep              keep the work directory (fabric, per-process traces)
 //
 // Exit status: 0 when every process ended as expected, 1 otherwise, 2 for a
-// usage error.
+// usage error. When the output cannot be written (a closed pipe: SIGPIPE is
+// ignored), the run goes on unprinted, its processes end or are killed as
+// usual, and the exit status is 1.
 
 #include <cstdio>
 #include <cstdlib>

@@ -72,6 +72,23 @@ std::string TmpPath(const std::string& name) {
   return std::string(dir ? dir : "/tmp") + "/" + name;
 }
 
+// True once `pid` is gone or a zombie (killed, not yet reaped by whoever
+// inherited it), polled for up to 5 s.
+bool GoneOrZombie(int pid) {
+  for (int i = 0; i < 500; ++i) {
+    if (kill(pid, 0) != 0) return true;
+    const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() &&
+        stat[close + 2] == 'Z') {
+      return true;
+    }
+    usleep(10 * 1000);
+  }
+  return false;
+}
+
 TEST(Launcher, PassesWhenAllExitZeroAndLabelsEveryLine) {
   const Outcome o = RunLauncher(
       "--clients 2 " + S("listen print 'server up' err 'on stderr' sleep 300") +
@@ -240,6 +257,36 @@ TEST(Launcher, StoppingTheLauncherStopsItsProcesses) {
   const std::string fabric = out.substr(at + 17, out.find('\n', at) - at - 17);
   struct stat st;
   EXPECT_NE(stat(fabric.c_str(), &st), 0) << fabric << " was not removed";
+}
+
+TEST(Launcher, OutputIntoAClosedPipeStillEndsItsProcessesAndFails) {
+  // `multiprocess | head` once head is gone: no SIGPIPE death leaving the
+  // process groups behind.
+  const std::string pid_file = TmpPath("sigpipe.pid");
+  std::remove(pid_file.c_str());
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  close(fds[0]);  // nobody reads
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execl(kLauncher, kLauncher, "--timeout", "20", kStandin, "listen", "print",
+          "server up", "sleep", "300", "--", kStandin, "fork-hang",
+          pid_file.c_str(), "print", "client up", "sleep", "300",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  const int grandchild = std::atoi(ReadFile(pid_file).c_str());
+  ASSERT_GT(grandchild, 0);
+  EXPECT_TRUE(GoneOrZombie(grandchild))
+      << "grandchild " << grandchild << " lives";
 }
 
 TEST(Launcher, GraceEndsTheOthersAfterAFailure) {
