@@ -332,10 +332,7 @@ class Run {
       _exit(127);
     }
     setpgid(pid, pid);  // also here: no race with an early kill
-    if (g_ngroups < kMaxGroups) {
-      g_groups[g_ngroups] = pid;
-      g_ngroups = g_ngroups + 1;
-    }
+    RecordGroup(pid);
     blocked.Unblock();  // a pending stop signal now kills this group too
     close(fds[1]);
     fcntl(fds[0], F_SETFL, O_NONBLOCK);
@@ -356,6 +353,29 @@ class Run {
     if (grace_deadline_ms_ == 0 && first_failed_.empty()) {
       first_failed_ = c.outcome.label;
       grace_deadline_ms_ = NowMs() + o_.grace_ms;
+    }
+  }
+
+  // REQUIRES: the stop signals are blocked. A free slot (0) is reused.
+  static void RecordGroup(pid_t pgid) {
+    for (int k = 0; k < g_ngroups; ++k) {
+      if (g_groups[k] == 0) {
+        g_groups[k] = pgid;
+        return;
+      }
+    }
+    if (g_ngroups < kMaxGroups) {
+      g_groups[g_ngroups] = pgid;
+      g_ngroups = g_ngroups + 1;
+    }
+  }
+
+  // Called once the group was SIGKILLed with its leader not yet reaped: the
+  // handler must not kill that PGID any more, it may be reused after the
+  // reap. (A single store the handler reads whole.)
+  static void ForgetGroup(pid_t pgid) {
+    for (int k = 0; k < g_ngroups; ++k) {
+      if (g_groups[k] == pgid) g_groups[k] = 0;
     }
   }
 
@@ -512,29 +532,47 @@ class Run {
 
   void Reap() {
     for (size_t i = 0; i < children_.size(); ++i) {
-      Child& c = children_[i];
-      if (!c.outcome.started || c.done) continue;
-      int status = 0;
-      const pid_t got = waitpid(c.outcome.pid, &status, WNOHANG);
-      if (got != c.outcome.pid) continue;
-      Ended(i, status);
+      if (children_[i].outcome.started && !children_[i].done) {
+        ReapOne(i, WNOHANG);
+      }
     }
   }
 
   void WaitAll() {
     for (size_t i = 0; i < children_.size(); ++i) {
-      Child& c = children_[i];
-      if (!c.outcome.started || c.done) continue;
-      int status = 0;
-      if (waitpid(c.outcome.pid, &status, 0) == c.outcome.pid) Ended(i, status);
+      if (children_[i].outcome.started && !children_[i].done) ReapOne(i, 0);
     }
+  }
+
+  // waitid(WNOWAIT) first: while the ended leader is an unreaped zombie its
+  // PID, hence its PGID, cannot be reused, so the rest of its group (anything
+  // it forked) is SIGKILLed and the group forgotten before the reap frees it.
+  // EINTR (a stop signal) is retried.
+  void ReapOne(size_t i, int wnohang) {
+    Child& c = children_[i];
+    siginfo_t info = {};
+    int rc;
+    do {
+      rc = waitid(P_PID, static_cast<id_t>(c.outcome.pid), &info,
+                  WEXITED | WNOWAIT | wnohang);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0 || info.si_pid != c.outcome.pid) return;
+    kill(-c.outcome.pid, SIGKILL);
+    {
+      StopSignalsBlocked blocked;
+      ForgetGroup(c.outcome.pid);
+    }
+    int status = 0;
+    pid_t got;
+    do {
+      got = waitpid(c.outcome.pid, &status, 0);
+    } while (got < 0 && errno == EINTR);
+    if (got == c.outcome.pid) Ended(i, status);
   }
 
   void Ended(size_t i, int status) {
     Child& c = children_[i];
     c.done = true;
-    // The rest of its group (anything it forked) goes with it.
-    kill(-c.outcome.pid, SIGKILL);
     if (WIFEXITED(status)) {
       c.outcome.exited = true;
       c.outcome.code = WEXITSTATUS(status);
@@ -687,7 +725,19 @@ bool ParseKillRule(const std::string& text, KillRule* rule,
   return true;
 }
 
+int RecordedProcessGroupsForTesting() {
+  int n = 0;
+  for (int k = 0; k < g_ngroups; ++k) n += g_groups[k] != 0;
+  return n;
+}
+
 LaunchResult Launch(const LaunchOptions& options, std::ostream& out) {
+  {
+    // Nothing of an earlier Launch is killed by a later stop signal.
+    StopSignalsBlocked blocked;
+    for (int k = 0; k < g_ngroups; ++k) g_groups[k] = 0;
+    g_ngroups = 0;
+  }
   InstallStopHandlers();
   Run run(options, out);
   return run.Go();

@@ -127,6 +127,10 @@ bool ParseKillRule(const std::string& text, KillRule* rule, std::string* error);
 // "launcher: ..." lines to `out`.
 LaunchResult Launch(const LaunchOptions& options, std::ostream& out);
 
+// How many process groups the stop-signal handler would SIGKILL now (0 once
+// Launch has returned: each is forgotten when its leader is reaped).
+int RecordedProcessGroupsForTesting();
+
 }  // namespace rpma_harness
 
 #endif  // RPMA_HARNESS_TOOLS_MULTIPROCESS_LAUNCHER_H_

@@ -182,6 +182,8 @@ TEST(Launcher, AClientThatCannotBeStartedFailsTheRun) {
   EXPECT_THAT(out, HasSubstr("launcher: cannot start client0: fork: "));
   EXPECT_THAT(out, HasSubstr("FAIL client0: not started (fork: "));
   EXPECT_THAT(out, HasSubstr("ok client1 (exit code 0)"));
+  // Reaped processes are not killed by a later stop signal.
+  EXPECT_EQ(RecordedProcessGroupsForTesting(), 0);
   ASSERT_EQ(r.outcomes.size(), 3u);
   EXPECT_FALSE(r.outcomes[1].started);
   EXPECT_THAT(r.outcomes[1].verdict, HasSubstr("not started"));
