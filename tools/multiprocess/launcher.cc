@@ -106,6 +106,9 @@ void InstallStopHandlers() {
   struct sigaction sa = {};
   sa.sa_handler = KillGroups;
   sigemptyset(&sa.sa_mask);
+  // Restart waitpid/waitid, read and the like (poll and usleep still return
+  // EINTR: the loop re-checks g_stop_signal within 20 ms).
+  sa.sa_flags = SA_RESTART;
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
   // `multiprocess | head`: once the reader is gone a write fails with EPIPE
   // instead of killing the launcher and orphaning its process groups; the
@@ -167,13 +170,7 @@ class Run {
     while (true) {
       // First: a stop signal may have killed (and the last turn reaped) every
       // process, and the launcher must still die by that signal.
-      if (g_stop_signal != 0) {
-        const int sig = g_stop_signal;
-        WaitAll();
-        if (!o_.keep_dir) RemoveTree(work_);
-        signal(sig, SIG_DFL);
-        raise(sig);
-      }
+      DieIfStopped();
       if (!clients_started && Ready(begun)) {
         Event("ready server");
         for (size_t i = 1; i < children_.size(); ++i) Start(i);
@@ -228,6 +225,7 @@ class Run {
     }
     // Drain what is left in the pipes of reaped processes.
     for (size_t i = 0; i < children_.size(); ++i) Drain(i);
+    DieIfStopped();  // a stop signal during the timeout or drain path
     Judge(&r);
     if (o_.want_trace) {
       std::string error;
@@ -251,6 +249,7 @@ class Run {
       r.failures.push_back("the output could not be written (" + output_error_ +
                            ")");
     }
+    DieIfStopped();
     r.pass = r.failures.empty();
     r.outcomes.clear();
     for (Child& c : children_) r.outcomes.push_back(c.outcome);
@@ -258,6 +257,17 @@ class Run {
   }
 
  private:
+  // When a stop signal came (KillGroups has SIGKILLed every group): reap,
+  // remove the work directory and die by that signal.
+  void DieIfStopped() {
+    if (g_stop_signal == 0) return;
+    const int sig = g_stop_signal;
+    WaitAll();
+    if (!o_.keep_dir) RemoveTree(work_);
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+
   void Say(const std::string& text) { Print("launcher: " + text); }
 
   // Once `out_` fails (EPIPE: its reader went away) nothing more is printed;
@@ -738,6 +748,7 @@ LaunchResult Launch(const LaunchOptions& options, std::ostream& out) {
     for (int k = 0; k < g_ngroups; ++k) g_groups[k] = 0;
     g_ngroups = 0;
   }
+  g_stop_signal = 0;
   InstallStopHandlers();
   Run run(options, out);
   return run.Go();
