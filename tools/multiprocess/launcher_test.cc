@@ -109,10 +109,14 @@ TEST(Launcher, ClientsStartOnlyOnceTheServerListens) {
   const Outcome o = RunLauncher(S("sleep 400 listen sleep 200") + " -- " +
                                 S("expect-listener"));
   EXPECT_EQ(o.exit_code, 0) << o.output;
-  // Without the readiness rule the client starts at once and fails.
-  const Outcome early =
-      RunLauncher("--ready none " + S("sleep 400 listen sleep 200") + " -- " +
-                  S("expect-listener"));
+  // Without the readiness rule the client starts at once and fails: here
+  // the server listens only after the client has exited (a file, not a
+  // sleep, orders them).
+  const std::string gone = TmpPath("client0.exited");
+  std::remove(gone.c_str());
+  const Outcome early = RunLauncher(
+      "--ready none " + S("wait-file " + gone + " listen sleep 200") + " -- " +
+      S("on-exit-touch " + gone + " expect-listener"));
   EXPECT_EQ(early.exit_code, 1) << early.output;
   EXPECT_THAT(early.output, HasSubstr("FAIL client0: exit code 3"));
 }

@@ -10,6 +10,8 @@
 //                   $RPMA_HARNESS_TRACE (as the fabric does)
 //   exit N          crash (abort)          hang (sleep forever)
 //   fork-hang FILE  fork a child that writes its pid to FILE and sleeps
+//   wait-file FILE  wait until FILE exists (exit 6 after 20 s)
+//   on-exit-touch FILE  create FILE when the program exits (exit or return)
 // With no exit step it exits 0.
 
 #include <fcntl.h>
@@ -26,6 +28,13 @@ namespace {
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "<unset>" : v;
+}
+
+std::string g_exit_touch;
+
+void TouchAtExit() {
+  const int fd = open(g_exit_touch.c_str(), O_CREAT | O_WRONLY, 0600);
+  if (fd >= 0) close(fd);
 }
 
 std::string ListenerPath() {
@@ -95,6 +104,18 @@ int main(int argc, char** argv) {
       std::abort();
     } else if (step == "hang") {
       for (;;) pause();
+    } else if (step == "wait-file") {
+      ++i;
+      int waited_ms = 0;
+      while (access(arg, F_OK) != 0) {
+        if (waited_ms >= 20000) return 6;
+        usleep(5000);
+        waited_ms += 5;
+      }
+    } else if (step == "on-exit-touch") {
+      ++i;
+      g_exit_touch = arg;
+      std::atexit(TouchAtExit);
     } else if (step == "fork-hang") {
       ++i;
       if (fork() == 0) {
