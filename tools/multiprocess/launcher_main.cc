@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      Usage("help");
+      return 0;
+    }
     if (a.rfind("--", 0) != 0 || a == "--") break;
     auto value = [&](std::string* out) {
       if (i + 1 >= argc) return false;
@@ -96,10 +100,6 @@ int main(int argc, char** argv) {
     if (a == "--keep") {
       o.keep_dir = true;
       continue;
-    }
-    if (a == "-h" || a == "--help") {
-      Usage("help");
-      return 0;
     }
     if (!value(&v)) return Usage(a + " needs a value");
     if (a == "--clients") {

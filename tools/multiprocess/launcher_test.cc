@@ -409,6 +409,15 @@ TEST(Launcher, UsageErrorsExitTwo) {
   EXPECT_EQ(RunLauncher(S("exit 0") + " -- ").exit_code, 2);
 }
 
+TEST(Launcher, HelpTakesNoValue) {
+  for (const char* help : {"-h", "--help", "--keep --help"}) {
+    const Outcome o = RunLauncher(std::string(help) + " " + S("exit 0"));
+    EXPECT_EQ(o.exit_code, 0) << help << ": " << o.output;
+    EXPECT_THAT(o.output, HasSubstr("usage: multiprocess")) << help;
+    EXPECT_THAT(o.output, Not(HasSubstr("launcher: fabric"))) << help;
+  }
+}
+
 TEST(Launcher, MergesTracesOnTheMonotonicClockAndDrawsALanePerProcess) {
   const std::string trace = TmpPath("merged.trace");
   const std::string svg = TmpPath("timeline.svg");
