@@ -11,7 +11,9 @@
 // in its own process group; on the overall timeout every group still running
 // is killed with SIGKILL and the run fails naming who hung. The run passes
 // when every process ends as expected (exit 0 unless --expect says
-// otherwise; a process killed by a kill rule is expected to die by it).
+// otherwise; a process killed by a kill rule is expected to die by it); a
+// process that was never started (fork failed, or the server never became
+// ready) fails it.
 //
 // Faults at the process level: kill rules (`LABEL@MS`: MS after LABEL
 // started; `LABEL@/REGEX/`: when any labelled output line "[who] text"

@@ -25,6 +25,7 @@
 //   --timeline FILE     an SVG with one lane per process
 //   --env K=V           extra environment for every process
 //   --keep              keep the work directory (fabric, per-process traces)
+//   -h, --help          this usage, exit 0
 //
 // Exit status: 0 when every process ended as expected, 1 otherwise, 2 for a
 // usage error. When the output cannot be written (a closed pipe: SIGPIPE is
