@@ -295,6 +295,48 @@ TEST(Launcher, OutputIntoAClosedPipeStillEndsItsProcessesAndFails) {
       << "grandchild " << grandchild << " lives";
 }
 
+TEST(Launcher, StoppedDuringTheTimeoutDrainItStillDiesByTheSignal) {
+  // Four hung clients whose children left their process groups and hold
+  // their output pipes: after the timeout kill, each drain waits 200 ms for
+  // an EOF that never comes, and the SIGTERM lands in those 800 ms.
+  const std::string pid_file = TmpPath("escaped.pid.");
+  for (int k = 0; k < 4; ++k)
+    std::remove((pid_file + std::to_string(k)).c_str());
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    close(fds[0]);
+    dup2(fds[1], 1);
+    const std::string client_pid_file = pid_file + "%i";
+    execl(kLauncher, kLauncher, "--timeout", "1", "--clients", "4", kStandin,
+          "listen", "hang", "--", kStandin, "escape-hang",
+          client_pid_file.c_str(), "hang", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while (out.find("launcher: timeout after") == std::string::npos &&
+         (n = read(fds[0], buf, sizeof(buf))) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_EQ(kill(launcher, SIGTERM), 0);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
+      << status << "\n"
+      << out;
+  for (int k = 0; k < 4; ++k) {
+    const int escaped =
+        std::atoi(ReadFile(pid_file + std::to_string(k)).c_str());
+    if (escaped > 0) kill(escaped, SIGKILL);
+  }
+}
+
 TEST(Launcher, GraceEndsTheOthersAfterAFailure) {
   const Outcome o = RunLauncher("--timeout 60 --grace 0.5 " + S("listen hang") +
                                 " -- " + S("exit 2"));

@@ -10,6 +10,8 @@
 //                   $RPMA_HARNESS_TRACE (as the fabric does)
 //   exit N          crash (abort)          hang (sleep forever)
 //   fork-hang FILE  fork a child that writes its pid to FILE and sleeps
+//   escape-hang FILE  fork a child that leaves the process group (setsid),
+//                   writes its pid to FILE and sleeps holding stdout/stderr
 //   wait-file FILE  wait until FILE exists (exit 6 after 20 s)
 //   on-exit-touch FILE  create FILE when the program exits (exit or return)
 // With no exit step it exits 0.
@@ -116,6 +118,17 @@ int main(int argc, char** argv) {
       ++i;
       g_exit_touch = arg;
       std::atexit(TouchAtExit);
+    } else if (step == "escape-hang") {
+      ++i;
+      if (fork() == 0) {
+        setsid();
+        FILE* f = std::fopen(arg, "w");
+        if (f != nullptr) {
+          std::fprintf(f, "%d\n", static_cast<int>(getpid()));
+          std::fclose(f);
+        }
+        for (;;) pause();
+      }
     } else if (step == "fork-hang") {
       ++i;
       if (fork() == 0) {
