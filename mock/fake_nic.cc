@@ -155,11 +155,12 @@ FakeNic::FakeNic(FakeNicConfig config)
 
 FakeNic::~FakeNic() {
   fake_nic_internal::NotifyDestroying(this);
-  // First the fabric thread (it calls into us), then ours: peers see EOF.
-  // (Stop before reset: a handler running meanwhile still uses fabric_.)
+  // First the fabric thread (it calls into us), then ours, and only then
+  // the fabric itself: our progress thread may still send on it (an RNR
+  // retry, a receive-posted notice) until it has stopped. Peers see EOF.
   if (fabric_ != nullptr) fabric_->Stop();
-  fabric_.reset();
   StopBackgroundProgress();
+  fabric_.reset();
   if (trace_fd_ >= 0) close(trace_fd_);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, channel] : comp_channels_) close(channel->base.fd);

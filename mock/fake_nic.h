@@ -690,6 +690,18 @@ class FakeNic final : public VerbsBackend {
   void ReleaseId(CmId* id);  // REQUIRES: no QP, no unacked events
   void SetLocalAddress(CmId* id, Device* device, const std::string& addr,
                        uint16_t port);
+  // The listening id bound to addr:port, or to a wildcard address on that
+  // port; nullptr when nobody listens there.
+  CmId* FindListener(const std::string& addr, uint16_t port);
+  // A connection request arriving at `listener`: a new id in
+  // kRequestReceived bound to device / local_addr:local_port, its peer at
+  // remote_addr:remote_port, with the requester's retry counts and
+  // initiator depth; registered with the NIC (fake_nic_cm.cc).
+  CmId* NewRequestId(CmId* listener, Device* device,
+                     const std::string& local_addr, uint16_t local_port,
+                     const std::string& remote_addr, uint16_t remote_port,
+                     uint8_t retry_count, uint8_t rnr_retry_count,
+                     uint8_t initiator_depth);
   int CmFail(int errno_value);
 
   // ---- the cross-process fabric (fake_nic_remote.cc) ----

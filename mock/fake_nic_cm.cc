@@ -205,6 +205,13 @@ fake_nic_internal::CmEvent* FakeNic::DeliverCmEvent(
   // For CONNECT_REQUEST, librdmacm counts the event on the listening id
   // (rdma_ack_cm_event releases the listener's reference).
   event->counted_on = listener ? listener->handle : id->handle;
+  // A CM message's private-data field holds at most its size (IB CM field
+  // sizes), and librdmacm's private_data_len is a uint8_t: a frame from a
+  // peer process is input, so a longer tail is cut, never wrapped.
+  if (ib_cm_field_size > 0 && private_data_len > ib_cm_field_size) {
+    private_data_len = ib_cm_field_size;
+  }
+  if (private_data_len > UINT8_MAX) private_data_len = UINT8_MAX;
   if (private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(private_data);
     event->private_data.assign(p, p + private_data_len);
@@ -758,6 +765,53 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
 // rdma_connect(3): sends a REQ. A synchronous id would block here in
 // librdmacm; VerbsBackend users migrate ids to a channel first (as librpma
 // does), so the fake requires a channel.
+FakeNic::CmId* FakeNic::FindListener(const std::string& addr, uint16_t port) {
+  // A listener bound to the address itself, else to a wildcard.
+  for (const std::string& key :
+       {BoundKey(addr, port), BoundKey("0.0.0.0", port),
+        BoundKey("::", port)}) {
+    auto b = bound_.find(key);
+    if (b == bound_.end()) continue;
+    auto candidate = ids_by_handle_.find(b->second);
+    if (candidate != ids_by_handle_.end() &&
+        candidate->second->state == CmState::kListening) {
+      return candidate->second;
+    }
+  }
+  return nullptr;
+}
+
+FakeNic::CmId* FakeNic::NewRequestId(
+    CmId* listener, Device* device, const std::string& local_addr,
+    uint16_t local_port, const std::string& remote_addr, uint16_t remote_port,
+    uint8_t retry_count, uint8_t rnr_retry_count, uint8_t initiator_depth) {
+  // The new id shares the listener's channel and context (rdma_cm(7),
+  // librdmacm ucma_process_conn_req).
+  auto child = std::make_unique<CmId>();
+  memset(&child->base, 0, sizeof(child->base));
+  child->handle = next_handle_++;
+  child->channel = listener->channel;
+  child->base.channel = &listener->channel->base;
+  child->base.context = listener->base.context;
+  child->base.ps = RDMA_PS_TCP;
+  child->base.qp_type = IBV_QPT_RC;
+  listener->channel->num_ids++;
+  SetLocalAddress(child.get(), device, local_addr, local_port);
+  child->remote_addr = remote_addr;
+  child->remote_port = remote_port;
+  FillSockaddr(child->remote_addr, child->remote_port,
+               &child->base.route.addr.dst_storage);
+  child->state = CmState::kRequestReceived;
+  child->listener_handle = listener->handle;
+  child->req_retry_count = retry_count;
+  child->req_rnr_retry_count = rnr_retry_count;
+  child->peer_initiator_depth = initiator_depth;
+  CmId* raw = child.get();
+  ids_by_handle_[raw->handle] = raw;
+  ids_[&raw->base] = std::move(child);
+  return raw;
+}
+
 int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   std::lock_guard<std::mutex> lock(mu_);
   CmId* c = FindId(id);
@@ -797,20 +851,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
                      0, 0);
       return;
     }
-    CmId* listener = nullptr;
-    for (const std::string& key :
-         {BoundKey(active->remote_addr, active->remote_port),
-          BoundKey("0.0.0.0", active->remote_port),
-          BoundKey("::", active->remote_port)}) {
-      auto b = bound_.find(key);
-      if (b == bound_.end()) continue;
-      auto candidate = ids_by_handle_.find(b->second);
-      if (candidate != ids_by_handle_.end() &&
-          candidate->second->state == CmState::kListening) {
-        listener = candidate->second;
-        break;
-      }
-    }
+    CmId* listener = FindListener(active->remote_addr, active->remote_port);
     // Not in this process: a listener of another process on the fabric.
     if (listener == nullptr && fabric_ != nullptr &&
         DialRemote(active, private_data)) {
@@ -824,33 +865,13 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
                      nullptr, 0, 0, 0, kMaxRejectPrivateData);
       return;
     }
-    // The new id shares the listener's channel and context (rdma_cm(7),
-    // librdmacm ucma_process_conn_req).
-    auto child = std::make_unique<CmId>();
-    memset(&child->base, 0, sizeof(child->base));
-    child->handle = next_handle_++;
-    child->channel = listener->channel;
-    child->base.channel = &listener->channel->base;
-    child->base.context = listener->base.context;
-    child->base.ps = RDMA_PS_TCP;
-    child->base.qp_type = IBV_QPT_RC;
-    listener->channel->num_ids++;
-    SetLocalAddress(child.get(), destination, active->remote_addr,
-                    active->remote_port);
-    child->remote_addr = active->local_addr;
-    child->remote_port = active->local_port;
-    FillSockaddr(child->remote_addr, child->remote_port,
-                 &child->base.route.addr.dst_storage);
-    child->state = CmState::kRequestReceived;
+    CmId* child = NewRequestId(
+        listener, destination, active->remote_addr, active->remote_port,
+        active->local_addr, active->local_port, active->req_retry_count,
+        active->req_rnr_retry_count, active->initiator_depth);
     child->peer_handle = handle;
-    child->listener_handle = listener->handle;
-    child->req_retry_count = active->req_retry_count;
-    child->req_rnr_retry_count = active->req_rnr_retry_count;
-    child->peer_initiator_depth = active->initiator_depth;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
-    ids_by_handle_[child_handle] = child.get();
-    ids_[&child->base] = std::move(child);
     DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
                    private_data.data(), private_data.size(), listener->handle,
                    active->qp ? active->qp->base.qp_num : 0,

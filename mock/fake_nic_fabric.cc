@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -65,6 +66,7 @@ Fabric::~Fabric() {
     close(fd);
     unlink(path.c_str());
   }
+  for (int fd : retired_listeners_) close(fd);
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
@@ -103,31 +105,41 @@ int Fabric::Publish(const std::string& addr, uint16_t port) {
             path.c_str(), sizeof(address.sun_path) - 1);
     return ENAMETOOLONG;
   }
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 &&
-      errno == EADDRINUSE) {
-    // A file is there: a live listener answers a connect, a dead one's
-    // stale file refuses it and may go.
+  // A file already there: a live listener answers a connect (the port is
+  // taken); a dead one's stale file refuses it and is replaced below.
+  {
     const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return errno;
     const bool alive = connect(probe, reinterpret_cast<sockaddr*>(&address),
                                sizeof(address)) == 0;
     close(probe);
-    if (alive) {
-      close(fd);
-      return EADDRINUSE;
-    }
-    unlink(path.c_str());
-    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      const int err = errno;
-      close(fd);
-      return err;
-    }
+    if (alive) return EADDRINUSE;
   }
-  if (listen(fd, 128) != 0) {
+  // Bound and listening under a private name first, then renamed into
+  // place: the public name never names a socket that is bound but not yet
+  // listening (a client dialling in that window would be refused, as if
+  // nobody listened), and rename(2) replaces a stale file atomically.
+  // (Not "l-...": the launcher takes an l- file as "the server listens".)
+  static std::atomic<unsigned> staged{0};
+  const std::string staging =
+      dir_ + "/s-" + std::to_string(getpid()) + "-" + std::to_string(staged++);
+  sockaddr_un staging_address;
+  if (!MakeAddress(staging, &staging_address)) {
+    fprintf(stderr,
+            "fake_nic fabric: %s is longer than sun_path (%zu bytes): use a "
+            "shorter RPMA_HARNESS_FABRIC directory\n",
+            staging.c_str(), sizeof(staging_address.sun_path) - 1);
+    return ENAMETOOLONG;
+  }
+  unlink(staging.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&staging_address),
+           sizeof(staging_address)) != 0 ||
+      listen(fd, 128) != 0 || rename(staging.c_str(), path.c_str()) != 0) {
     const int err = errno;
     close(fd);
-    unlink(path.c_str());
+    unlink(staging.c_str());
     return err;
   }
   SetNonBlocking(fd);
@@ -144,10 +156,11 @@ void Fabric::Unpublish(const std::string& addr, uint16_t port) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = listeners_.find(path);
   if (it == listeners_.end()) return;
-  // The thread may be in poll() on this fd: it is closed by the thread.
+  // The thread may be in poll() on this fd: it is closed by the thread,
+  // between two polls, so its number cannot be reused under a poll.
   unlink(path.c_str());
   shutdown(it->second, SHUT_RDWR);
-  close(it->second);
+  retired_listeners_.push_back(it->second);
   listeners_.erase(it);
   Wake();
 }
@@ -275,6 +288,13 @@ bool Fabric::ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames) {
   while (in.size() - at >= sizeof(FrameHeader)) {
     FrameHeader header;
     memcpy(&header, in.data() + at, sizeof(header));
+    // The peer is another process: a length no frame can have (the
+    // largest is a 2 GiB message plus its fixed part) ends the link instead
+    // of buffering for ever.
+    if (header.body_length > kMaxFrameBody) {
+      open = false;
+      break;
+    }
     if (in.size() - at - sizeof(header) < header.body_length) break;
     Frame frame;
     frame.type = header.type;
@@ -298,6 +318,8 @@ void Fabric::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
+      for (int fd : retired_listeners_) close(fd);
+      retired_listeners_.clear();
       fds.push_back({wake_fd_, POLLIN, 0});
       ids.push_back(0);
       for (auto& [path, fd] : listeners_) {

@@ -59,6 +59,10 @@ enum FrameType : uint32_t {
   kFrameRecvPosted = 9,  // CmFrame: a receive is posted (rnr_retry 7 wait)
 };
 
+// The largest body a frame may announce: a 2 GiB message (rxe's
+// max_msg_sz) plus its fixed part; a larger one closes the link.
+constexpr uint32_t kMaxFrameBody = (1u << 31) + 4096;
+
 struct FrameHeader {
   uint32_t body_length;  // fixed body + tail
   uint32_t type;
@@ -171,6 +175,7 @@ class Fabric {
   uint64_t next_link_ = 1;
   std::map<uint64_t, Link> links_;
   std::map<std::string, int> listeners_;  // path -> listening fd
+  std::vector<int> retired_listeners_;    // unpublished, closed by Run()
 };
 
 }  // namespace fake_nic_internal

@@ -4,6 +4,8 @@
 // fabric directory. alarm() bounds every process, and every blocking call
 // has background_block_timeout_ms, so a lost event fails instead of hanging.
 
+#include "mock/fake_nic_fabric.h"
+
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <signal.h>
@@ -68,6 +70,17 @@ class FabricTest : public ::testing::Test {
     std::string cmd = "rm -rf " + dir_;
     ASSERT_EQ(system(cmd.c_str()), 0);
   }
+  // The client's half against an AcceptOne server: waits until it listens,
+  // connects with "hello" and reads where the server's buffer is.
+  void ConnectToAcceptOne(Child& child, Side& client, ServerInfo* info) {
+    ASSERT_TRUE(child.ReadInfo(info));
+    int status = 0;
+    std::string reply;
+    ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
+              RDMA_CM_EVENT_ESTABLISHED);
+    ASSERT_TRUE(child.ReadInfo(info));
+  }
+
   std::string dir_;
   std::string port_;
 };
@@ -142,14 +155,9 @@ TEST_F(FabricTest, WriteWithImmAndSendWithImmMoveBytesBetweenProcesses) {
                        CHILD_CHECK(s.Poll(&wc));
                        CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
                      }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   for (int i = 0; i < 5000; ++i) client.buffer[i] = uint8_t(i * 7);
   ASSERT_EQ(client.PostRecv(9, 16384, 64), 0);
   // 5000 bytes: five packets of the 1024-byte path MTU.
@@ -187,14 +195,9 @@ TEST_F(FabricTest, WriteReadAndAtomicsReachTheServersMemory) {
         memcpy(&counter, s.buffer.data() + 4096, 8);
         CHILD_CHECK(counter == 99);
       }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   ASSERT_TRUE(child.ReadInfo(&info));
   ibv_wc wc;
   memcpy(client.buffer.data(), "client bytes", 13);
@@ -240,14 +243,9 @@ TEST_F(FabricTest, BadRkeyIsRemoteAccessErrorAndTheServersQpGoesToErr) {
                        CHILD_CHECK(wc.wr_id == 1);
                        CHILD_CHECK(wc.status != IBV_WC_SUCCESS);
                      }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   ASSERT_EQ(client.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 16, info.addr,
                             info.rkey ^ 0x5a5a, 7),
             0);
@@ -262,14 +260,9 @@ TEST_F(FabricTest, WriteOutsideTheRemoteRegionIsRemoteAccessError) {
                        WaitGoOn(in);
                        (void)s;
                      }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   // The last 8 bytes of the 64 KiB region and 8 beyond it.
   ASSERT_EQ(client.PostSend(IBV_WR_RDMA_WRITE, 1, 0, 16, info.addr + 65536 - 8,
                             info.rkey),
@@ -291,14 +284,9 @@ TEST_F(FabricTest, SendWithNoReceiveWaitsForOneWithRnrRetry7) {
                        CHILD_CHECK(wc.byte_len == 6);
                        CHILD_CHECK(memcmp(s.buffer.data(), "late!", 6) == 0);
                      }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   memcpy(client.buffer.data(), "late!", 6);
   ASSERT_EQ(client.PostSend(IBV_WR_SEND, 1, 0, 6, 0, 0), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -398,14 +386,9 @@ TEST_F(FabricTest, PeerKilledGivesDisconnectedAndFlushesOnSpec) {
                        WaitGoOn(in);
                        (void)s;
                      }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   kill(child.pid, SIGKILL);
   EXPECT_EQ(child.Wait(), 128 + SIGKILL);
   EXPECT_EQ(client.Next(), RDMA_CM_EVENT_DISCONNECTED);
@@ -424,14 +407,9 @@ TEST_F(FabricTest, WrInFlightWhenThePeerDiesEndsInRetryExceeded) {
                        WaitGoOn(in);
                        (void)s;
                      }));
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   kill(child.pid, SIGSTOP);
   int stopped = 0;  // the signal is asynchronous: wait until it took effect
   ASSERT_EQ(waitpid(child.pid, &stopped, WUNTRACED), child.pid);
@@ -511,6 +489,72 @@ TEST_F(FabricTest, AFabricDirectoryTooLongForSunPathFailsListen) {
   errno = 0;
   EXPECT_FALSE(server.Listen(port_));
   EXPECT_EQ(errno, ENAMETOOLONG);
+}
+
+// Another process is untrusted input: a frame announcing a length no frame
+// can have closes that link at once (no buffering for ever), and frames of
+// an unknown type, a truncated body or a garbage REQ change nothing; the
+// listener keeps serving, and a real client connects afterwards.
+TEST_F(FabricTest, MalformedFramesFromAPeerDoNotHurtTheListener) {
+  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
+                       WaitGoOn(in);
+                       (void)s;
+                     }));
+  ServerInfo info;
+  ASSERT_TRUE(child.ReadInfo(&info));  // listening
+  const std::string path = dir_ + "/l-127.0.0.1-" + port_;
+  auto dial = [&path]() {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address;
+    memset(&address, 0, sizeof(address));
+    address.sun_family = AF_UNIX;
+    snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+    EXPECT_EQ(
+        connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    return fd;
+  };
+  auto send_frame = [](int fd, uint32_t length, uint32_t type,
+                       const std::vector<uint8_t>& body) {
+    const fake_nic_internal::FrameHeader header{length, type};
+    EXPECT_EQ(send(fd, &header, sizeof(header), MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof(header)));
+    if (!body.empty()) {
+      EXPECT_EQ(send(fd, body.data(), body.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(body.size()));
+    }
+  };
+  {
+    const int fd = dial();
+    send_frame(fd, fake_nic_internal::kMaxFrameBody + 1,
+               fake_nic_internal::kFrameReq, {});
+    char byte;
+    EXPECT_EQ(read(fd, &byte, 1), 0) << "the link was not closed";
+    close(fd);
+  }
+  {
+    const int fd = dial();
+    send_frame(fd, 4, 99, {1, 2, 3, 4});                         // unknown
+    send_frame(fd, 3, fake_nic_internal::kFrameReq, {1, 2, 3});  // truncated
+    send_frame(fd, sizeof(fake_nic_internal::CmFrame),
+               fake_nic_internal::kFrameReq,
+               std::vector<uint8_t>(sizeof(fake_nic_internal::CmFrame), 0xff));
+    send_frame(fd, 64, fake_nic_internal::kFrameRequest,
+               std::vector<uint8_t>(64, 0));  // no connection on this link
+    std::vector<uint8_t> noise(4096);
+    for (size_t i = 0; i < noise.size(); ++i) noise[i] = (i * 131) & 0xff;
+    EXPECT_EQ(send(fd, noise.data(), noise.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(noise.size()));
+    close(fd);
+  }
+  Side client(dir_);
+  int status = -1;
+  std::string reply;
+  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
+            RDMA_CM_EVENT_ESTABLISHED);
+  EXPECT_EQ(reply, "welcome");
+  ASSERT_TRUE(child.ReadInfo(&info));
+  child.GoOn();
+  EXPECT_EQ(child.Wait(), 0);
 }
 
 }  // namespace

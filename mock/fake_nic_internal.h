@@ -271,6 +271,12 @@ struct Qp {
   uint64_t link = 0;
   bool link_dead = false;
   bool remote_waits_for_receive = false;
+  // The write this responder last RNR-NAKed for a peer in another process:
+  // the only request allowed to resume past its first packet (a frame is
+  // input: a resumed packet reuses the rkey and bounds checked on FIRST).
+  uint64_t resume_wr_id = 0;
+  uint64_t resume_length = 0;
+  uint32_t resume_packet = 0;  // 0: nothing to resume
   std::deque<RecvWqe> stranded_rq;  // those receives, in posting order
   // Personality::sq_flush_follows_requester_index: rxe's send ring of
   // sq_ring_slots (0: not modelled), its producer index, the requester's

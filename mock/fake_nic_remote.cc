@@ -166,20 +166,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const Frame& frame) {
   switch (frame.type) {
     case fake_nic_internal::kFrameReq: {
       if (id != nullptr) return;  // one connection per link
-      CmId* listener = nullptr;
-      for (const std::string& key :
-           {fake_nic_internal::BoundKey(f.dst_addr, f.dst_port),
-            fake_nic_internal::BoundKey("0.0.0.0", f.dst_port),
-            fake_nic_internal::BoundKey("::", f.dst_port)}) {
-        auto b = bound_.find(key);
-        if (b == bound_.end()) continue;
-        auto candidate = ids_by_handle_.find(b->second);
-        if (candidate != ids_by_handle_.end() &&
-            candidate->second->state == CmState::kListening) {
-          listener = candidate->second;
-          break;
-        }
-      }
+      CmId* listener = FindListener(f.dst_addr, f.dst_port);
       if (listener == nullptr) {
         // The listener went away after the dial: REJ, invalid service id,
         // as for a connect nobody listens to (fake_nic_cm.cc Connect).
@@ -191,32 +178,14 @@ void FakeNic::OnFabricFrame(uint64_t link, const Frame& frame) {
         return;
       }
       // The same child id the in-process REQ makes (fake_nic_cm.cc Connect).
-      auto child = std::make_unique<CmId>();
-      memset(&child->base, 0, sizeof(child->base));
-      child->handle = next_handle_++;
-      child->channel = listener->channel;
-      child->base.channel = &listener->channel->base;
-      child->base.context = listener->base.context;
-      child->base.ps = RDMA_PS_TCP;
-      child->base.qp_type = IBV_QPT_RC;
-      listener->channel->num_ids++;
       Device* device = DeviceOwning(f.dst_addr);
       if (device == nullptr) device = listener->device;
-      SetLocalAddress(child.get(), device, f.dst_addr, f.dst_port);
-      child->remote_addr = f.src_addr;
-      child->remote_port = f.src_port;
-      fake_nic_internal::FillSockaddr(child->remote_addr, child->remote_port,
-                                      &child->base.route.addr.dst_storage);
-      child->state = CmState::kRequestReceived;
-      child->listener_handle = listener->handle;
-      child->req_retry_count = f.retry_count;
-      child->req_rnr_retry_count = f.rnr_retry_count;
-      child->peer_initiator_depth = f.initiator_depth;
+      CmId* child = NewRequestId(listener, device, f.dst_addr, f.dst_port,
+                                 f.src_addr, f.src_port, f.retry_count,
+                                 f.rnr_retry_count, f.initiator_depth);
       child->link = link;
       child->remote_qp_num = f.qp_num;
       const uint64_t child_handle = child->handle;
-      ids_by_handle_[child_handle] = child.get();
-      ids_[&child->base] = std::move(child);
       id_by_link_[link] = child_handle;
       DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0, tail,
                      tail_len, listener->handle, f.qp_num,
@@ -509,11 +478,20 @@ void FakeNic::OnRemoteAnswer(CmId* id, const Frame& frame) {
       end_with(IBV_WC_SUCCESS, "", static_cast<uint32_t>(length));
       return;
     }
-    case AnswerFrame::kRnrNak:
-      // The NAK acknowledged the packets before it (fake_nic_packets.cc).
+    case AnswerFrame::kRnrNak: {
+      // The NAK acknowledged the packets before it (fake_nic_packets.cc):
+      // never fewer than were acknowledged before, never past the message.
+      const uint64_t total = fake_nic_internal::PacketCount(
+          head.total_length(), fake_nic_internal::MtuBytes(qp->attr.path_mtu));
+      if (a.acked_packets < head.next_packet || a.acked_packets >= total) {
+        end_with(IBV_WC_REM_OP_ERR,
+                 "malformed answer from the peer process (RNR NAK)", 0);
+        return;
+      }
       head.next_packet = a.acked_packets;
       RnrNakHead(qp);
       return;
+    }
     case AnswerFrame::kNak:
       end_with(static_cast<ibv_wc_status>(a.status), a.why, 0);
       return;
@@ -583,6 +561,21 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (payload length)");
     return;
   }
+  // The rest of the request is input from another process too: an MTU IB
+  // allows (ibv_mtu: 256..4096), and a write resumes past its first packet
+  // only where this responder's RNR NAK left that same write.
+  if (r.mtu != 256 && r.mtu != 512 && r.mtu != 1024 && r.mtu != 2048 &&
+      r.mtu != 4096) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (path MTU)");
+    return;
+  }
+  if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
+                              r.wr_id != responder->resume_wr_id ||
+                              length != responder->resume_length)) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (resumed packet)");
+    return;
+  }
+  responder->resume_packet = 0;
   auto& rq = responder->ReceiveQueue();
   auto take_receive = [&]() {
     RecvWqe recv = std::move(rq.front());
@@ -603,6 +596,9 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           answer->kind = AnswerFrame::kRnrNak;
           answer->acked_packets = i;
           responder->remote_waits_for_receive = true;
+          responder->resume_wr_id = r.wr_id;
+          responder->resume_length = length;
+          responder->resume_packet = i;
           return;
         }
         const bool took_receive = packet.takes_receive;
