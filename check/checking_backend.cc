@@ -258,7 +258,14 @@ void CheckingBackend::Report(const std::string& check, const std::string& what,
     stack.text = *creation_stack;
     stack.where = creation_where;
   }
-  std::string key = check + "|" + what.substr(0, what.find(':')) + "|" +
+  // Once per kind of finding and call stack. The kind is the message up to
+  // its first ':' with the digits left out: sq-overflow and cq-overrun
+  // messages carry counts that change with every post.
+  std::string kind;
+  for (char c : what.substr(0, what.find(':'))) {
+    if (c < '0' || c > '9') kind += c;
+  }
+  std::string key = check + "|" + kind + "|" +
                     (creation_stack ? *creation_stack
                                     : std::to_string(StackHash(stack.frames)));
   auto it = finding_index_.find(key);
@@ -785,6 +792,14 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
   if (qp == nullptr) return inner_->PostSend(qp, wr, bad_wr);
   const bool hash = Enabled("source-changed") || Enabled("mr-unmapped");
   std::vector<OutstandingSend> posts;
+  // sq-overflow / cq-overrun findings wait for the post's verdict: a post
+  // the NIC refuses (ENOMEM on a full queue) overflowed nothing.
+  struct Deferred {
+    size_t index;  // in posts
+    std::string check, what, details;
+    uint32_t qp_num;
+  };
+  std::vector<Deferred> deferred;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     OutstandingSend s;
     s.wr_id = w->wr_id;
@@ -862,22 +877,23 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
         std::string unsignaled_run;
         size_t unsignaled = 0;
         for (const auto& o : qs.sends) unsignaled += !o.signaled;
-        Report("sq-overflow",
-               std::to_string(qs.sends.size()) +
-                   " WRs outstanding on a send queue of depth " +
-                   std::to_string(qs.sq_depth) + " (" +
-                   std::to_string(unsignaled) + " unsignaled)",
-               "  newest WR: " + Text(s.wr) +
-                   "\n  oldest WR: " + Text(qs.sends.front().wr) +
-                   "\n  why: a send queue slot is freed only when the "
-                   "completion of its WR, or of a later signaled WR, is "
-                   "polled (rdma-core providers/mlx5/cq.c advances the SQ "
-                   "tail at poll); this fake frees slots at execution, a "
-                   "real NIC fails the post with ENOMEM or overwrites "
-                   "queued WQEs\n"
-                   "  fix: signal at least one WR in every sq_size "
-                   "(RPMA_F_COMPLETION_ALWAYS) and reap its completion\n",
-               qs.qp_num);
+        deferred.push_back(
+            {static_cast<size_t>(&s - posts.data()), "sq-overflow",
+             std::to_string(qs.sends.size()) +
+                 " WRs outstanding on a send queue of depth " +
+                 std::to_string(qs.sq_depth) + " (" +
+                 std::to_string(unsignaled) + " unsignaled)",
+             "  newest WR: " + Text(s.wr) +
+                 "\n  oldest WR: " + Text(qs.sends.front().wr) +
+                 "\n  why: a send queue slot is freed only when the "
+                 "completion of its WR, or of a later signaled WR, is "
+                 "polled (rdma-core providers/mlx5/cq.c advances the SQ "
+                 "tail at poll); this fake frees slots at execution, a "
+                 "real NIC fails the post with ENOMEM or overwrites "
+                 "queued WQEs\n"
+                 "  fix: signal at least one WR in every sq_size "
+                 "(RPMA_F_COMPLETION_ALWAYS) and reap its completion\n",
+             qs.qp_num});
       }
       if (signaled && qs.send_cq != nullptr) {
         auto cq = cqs_.find(qs.send_cq);
@@ -886,25 +902,40 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
           if (cq->second.signaled_outstanding >
                   static_cast<uint64_t>(cq->second.depth) &&
               Enabled("cq-overrun")) {
-            Report("cq-overrun",
-                   std::to_string(cq->second.signaled_outstanding) +
-                       " signaled WRs outstanding on a CQ of " +
-                       std::to_string(cq->second.depth) + " entries",
-                   "  newest WR: " + Text(s.wr) +
-                       "\n  why: every signaled WR puts a completion in "
-                       "the CQ; once more than cqe are unpolled the CQ "
-                       "overruns (ibv_create_cq(3)) and its QPs go to "
-                       "ERR\n"
-                       "  fix: poll completions before posting more, or "
-                       "create a larger CQ (rpma_conn_cfg_set_cq_size(3))"
-                       "\n",
-                   qs.qp_num);
+            deferred.push_back(
+                {static_cast<size_t>(&s - posts.data()), "cq-overrun",
+                 std::to_string(cq->second.signaled_outstanding) +
+                     " signaled WRs outstanding on a CQ of " +
+                     std::to_string(cq->second.depth) + " entries",
+                 "  newest WR: " + Text(s.wr) +
+                     "\n  why: every signaled WR puts a completion in "
+                     "the CQ; once more than cqe are unpolled the CQ "
+                     "overruns (ibv_create_cq(3)) and its QPs go to "
+                     "ERR\n"
+                     "  fix: poll completions before posting more, or "
+                     "create a larger CQ (rpma_conn_cfg_set_cq_size(3))"
+                     "\n",
+                 qs.qp_num});
           }
         }
       }
     }
   }
   int rc = inner_->PostSend(qp, wr, bad_wr);
+  if (!deferred.empty()) {
+    size_t posted = posts.size();
+    if (rc != 0) {
+      posted = 0;
+      for (ibv_send_wr* w = wr;
+           w != nullptr && bad_wr != nullptr && w != *bad_wr; w = w->next) {
+        ++posted;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Deferred& d : deferred) {
+      if (d.index < posted) Report(d.check, d.what, d.details, d.qp_num);
+    }
+  }
   if (rc != 0) {
     // The WRs from *bad_wr on were not posted: forget them (newest first).
     size_t unposted = 0;
@@ -1081,7 +1112,13 @@ void CheckingBackend::DestroyQp(rdma_cm_id* id) {
       qps_.erase(it);
     }
   }
+  const uint32_t qp_num =
+      id != nullptr && id->qp != nullptr ? id->qp->qp_num : 0;
   inner_->DestroyQp(id);
+  if (qp_num != 0) {
+    std::lock_guard<std::mutex> lock(trace_mu_);
+    trace_.erase(qp_num);
+  }
 }
 
 int CheckingBackend::Connect(rdma_cm_id* id, rdma_conn_param* param) {
@@ -1188,7 +1225,12 @@ std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
   CheckOptions options;
   std::string why;
   if (!ParseCheckOptions(value, &options, &why)) {
-    std::fprintf(stderr, "rpma-harness: RPMA_HARNESS_CHECK: %s\n", why.c_str());
+    // As README says: the mistake is reported and every check runs (a typo
+    // must not quietly turn checks off).
+    options.enabled.clear();
+    std::fprintf(stderr,
+                 "rpma-harness: RPMA_HARNESS_CHECK: %s; running every check\n",
+                 why.c_str());
   }
   options.trace_nic = dynamic_cast<FakeNic*>(backend.get());
   auto checker = std::make_shared<CheckingBackend>(backend, options);
