@@ -48,7 +48,7 @@ void RemoveTree(const std::string& path) {
 }
 
 // The fabric's listener endpoint: a socket file "l-<addr>-<port>"
-// (fabric_contract.md).
+// (mock/fake_nic_fabric.h, Fabric::ListenerPath).
 bool HasListener(const std::string& fabric_dir) {
   DIR* dir = opendir(fabric_dir.c_str());
   if (dir == nullptr) return false;

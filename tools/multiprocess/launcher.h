@@ -6,8 +6,8 @@
 // and, when a trace or timeline is asked for, RPMA_HARNESS_TRACE=<its own
 // file>; its stdout and stderr come out line by line as "[label] line". The
 // clients start once the server is ready: by default when the fabric
-// directory holds a listener endpoint (`l-*`, fabric_contract.md), or when a
-// server output line matches a pattern, or after a delay. Each process runs
+// directory holds a listener endpoint (`l-*`, mock/fake_nic_fabric.h), or when
+// a server output line matches a pattern, or after a delay. Each process runs
 // in its own process group; on the overall timeout every group still running
 // is killed with SIGKILL and the run fails naming who hung. The run passes
 // when every process ends as expected (exit 0 unless --expect says
