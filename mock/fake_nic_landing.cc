@@ -176,7 +176,8 @@ void FakeNic::LandNextPiece(Qp* qp) {
     event->wr_id = head.wr_id;
     event->opcode = head.opcode;
     event->byte_len = piece.length;
-    event->remote_addr = target;
+    // As (MR, offset) too: traces compare across processes (ASLR).
+    DescribeAddresses(event, fake_nic_internal::SgeList(), l.rkey, target);
     event->text = std::string("landed (") + LandingName(landing_) + ") piece " +
                   std::to_string(l.next + 1) + "/" +
                   std::to_string(l.pieces.size()) + " offset " +
