@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -117,6 +118,8 @@ TEST(FakeNicLandingTest, FlagSpinningReaderSeesTornDataUnderPiecesForSomeSeed) {
     if (BuggyReaderSeesTornData(Landing::kPieces, seed)) torn_seed = seed;
   }
   ASSERT_NE(torn_seed, 0u) << "no seed in 1..64 tore the message";
+  std::printf("the first seed that tears the message: %llu\n",
+              static_cast<unsigned long long>(torn_seed));
   // Deterministic: that seed tears it again.
   EXPECT_TRUE(BuggyReaderSeesTornData(Landing::kPieces, torn_seed));
   // The default mode hides the bug (the whole message lands in one step),
