@@ -354,6 +354,22 @@ TEST(FakeNicLandingTest, RnrWaitThenReceiveLandsInPieces) {
   EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
 }
 
+TEST(FakeNicLandingTest, ModeSwitchedWhileParkedOnRnrKeepsTheLandedPackets) {
+  // Packets FIRST..MIDDLE landed at once before the RNR NAK on LAST; the
+  // retry under kPieces must not land a snapshot over them.
+  Pair p(Landing::kAtOnce, 4);
+  ASSERT_TRUE(p.fabric->ok());
+  ASSERT_EQ(p.PostWrite(2, 0, kSize), 0);
+  ASSERT_TRUE(p.nic->Step());  // RNR NAK on LAST, parked
+  p.nic->SetLanding(Landing::kPieces);
+  ASSERT_EQ(p.PostRecv(1), 0);
+  p.nic->RunUntilIdle();
+  EXPECT_TRUE(p.FullMessageAt(0));
+  const auto recv = p.Poll(p.qps->server.cq);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+}
+
 TEST(FakeNicLandingTest, ConnectionLostMidLandingFlushesBothSides) {
   Pair p(Landing::kPieces, 2);
   ASSERT_TRUE(p.fabric->ok());

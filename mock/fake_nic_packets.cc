@@ -190,7 +190,10 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
   const size_t num_source = head.is_inline ? 1 : head.sges.size();
   // FakeNicConfig::landing other than kAtOnce: the payload goes to a
   // snapshot, landed later by LandNextPiece (fake_nic_landing.cc).
-  if (landing_ != Landing::kAtOnce && head.landing == nullptr) {
+  // A WR that began landing at once (RNR-parked on LAST when the mode
+  // changed) keeps landing at once: its first packets are in place already.
+  if (landing_ != Landing::kAtOnce && head.landing == nullptr &&
+      head.next_packet == 0) {
     head.landing = std::make_unique<fake_nic_internal::PendingLanding>();
     head.landing->bytes.resize(length);
   }
