@@ -297,8 +297,10 @@ struct FakeNicConfig {
   // line (O_APPEND: processes may share the file). Empty: no file.
   std::string trace_path;
   std::string process_label;
-  // See Landing. The responder's checks (rkey, bounds, RNR, memory faults)
-  // still run when the WR executes, exactly as with kAtOnce: the source
+  // See Landing. The responder's checks (rkey, PD, bounds, access, RNR) and
+  // the read of the source still run when the WR executes, exactly as with
+  // kAtOnce; a piece whose target was deregistered or unmapped since is a
+  // REM_ACCESS_ERR when it would land. The source
   // bytes are snapshotted then (ibv_post_send(3): the source may not change
   // before the completion) and the head WR stays at the front of its send
   // queue, later WRs behind it, until its last piece landed. The seed
