@@ -300,9 +300,9 @@ struct FakeNicConfig {
   // See Landing. The responder's checks (rkey, PD, bounds, access, RNR) and
   // the read of the source still run when the WR executes, exactly as with
   // kAtOnce; a piece whose target was deregistered or unmapped since is a
-  // REM_ACCESS_ERR when it would land. The source
-  // bytes are snapshotted then (ibv_post_send(3): the source may not change
-  // before the completion) and the head WR stays at the front of its send
+  // REM_ACCESS_ERR when it would land. The source bytes are snapshotted at
+  // execution (ibv_post_send(3): the source may not change before the
+  // completion) and the head WR stays at the front of its send
   // queue, later WRs behind it, until its last piece landed. The seed
   // decides the pieces (a stream of its own: keys and QP numbers do not
   // change). In-process peers only: a write to another process lands at
