@@ -169,13 +169,33 @@ bool ParseCheckOptions(const std::string& value, CheckOptions* options,
       options->strict = true;
       continue;
     }
+    if (item.rfind("landing=", 0) == 0) {
+      const std::string mode = item.substr(8);
+      bool known = false;
+      for (Landing l :
+           {Landing::kAtOnce, Landing::kAtCompletion, Landing::kPieces}) {
+        if (mode == LandingName(l)) {
+          options->set_landing = true;
+          options->landing = l;
+          known = true;
+        }
+      }
+      if (!known) {
+        ok = false;
+        if (why != nullptr) {
+          *why = "unknown landing mode '" + mode +
+                 "'; known: landing=pieces, landing=completion, landing=once";
+        }
+      }
+      continue;
+    }
     const auto& names = CheckNames();
     if (std::find(names.begin(), names.end(), item) == names.end()) {
       ok = false;
       if (why != nullptr) {
         *why = "unknown check '" + item + "'; known:";
         for (const auto& n : names) *why += " " + n;
-        *why += ", strict, all";
+        *why += ", strict, all, landing=pieces|completion|once";
       }
       continue;
     }
@@ -187,6 +207,9 @@ bool ParseCheckOptions(const std::string& value, CheckOptions* options,
 CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
                                  CheckOptions options)
     : inner_(std::move(inner)), options_(std::move(options)) {
+  if (options_.set_landing && options_.trace_nic != nullptr) {
+    options_.trace_nic->SetLanding(options_.landing);
+  }
   if (options_.trace_nic != nullptr) {
     trace_observer_ =
         options_.trace_nic->AddObserver([this](const FakeNicEvent& event) {

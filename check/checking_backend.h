@@ -47,6 +47,11 @@
 //   mr-unmapped    registered memory the program unmapped or protected
 //   leak           rpma objects still alive at exit (with where each was
 //                  created)
+// and one mode of the fake NIC, not a check (it reports nothing itself):
+//   landing=pieces      an RDMA write's bytes land in seeded pieces over
+//                       several steps, its completions after the last one;
+//   landing=completion  they land when its completions are generated
+//   (FakeNicConfig::landing: a destination read too early sees torn data).
 //
 // Thread-safe: one mutex serialises the checker's own state; the wrapped
 // backend is called without it held.
@@ -83,10 +88,18 @@ struct CheckOptions {
   // When the wrapped backend is (or wraps) a FakeNic: reports add its last
   // trace lines for the QP involved.
   FakeNic* trace_nic = nullptr;
+  // "landing=pieces" / "landing=completion" / "landing=once": sets the
+  // trace_nic's FakeNicConfig::landing (FakeNic::SetLanding), so a program
+  // that reads a write's destination before polling its receive completion
+  // sees torn or stale data. Not part of "all": it changes when bytes land,
+  // not what is reported. Ignored when the backend is not the fake.
+  bool set_landing = false;
+  Landing landing = Landing::kAtOnce;
 };
 
 // Parses an RPMA_HARNESS_CHECK value: "1"/"all" (every check), a list of
-// check names, optionally with "strict". False (and *why) on an unknown name.
+// check names, optionally with "strict" and "landing=MODE" (MODE: pieces,
+// completion, once). False (and *why) on an unknown name or mode.
 bool ParseCheckOptions(const std::string& value, CheckOptions* options,
                        std::string* why);
 

@@ -94,6 +94,83 @@ TEST(ParseCheckOptions, NamesStrictAndUnknown) {
   EXPECT_THAT(why, HasSubstr("unknown check 'lenght'"));
 }
 
+TEST(ParseCheckOptions, LandingModes) {
+  CheckOptions options;
+  std::string why;
+  EXPECT_TRUE(ParseCheckOptions("landing=pieces,strict", &options, &why));
+  EXPECT_TRUE(options.set_landing);
+  EXPECT_EQ(options.landing, Landing::kPieces);
+  EXPECT_TRUE(options.enabled.empty());  // every check, too
+  CheckOptions completion;
+  EXPECT_TRUE(ParseCheckOptions("leak,landing=completion", &completion, &why));
+  EXPECT_EQ(completion.landing, Landing::kAtCompletion);
+  EXPECT_EQ(completion.enabled.count("leak"), 1u);
+  CheckOptions none;
+  EXPECT_FALSE(none.set_landing);
+  EXPECT_FALSE(ParseCheckOptions("landing=sideways", &none, &why));
+  EXPECT_THAT(why, HasSubstr("unknown landing mode 'sideways'"));
+}
+
+// ---- 3. destination read too early (landing=pieces) ----
+
+constexpr char kFlag = 0x5a;
+
+// A pair whose NIC lands writes in seeded pieces, through the checker's
+// option (as RPMA_HARNESS_CHECK=landing=pieces does), with a client buffer
+// whose last byte is the "flag" a buggy server spins on.
+std::unique_ptr<ConnectedPair> LandingPair(uint64_t seed) {
+  ConnectedPairOptions options = Checked();
+  options.nic.seed = seed;
+  std::string why;
+  EXPECT_TRUE(ParseCheckOptions("landing=pieces", &*options.check, &why));
+  auto pair = std::make_unique<ConnectedPair>(options);
+  EXPECT_TRUE(pair->ok()) << pair->error();
+  for (size_t i = 0; i < pair->buffer_size(); ++i) {
+    pair->client_buffer()[i] = static_cast<char>(i % 251 + 1);
+  }
+  pair->client_buffer()[pair->buffer_size() - 1] = kFlag;
+  return pair;
+}
+
+bool SameBuffers(ConnectedPair* pair) {
+  return memcmp(pair->client_buffer(), pair->server_buffer(),
+                pair->buffer_size()) == 0;
+}
+
+TEST(LandingMode, ServerSpinningOnALastByteFlagReadsTornDataForSomeSeed) {
+  uint64_t torn_seed = 0;
+  for (uint64_t seed = 1; seed <= 32 && torn_seed == 0; ++seed) {
+    auto pair = LandingPair(seed);
+    EXPECT_EQ(pair->nic().landing(), Landing::kPieces);
+    ASSERT_EQ(pair->WriteWithImm(0, pair->buffer_size(), 7), 0);
+    // The bug: the flag is read as "the data is there", no rpma_cq_get_wc.
+    for (int step = 0; step < 64 && pair->nic().Step(); ++step) {
+      if (pair->server_buffer()[pair->buffer_size() - 1] == kFlag) {
+        if (!SameBuffers(pair.get())) torn_seed = seed;
+        break;
+      }
+    }
+    ibv_wc wc;
+    ASSERT_EQ(pair->ServerCompletion(&wc), 0);
+    ASSERT_EQ(pair->ClientCompletion(&wc), 0);
+  }
+  EXPECT_NE(torn_seed, 0u) << "no seed in 1..32 tore the 4 KiB write";
+}
+
+TEST(LandingMode, ServerThatWaitsForTheCompletionReadsWholeDataForEverySeed) {
+  for (uint64_t seed = 1; seed <= 32; ++seed) {
+    auto pair = LandingPair(seed);
+    ASSERT_EQ(pair->WriteWithImm(0, pair->buffer_size(), 7), 0);
+    ibv_wc wc;
+    ASSERT_EQ(pair->ServerCompletion(&wc), 0);  // rpma_cq_get_wc first
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_TRUE(SameBuffers(pair.get())) << "seed " << seed;
+    ASSERT_EQ(pair->ClientCompletion(&wc), 0);
+    EXPECT_EQ(pair->checker()->FindingCount(), 0u)
+        << AllFindings(pair->checker());
+  }
+}
+
 // ---- 1. truncation and impossible ranges ----
 
 TEST(LengthCheck, WriteBeyond32BitsIsReportedWithTheCaller) {

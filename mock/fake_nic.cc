@@ -101,7 +101,9 @@ FakeNic::FakeNic() : FakeNic(FakeNicConfig{}) {}
 FakeNic::FakeNic(FakeNicConfig config)
     : config_(std::move(config)),
       log_enabled_(LogEnabled()),
-      rng_state_(config_.seed) {
+      rng_state_(config_.seed),
+      landing_(config_.landing),
+      landing_rng_state_(config_.seed ^ 0x6c616e64696e67ULL) {
   std::vector<FakeDeviceConfig> devices = config_.devices;
   if (devices.empty()) devices.push_back({"fake0", {}, true});
   for (const FakeDeviceConfig& dc : devices) {

@@ -242,6 +242,23 @@ struct FakeDeviceConfig {
   bool owns_every_address = false;     // loopback-style catch-all
 };
 
+// When an RDMA write's (with or without imm) bytes land at the responder
+// (issue 15 item 3, "destination read too early"). IB spec vol. 1 9.5
+// (Transaction Ordering): the responder may not depend on the contents of
+// an RDMA WRITE buffer until the last packet of a write with immediate
+// completed (its receive completion), or a later SEND or ATOMIC arrived; a
+// real NIC places packets as they arrive, and the order in which their
+// bytes become visible to the CPU is not defined. A program that reads the
+// destination earlier sees whatever has landed.
+enum class Landing {
+  kAtOnce,        // every byte lands when the WR executes (the default)
+  kAtCompletion,  // the bytes land in the step that generates both
+                  // completions, one step after execution
+  kPieces,        // in 1-8 seeded sub-ranges, in a seeded order, one per
+                  // step of the QP; completions after the last one
+};
+const char* LandingName(Landing landing);  // "once", "completion", "pieces"
+
 struct FakeNicConfig {
   uint64_t seed = 1;
   Personality personality = Personality::Spec();
@@ -280,6 +297,18 @@ struct FakeNicConfig {
   // line (O_APPEND: processes may share the file). Empty: no file.
   std::string trace_path;
   std::string process_label;
+  // See Landing. The responder's checks (rkey, PD, bounds, access, RNR) and
+  // the read of the source still run when the WR executes, exactly as with
+  // kAtOnce; a piece whose target was deregistered or unmapped since is a
+  // REM_ACCESS_ERR when it would land. The source bytes are snapshotted at
+  // execution (ibv_post_send(3): the source may not change before the
+  // completion) and the head WR stays at the front of its send
+  // queue, later WRs behind it, until its last piece landed. The seed
+  // decides the pieces (a stream of its own: keys and QP numbers do not
+  // change). In-process peers only: a write to another process lands at
+  // once. FakeNic::SetLanding changes it later (the usage checker's
+  // `landing=` option).
+  Landing landing = Landing::kAtOnce;
 };
 
 // A send WR about to be carried out (first attempt only), as a fault
@@ -326,7 +355,9 @@ struct FakeNicEvent {
     kCmEvent,     // a CM event was queued (opcode: rdma_cm_event_type)
     kFault,       // a fault hook fired
     kPacket,      // one request packet and the responder's answer (text);
-                  // only with FakeNicConfig::trace_packets
+                  // only with FakeNicConfig::trace_packets. Also one per
+                  // piece landed with a FakeNicConfig::landing other than
+                  // kAtOnce ("landed (pieces) piece 2/5 offset 130")
   };
   uint64_t seq = 0;
   Kind kind = Kind::kPostSend;
@@ -514,6 +545,10 @@ class FakeNic final : public VerbsBackend {
   // from now on. False if `cq` is not this NIC's.
   bool OverrunCq(ibv_cq* cq);
   const FakeNicConfig& config() const { return config_; }
+  // FakeNicConfig::landing from now on (a WR already landing keeps its
+  // pieces).
+  void SetLanding(Landing landing);
+  Landing landing();
 
  private:
   using Device = fake_nic_internal::Device;
@@ -625,6 +660,13 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  // Landing other than kAtOnce (fake_nic_landing.cc): cuts the executed
+  // head WR's snapshot into pieces, and lands the next one (completing the
+  // WR after the last).
+  void StartLanding(Qp* qp, Qp* responder, bool took_receive);
+  void LandNextPiece(Qp* qp);
+  // A head WR still landing is flushed: the receive it took is flushed too.
+  void AbandonLanding(Qp* qp, const SendWqe& wqe);
   void RecordPacket(Qp* qp, const SendWqe& wqe,
                     const fake_nic_internal::RequestPacket& packet,
                     const char* answer);
@@ -750,6 +792,8 @@ class FakeNic final : public VerbsBackend {
   int work_waiters_ = 0;
   int event_waiters_ = 0;
   uint64_t rng_state_;
+  Landing landing_;             // FakeNicConfig::landing, SetLanding
+  uint64_t landing_rng_state_;  // the seed's stream for Landing::kPieces
   uint64_t next_seq_ = 1;
   uint64_t next_handle_ = 1;
   uint32_t next_mr_ordinal_ = 1;

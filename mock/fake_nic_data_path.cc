@@ -616,6 +616,7 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     CompleteSend(qp, wqe, IBV_WC_WR_FLUSH_ERR, 0);
+    if (wqe.landing != nullptr) AbandonLanding(qp, wqe);
     return;
   }
   if (qp->rq.empty()) return;  // sends left without a completion (see above)
@@ -665,6 +666,12 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 // checks follow the order of rxe's responder state machine (rxe_resp.c:
 // check_resource (RNR) before check_length before check_rkey).
 void FakeNic::ExecuteSendWqe(Qp* qp) {
+  // An executed write still landing (FakeNicConfig::landing): this step of
+  // the QP lands its next piece.
+  if (qp->sq.front().landing != nullptr && qp->sq.front().landing->started) {
+    LandNextPiece(qp);
+    return;
+  }
   if (ApplyExecuteHook(qp)) return;
   SendWqe& head = qp->sq.front();
   const uint32_t qp_num = qp->base.qp_num;

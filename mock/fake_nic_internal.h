@@ -162,6 +162,22 @@ class SgeList {
   uint32_t size_ = 0;
 };
 
+// What an executed RDMA write still has to land (FakeNicConfig::landing).
+struct PendingLanding {
+  struct Piece {
+    uint64_t offset = 0;  // in the message
+    uint64_t length = 0;
+  };
+  std::vector<uint8_t> bytes;  // the source, snapshotted at execution
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  std::vector<Piece> pieces;  // in landing order
+  size_t next = 0;
+  bool started = false;       // executed: the pieces are set
+  bool took_receive = false;  // a receive was taken at execution: its wr_id
+  uint64_t recv_wr_id = 0;
+};
+
 struct SendWqe {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
@@ -190,6 +206,10 @@ struct SendWqe {
   // waiting for its answer, which carries `token`.
   bool in_flight = false;
   uint64_t token = 0;
+  // Landing other than kAtOnce (fake_nic_landing.cc): executed and checked,
+  // its bytes not yet (all) landed. Null otherwise: one pointer test per
+  // step is what the default mode pays.
+  std::unique_ptr<PendingLanding> landing;
   uint64_t total_length() const;
 };
 

@@ -188,6 +188,16 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                           static_cast<uint32_t>(head.inline_data.size()), 0};
   const Sge* source = head.is_inline ? &inline_source : head.sges.begin();
   const size_t num_source = head.is_inline ? 1 : head.sges.size();
+  // FakeNicConfig::landing other than kAtOnce: the payload goes to a
+  // snapshot, landed later by LandNextPiece (fake_nic_landing.cc).
+  // A WR that began landing at once (RNR-parked on LAST when the mode
+  // changed) keeps landing at once: its first packets are in place already.
+  if (landing_ != Landing::kAtOnce && head.landing == nullptr &&
+      head.next_packet == 0) {
+    head.landing = std::make_unique<fake_nic_internal::PendingLanding>();
+    head.landing->bytes.resize(length);
+  }
+  fake_nic_internal::PendingLanding* const deferred = head.landing.get();
 
   for (uint32_t i = head.next_packet; i < count; ++i) {
     const RequestPacket packet = MakeWritePacket(head.opcode, length, mtu, i);
@@ -242,7 +252,10 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     }
     // execute: the payload lands.
     uintptr_t fault = 0;
-    auto* target = reinterpret_cast<uint8_t*>(resp.write_va + packet.offset);
+    auto* target =
+        deferred != nullptr
+            ? deferred->bytes.data() + packet.offset
+            : reinterpret_cast<uint8_t*>(resp.write_va + packet.offset);
     // A MIDDLE packet takes no receive, carries no RETH and cannot be RNR
     // NAKed: its only effect is its copy (and its trace line). With nobody
     // tracing packets, FIRST and every MIDDLE land in one copy -- the same
@@ -305,6 +318,10 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       return;
     }
     i = last_copied;
+    if (packet.ends_message && deferred != nullptr) {
+      StartLanding(qp, responder, took_receive);
+      return;
+    }
     if (packet.ends_message) {
       SendWqe wqe = std::move(qp->sq.front());
       qp->sq.pop_front();

@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--check=", 0) == 0) {
       options.check = arg.substr(8);
     } else if (arg == "--strict") {
-      options.strict = true;
-      if (!options.check) options.check = "all";
+      options.strict = true;  // checks "all" unless --check or check: say
+                              // (scenario_runner.cc)
     } else if (!arg.empty() && arg[0] == '-') {
       std::fprintf(stderr, "scenario: unknown option %s\n%s", arg.c_str(),
                    kUsage);

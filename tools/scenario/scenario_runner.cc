@@ -108,7 +108,12 @@ class Run {
         real_(options.backend != "fake"),
         addr_(real_ ? options.address : std::string(kServerAddr)),
         max_events_(options.max_events),
-        check_(options.check ? options.check : s.check),
+        // --strict alone checks everything; the file's check: (its list,
+        // a landing= mode) still applies under it.
+        check_(options.check    ? options.check
+               : s.check        ? s.check
+               : options.strict ? std::optional<std::string>("all")
+                                : std::nullopt),
         strict_(options.strict) {}
 
   ScenarioResult Go();

@@ -403,6 +403,28 @@ TEST(ScenarioCheckTest, UncheckedRunHasNoFindingsLine) {
   EXPECT_THAT(Summary(r), ::testing::Not(HasSubstr("findings:")));
 }
 
+TEST(ScenarioCheckTest, LandingInPiecesKeepsTheDataCheckAndTheExpectations) {
+  // A scenario reaps each completion before it checks the bytes, so pieces
+  // landing over several steps change nothing it expects.
+  Scenario s = Parse(
+      "name: pieces\nseed: 4\nworkload:\n"
+      "  - write_with_imm: {count: 6, size: 3000}\n"
+      "check: landing=pieces\n");
+  RunOptions options;
+  options.strict = true;
+  ScenarioResult r = RunScenario(s, options);
+  EXPECT_TRUE(r.checked);
+  EXPECT_TRUE(r.failures.empty()) << Summary(r);
+  EXPECT_THAT(Summary(r), HasSubstr("data verified (18000 bytes"));
+  int landed = 0;
+  for (const TraceEvent& e : r.trace) {
+    landed += e.text.find("landed (pieces)") != std::string::npos;
+  }
+  EXPECT_GE(landed, 12);  // six writes, at least two pieces each
+  EXPECT_THAT(ParseError(std::string(kMinimal) + "check: landing=later\n"),
+              HasSubstr("unknown landing mode 'later'"));
+}
+
 TEST(ScenarioCheckTest, UnknownCheckNameIsAParseError) {
   EXPECT_THAT(ParseError(std::string(kMinimal) + "check: lenght\n"),
               HasSubstr("unknown check 'lenght'"));
