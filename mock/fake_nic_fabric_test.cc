@@ -70,6 +70,13 @@ class FabricTest : public ::testing::Test {
     std::string cmd = "rm -rf " + dir_;
     ASSERT_EQ(system(cmd.c_str()), 0);
   }
+  // A server process that accepts one connection and then only waits for
+  // the test's go-on (or its death).
+  Child ForkIdleServer() {
+    return Fork(dir_,
+                AcceptOne(port_, [](Side&, int in, int) { WaitGoOn(in); }));
+  }
+
   // The client's half against an AcceptOne server: waits until it listens,
   // connects with "hello" and reads where the server's buffer is.
   void ConnectToAcceptOne(Child& child, Side& client, ServerInfo* info) {
@@ -95,10 +102,7 @@ TEST_F(FabricTest, ConnectWithNobodyListeningIsRejectedWithStatus8) {
 }
 
 TEST_F(FabricTest, PrivateDataCrossesBothWaysAndBothSidesSeeEstablished) {
-  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
-                       WaitGoOn(in);
-                       (void)s;
-                     }));
+  Child child = ForkIdleServer();
   ServerInfo info;
   ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_);
@@ -256,10 +260,7 @@ TEST_F(FabricTest, BadRkeyIsRemoteAccessErrorAndTheServersQpGoesToErr) {
 }
 
 TEST_F(FabricTest, WriteOutsideTheRemoteRegionIsRemoteAccessError) {
-  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
-                       WaitGoOn(in);
-                       (void)s;
-                     }));
+  Child child = ForkIdleServer();
   Side client(dir_);
   ServerInfo info;
   ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
@@ -343,10 +344,7 @@ TEST_F(FabricTest, DisconnectGivesBothSidesDisconnected) {
 // retry budget is what the fake models) and the QP goes to ERR, which then
 // flushes the receive.
 TEST_F(FabricTest, PeerKilledOnRxeKeepsTheQpInRtsUntilAWriteTimesOut) {
-  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
-                       WaitGoOn(in);
-                       (void)s;
-                     }));
+  Child child = ForkIdleServer();
   ServerInfo info;
   ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_, 65536, Personality::Rxe());
@@ -382,10 +380,7 @@ TEST_F(FabricTest, PeerKilledOnRxeKeepsTheQpInRtsUntilAWriteTimesOut) {
 // peer's death is its kernel's DREQ): the survivor's QP goes to ERR, so its
 // receive and later WRs flush.
 TEST_F(FabricTest, PeerKilledGivesDisconnectedAndFlushesOnSpec) {
-  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
-                       WaitGoOn(in);
-                       (void)s;
-                     }));
+  Child child = ForkIdleServer();
   Side client(dir_);
   ServerInfo info;
   ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
@@ -403,10 +398,7 @@ TEST_F(FabricTest, PeerKilledGivesDisconnectedAndFlushesOnSpec) {
 // server takes the request but dies before it can answer (it is stopped
 // first, so the request sits unread in its socket).
 TEST_F(FabricTest, WrInFlightWhenThePeerDiesEndsInRetryExceeded) {
-  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
-                       WaitGoOn(in);
-                       (void)s;
-                     }));
+  Child child = ForkIdleServer();
   Side client(dir_);
   ServerInfo info;
   ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
@@ -496,10 +488,7 @@ TEST_F(FabricTest, AFabricDirectoryTooLongForSunPathFailsListen) {
 // an unknown type, a truncated body or a garbage REQ change nothing; the
 // listener keeps serving, and a real client connects afterwards.
 TEST_F(FabricTest, MalformedFramesFromAPeerDoNotHurtTheListener) {
-  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int) {
-                       WaitGoOn(in);
-                       (void)s;
-                     }));
+  Child child = ForkIdleServer();
   ServerInfo info;
   ASSERT_TRUE(child.ReadInfo(&info));  // listening
   const std::string path = dir_ + "/l-127.0.0.1-" + port_;
