@@ -365,14 +365,23 @@ class Survivor {
       }
     } else {
       // Writes that reached the peer before its files were closed succeed;
-      // any later one is flushed only by the survivor's disconnect.
+      // any later one is flushed only by the survivor's disconnect. One
+      // write may meet the dying process half torn down: its MRs already
+      // deregistered while its QP still answers, so the peer NAKs with a
+      // remote access error (seen once in CI, wr_id 13 of a retry-2 run;
+      // the QP then goes to ERR and the writes after it are flushed).
+      int access_errors = 0;
       for (uint64_t id : {1, 2, 3, 4, 11, 12, 13, 14}) {
         ASSERT_TRUE(done_.count(id)) << "wr_id " << id;
         const ibv_wc_status st = done_[id].status;
+        if (st == IBV_WC_REM_ACCESS_ERR) ++access_errors;
         EXPECT_TRUE(st == IBV_WC_SUCCESS || st == IBV_WC_WR_FLUSH_ERR ||
+                    st == IBV_WC_REM_ACCESS_ERR ||
                     (g_retry_count != 7 && st == IBV_WC_RETRY_EXC_ERR))
             << "wr_id " << id << ": " << ibv_wc_status_str(st);
       }
+      EXPECT_LE(access_errors, 1) << "an error completion moves the QP to "
+                                     "ERR: the WRs after it are flushed";
     }
   }
 
