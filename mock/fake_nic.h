@@ -515,6 +515,27 @@ class FakeNic final : public VerbsBackend {
   int AddObserver(std::function<void(const FakeNicEvent&)> observer);
   void RemoveObserver(int handle);
 
+  // The requester is about to read bytes [offset, offset + length) of a
+  // send WR's gather list (one packet, several packets read in one copy, a
+  // whole SEND, or the payload a cross-process request carries): the moment
+  // the source goes on the wire. The usage checker's tap
+  // (check/checking_backend.cc: source-changed at execution). Not called
+  // for inline WRs (their bytes were copied at post).
+  struct SourceRead {
+    uint32_t qp_num = 0;
+    uint64_t wr_id = 0;
+    int opcode = 0;
+    uint64_t first_addr = 0;    // the first SGE's address
+    uint64_t total_length = 0;  // the WR's whole length
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    uint32_t mtu = 0;  // the path MTU the message is cut at
+  };
+  // One tap (an empty function removes it); it runs with the NIC's mutex
+  // held. REQUIRES: it does not call back into this FakeNic. Unset, the
+  // data path pays one test of an empty std::function per copy.
+  void SetSourceReadTap(std::function<void(const SourceRead&)> tap);
+
   // ---- fault hooks ----------------------------------------------------------
 
   // The connection of the QP `qp_num` dies: both QPs go to ERR (outstanding
@@ -672,6 +693,14 @@ class FakeNic final : public VerbsBackend {
                     const char* answer);
   void RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                       const char* why);
+  // Calls source_read_tap_, when set, for bytes [offset, offset + length)
+  // of `wqe`'s source (fake_nic_taps.cc).
+  void TapSourceRead(const Qp* qp, const SendWqe& wqe, uint64_t offset,
+                     uint64_t length, uint32_t mtu) {
+    if (source_read_tap_) TapSourceReadSlow(qp, wqe, offset, length, mtu);
+  }
+  void TapSourceReadSlow(const Qp* qp, const SendWqe& wqe, uint64_t offset,
+                         uint64_t length, uint32_t mtu);
   void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
                        const SendWqe& wqe, ibv_wc_status status,
                        ibv_wc_opcode opcode, uint32_t byte_len);
@@ -831,6 +860,7 @@ class FakeNic final : public VerbsBackend {
   std::vector<PostFault> post_faults_;
   std::vector<StatusFault> status_faults_;
   std::function<ExecuteVerdict(const ExecuteInfo&)> execute_hook_;
+  std::function<void(const SourceRead&)> source_read_tap_;
 
   bool background_running_ = false;
   bool stop_background_ = false;

@@ -875,6 +875,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
         nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
         return;
       }
+      TapSourceRead(qp, wqe, 0, length,
+                    fake_nic_internal::MtuBytes(qp->attr.path_mtu));
       const CopyFault copied = MoveBytes(source, num_source, recv.sges.begin(),
                                          recv.sges.size(), length);
       if (copied == CopyFault::kSource) {

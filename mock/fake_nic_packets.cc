@@ -271,6 +271,9 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       copy_length = uint64_t{count - 1} * mtu;
       last_copied = count - 2;
     }
+    if (copy_length > 0) {
+      TapSourceRead(qp, head, packet.offset, copy_length, mtu);
+    }
     if (copy_length > 0 &&
         !GatherAt(source, num_source, packet.offset, target, copy_length,
                   &fault) &&

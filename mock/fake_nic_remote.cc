@@ -401,6 +401,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   std::vector<uint8_t> payload;
   if (carries_payload && r.length > 0) {
     payload.resize(r.length);
+    TapSourceRead(qp, head, 0, r.length, r.mtu);
     const fake_nic_internal::Sge inline_source{
         Address(head.inline_data.data()),
         static_cast<uint32_t>(head.inline_data.size()), 0};

@@ -45,6 +45,23 @@ int CheckUserMapping(uintptr_t addr, size_t length, bool need_write);
 bool GuardedCopy(void* dst, const void* src, size_t n, uintptr_t* fault_addr);
 void InstallCopyFaultHandler();
 
+// GuardedCopy for a reader that is not the NIC (the usage checker hashing
+// the program's memory into its own buffer): the same copy, without the
+// write tap below.
+bool GuardedRead(void* dst, const void* src, size_t n, uintptr_t* fault_addr);
+
+// The NIC-write tap: when set, every GuardedCopy calls it with its
+// destination range just before it writes there. Every byte a fake NIC of
+// this process writes (a SEND landing in a receive buffer, a peer's RDMA
+// WRITE, READ data, atomics, pieces of a deferred landing, the fabric's
+// responder) goes through GuardedCopy, so the usage checker
+// (check/checking_backend.cc) tells the NIC's writes from the program's.
+// One process-wide tap (nullptr: none); unset it costs GuardedCopy one
+// relaxed atomic load. The tap must not call GuardedCopy (GuardedRead is
+// fine).
+using NicWriteTap = void (*)(uintptr_t dst, size_t n);
+void SetNicWriteTap(NicWriteTap tap);
+
 // A GuardedCopy of WR `wr_id` faulted: the program gave the NIC memory and
 // then unmapped or protected it. A real NIC would not notice (it DMAs the
 // pages it pinned at registration), so this is the program's bug, reported
