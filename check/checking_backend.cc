@@ -75,9 +75,8 @@ bool IsHarnessFrame(const std::string& name) {
   return false;
 }
 
-Stack CaptureStack(int skip) {
-  void* pcs[48];
-  int n = backtrace(pcs, 48);
+// The frames pcs[skip, n) symbolized (see Stack).
+Stack SymbolizeStack(void* const* pcs, int n, int skip) {
   Stack stack;
   std::ostringstream out;
   int shown = 0;
@@ -120,6 +119,12 @@ Stack CaptureStack(int skip) {
   return stack;
 }
 
+Stack CaptureStack(int skip) {
+  void* pcs[48];
+  int n = backtrace(pcs, 48);
+  return SymbolizeStack(pcs, n, skip);
+}
+
 uint64_t StackHash(const std::vector<void*>& frames) {
   uint64_t h = 1469598103934665603ull;
   for (void* f : frames) {
@@ -152,8 +157,9 @@ bool HasRemote(int opcode) {
 
 const std::vector<std::string>& CheckNames() {
   static const std::vector<std::string> names = {
-      "length",     "remote-range", "source-changed", "overlap", "sq-overflow",
-      "cq-overrun", "cq-events",    "mr-unmapped",    "leak",
+      "length",       "remote-range", "source-changed", "overlap",
+      "recv-written", "sq-overflow",  "cq-overrun",     "cq-events",
+      "mr-unmapped",  "leak",
   };
   return names;
 }
@@ -204,11 +210,45 @@ bool ParseCheckOptions(const std::string& value, CheckOptions* options,
   return ok;
 }
 
+namespace {
+
+// The checkers the process-wide NIC-write tap tells (recv-written).
+std::mutex& TapMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+std::vector<CheckingBackend*>& TapCheckers() {
+  static auto* v = new std::vector<CheckingBackend*>;
+  return *v;
+}
+
+}  // namespace
+
+void CheckingBackend::NicWriteTapForAll(uintptr_t dst, size_t n) {
+  std::lock_guard<std::mutex> lock(TapMutex());
+  for (CheckingBackend* c : TapCheckers()) c->OnNicWrite(dst, n);
+}
+
 CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
                                  CheckOptions options)
-    : inner_(std::move(inner)), options_(std::move(options)) {
+    : inner_(std::move(inner)),
+      options_(std::move(options)),
+      recv_check_(options_.trace_nic != nullptr &&
+                  (options_.enabled.empty() ||
+                   options_.enabled.count("recv-written") != 0)) {
   if (options_.set_landing && options_.trace_nic != nullptr) {
     options_.trace_nic->SetLanding(options_.landing);
+  }
+  if (options_.trace_nic != nullptr && Enabled("source-changed")) {
+    options_.trace_nic->SetSourceReadTap(
+        [this](const FakeNic::SourceRead& read) { OnSourceRead(read); });
+  }
+  if (recv_check_) {
+    std::lock_guard<std::mutex> lock(TapMutex());
+    if (TapCheckers().empty()) {
+      fake_nic_internal::SetNicWriteTap(&CheckingBackend::NicWriteTapForAll);
+    }
+    TapCheckers().push_back(this);
   }
   if (options_.trace_nic != nullptr) {
     trace_observer_ =
@@ -222,7 +262,14 @@ CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
 }
 
 CheckingBackend::~CheckingBackend() {
+  if (recv_check_) {
+    std::lock_guard<std::mutex> lock(TapMutex());
+    auto& all = TapCheckers();
+    all.erase(std::remove(all.begin(), all.end(), this), all.end());
+    if (all.empty()) fake_nic_internal::SetNicWriteTap(nullptr);
+  }
   if (options_.trace_nic != nullptr) {
+    if (Enabled("source-changed")) options_.trace_nic->SetSourceReadTap({});
     options_.trace_nic->RemoveObserver(trace_observer_);
   }
 }
@@ -273,7 +320,8 @@ std::string CheckingBackend::TraceLines(uint32_t qp_num) const {
 void CheckingBackend::Report(const std::string& check, const std::string& what,
                              const std::string& details, uint32_t qp_num,
                              const std::string* creation_stack,
-                             const std::string& creation_where) {
+                             const std::string& creation_where,
+                             const char* stack_label) {
   Stack stack;
   if (creation_stack == nullptr) {
     stack = CaptureStack(/*skip=*/2);
@@ -307,7 +355,8 @@ void CheckingBackend::Report(const std::string& check, const std::string& what,
   std::ostringstream out;
   out << "==" << getpid() << "==RPMA-HARNESS CHECK [" << check << "]: " << what
       << "\n";
-  out << (creation_stack ? "  created at:\n" : "") << stack.text;
+  if (creation_stack != nullptr) out << "  " << stack_label << ":\n";
+  out << stack.text;
   out << details;
   out << TraceLines(qp_num);
   out << "SUMMARY: rpma-harness check " << check;
@@ -443,37 +492,69 @@ std::string CheckingBackend::Text(const WrSummary& wr) {
 
 // ---- memory ----------------------------------------------------------------
 
-bool CheckingBackend::HashRanges(const std::vector<Range>& ranges,
-                                 uint64_t* hash, uintptr_t* fault) {
-  // FNV-1a over 8-byte words, read through the fake's GuardedCopy so memory
-  // the program unmapped is reported instead of crashing the checker.
-  uint64_t h = 1469598103934665603ull;
-  unsigned char chunk[4096];
-  for (const Range& r : ranges) {
-    uint64_t done = 0;
-    while (done < r.len) {
-      size_t n =
-          static_cast<size_t>(std::min<uint64_t>(sizeof(chunk), r.len - done));
-      if (!fake_nic_internal::GuardedCopy(
-              chunk, reinterpret_cast<const void*>(r.addr + done), n, fault)) {
-        return false;
-      }
-      // Four independent lanes keep the multiplier busy (~4x one lane).
-      uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
-      size_t i = 0;
-      for (; i + 32 <= n; i += 32) {
-        for (int k = 0; k < 4; ++k) {
-          uint64_t w;
-          std::memcpy(&w, chunk + i + 8 * k, 8);
-          lane[k] = (lane[k] ^ w) * 1099511628211ull;
-        }
-      }
-      h = lane[0] ^ (lane[1] * 3) ^ (lane[2] * 5) ^ (lane[3] * 7);
-      for (; i < n; ++i) h = (h ^ chunk[i]) * 1099511628211ull;
-      done += n;
+namespace {
+
+// FNV-1a over 8-byte words in four independent lanes (they keep the
+// multiplier busy: ~4x one lane), folded to 32 bits: a chunk's fingerprint.
+uint32_t HashChunk(const unsigned char* p, size_t n) {
+  constexpr uint64_t kBasis = 1469598103934665603ull;
+  constexpr uint64_t kPrime = 1099511628211ull;
+  uint64_t lane[4] = {kBasis, kBasis ^ 1, kBasis ^ 2, kBasis ^ 3};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      lane[k] = (lane[k] ^ w) * kPrime;
     }
   }
-  *hash = h;
+  uint64_t h = lane[0] ^ (lane[1] * 3) ^ (lane[2] * 5) ^ (lane[3] * 7);
+  for (; i < n; ++i) h = (h ^ p[i]) * kPrime;
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+}  // namespace
+
+uint64_t CheckingBackend::TotalLength(const std::vector<Range>& ranges) {
+  uint64_t total = 0;
+  for (const Range& r : ranges) total += r.len;
+  return total;
+}
+
+bool CheckingBackend::HashChunks(const std::vector<Range>& ranges,
+                                 uint64_t from, uint64_t to, uint32_t* out,
+                                 uintptr_t* fault) {
+  // Read through the fake's guarded copy (GuardedRead: the checker is not
+  // the NIC, so not the NIC-write tap) so memory the program unmapped is
+  // reported instead of crashing the checker. 4 KiB at a time: 16 chunks.
+  unsigned char block[4096];
+  uint64_t pos = from;
+  while (pos < to) {
+    const uint64_t n = std::min<uint64_t>(sizeof(block), to - pos);
+    // Gather stream bytes [pos, pos + n) from the ranges.
+    uint64_t skip = pos, got = 0;
+    for (const Range& r : ranges) {
+      if (got == n) break;
+      if (skip >= r.len) {
+        skip -= r.len;
+        continue;
+      }
+      const uint64_t take = std::min(r.len - skip, n - got);
+      if (!fake_nic_internal::GuardedRead(
+              block + got, reinterpret_cast<const void*>(r.addr + skip),
+              static_cast<size_t>(take), fault)) {
+        return false;
+      }
+      got += take;
+      skip = 0;
+    }
+    for (uint64_t c = 0; c < got; c += kChunk) {
+      out[(pos + c) / kChunk] =
+          HashChunk(block + c, static_cast<size_t>(std::min(kChunk, got - c)));
+    }
+    if (got < n) break;  // past the stream's end
+    pos += n;
+  }
   return true;
 }
 
@@ -553,6 +634,141 @@ void CheckingBackend::CheckOverlap(uint32_t qp_num,
 // ---- completions
 // -------------------------------------------------------------
 
+namespace {
+
+// "bytes [lo, hi) (packets #a-#b of n, path MTU m)" for chunk indexes
+// [first, last] of a `total`-byte source.
+std::string ChunkSpan(uint64_t first, uint64_t last, uint64_t chunk,
+                      uint64_t total, uint32_t mtu) {
+  const uint64_t lo = first * chunk;
+  const uint64_t hi = std::min(total, (last + 1) * chunk);
+  std::string out = "bytes [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    ") of " + std::to_string(total);
+  if (mtu != 0 && total > mtu) {
+    const uint64_t packets = (total + mtu - 1) / mtu;
+    const uint64_t a = lo / mtu, b = (hi - 1) / mtu;
+    out += " (packet" + std::string(a == b ? " #" : "s #") + std::to_string(a) +
+           (a == b ? "" : "-#" + std::to_string(b)) + " of " +
+           std::to_string(packets) + ", path MTU " + std::to_string(mtu) + ")";
+  }
+  return out;
+}
+
+// The first and last index where `differs` holds, or false.
+template <typename Pred>
+bool Span(size_t n, Pred differs, uint64_t* first, uint64_t* last) {
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!differs(i)) continue;
+    if (!any) *first = i;
+    *last = i;
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace
+
+void CheckingBackend::CompareSource(const OutstandingSend& s, uint32_t qp_num) {
+  const size_t n = s.post_chunks.size();
+  std::vector<uint32_t> now(n);
+  uintptr_t fault = 0;
+  if (!HashChunks(s.local, 0, s.total, now.data(), &fault)) {
+    if (Enabled("mr-unmapped")) {
+      Report("mr-unmapped",
+             "the source of an outstanding WR became unreadable (fault "
+             "at " +
+                 Hex(fault) + ") before its completion was reaped",
+             "  WR: " + Text(s.wr) +
+                 "\n  fix: unmap or free registered memory only after "
+                 "rpma_mr_dereg(3) and after every WR using it completed\n",
+             qp_num);
+    }
+    return;
+  }
+  if (!Enabled("source-changed")) return;
+  const bool tapped = !s.read_mask.empty();
+  auto read = [&](size_t i) { return tapped && s.read_mask[i] != 0; };
+  uint64_t first = 0, last = 0;
+  const std::string op = WrOpcodeName(s.opcode);
+  const std::string fix =
+      "  fix: change the buffer only after rpma_cq_get_wc(3) returned this "
+      "WR's completion (for an unsignaled WR: a later signaled one's), or "
+      "write from another buffer\n";
+  // Before the NIC read it: what went on the wire differs from the post.
+  if (Span(
+          n,
+          [&](size_t i) {
+            return read(i) && s.read_chunks[i] != s.post_chunks[i];
+          },
+          &first, &last)) {
+    uint64_t f2 = 0, l2 = 0;
+    const bool again = Span(
+        n, [&](size_t i) { return read(i) && now[i] != s.read_chunks[i]; }, &f2,
+        &l2);
+    Report("source-changed",
+           "the source of a posted " + op +
+               " changed before the NIC read it (the peer got the NEW "
+               "bytes)",
+           "  WR: " + Text(s.wr) + "\n  changed: " +
+               ChunkSpan(first, last, kChunk, s.total, s.mtu) +
+               ", compared in " + std::to_string(kChunk) +
+               "-byte blocks when the fake NIC read them" +
+               (again ? "; changed again after the read" : "") +
+               "\n  why: ibv_post_send(3): the buffers may not be modified "
+               "until the WR completes; here the NIC read them after the "
+               "change, so the peer got bytes the program wrote after the "
+               "post -- on hardware the read may come at any moment, so "
+               "the peer may get old, new or mixed bytes\n" +
+               fix,
+           qp_num);
+    return;
+  }
+  // After the NIC read it, before the reap.
+  if (Span(
+          n, [&](size_t i) { return read(i) && now[i] != s.read_chunks[i]; },
+          &first, &last)) {
+    Report("source-changed",
+           "the source of a posted " + op +
+               " changed after the NIC read it but before its completion "
+               "was reaped (the peer got the OLD bytes; on hardware "
+               "undefined)",
+           "  WR: " + Text(s.wr) + "\n  changed: " +
+               ChunkSpan(first, last, kChunk, s.total, s.mtu) +
+               "\n  why: ibv_post_send(3): the buffers may not be modified "
+               "until the WR completes; the fake read them before the "
+               "change, a real NIC may read them later (or again, on a "
+               "retransmission), so on hardware the peer may get the new "
+               "or mixed bytes\n" +
+               fix,
+           qp_num);
+    return;
+  }
+  // Not seen by the NIC (no execution tap: rdma-core, or a WR that ended
+  // before its source was read): post against reap only.
+  if (Span(
+          n, [&](size_t i) { return !read(i) && now[i] != s.post_chunks[i]; },
+          &first, &last)) {
+    Report("source-changed",
+           "the source of a posted " + op +
+               " changed between the post and the reaping of its "
+               "completion",
+           "  WR: " + Text(s.wr) +
+               "\n  changed: " + ChunkSpan(first, last, kChunk, s.total, 0) +
+               (options_.trace_nic == nullptr
+                    ? " (compared at post and at reap: this backend has no "
+                      "execution tap)"
+                    : "") +
+               "\n  why: ibv_post_send(3): the buffers may not be "
+               "modified until the WR completes; a real NIC reads them "
+               "at any moment in between (several times, on a "
+               "retransmission), so the peer may get old, new or mixed "
+               "bytes\n" +
+               fix,
+           qp_num);
+  }
+}
+
 void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
   auto retire = [&](OutstandingSend& s, bool compare) {
     if (s.signaled && qs->send_cq != nullptr) {
@@ -561,38 +777,7 @@ void CheckingBackend::ReapSend(QpState* qs, const ibv_wc& wc) {
         --cq->second.signaled_outstanding;
       }
     }
-    if (!compare || !s.has_hash) return;
-    uint64_t now = 0;
-    uintptr_t fault = 0;
-    if (!HashRanges(s.local, &now, &fault)) {
-      if (Enabled("mr-unmapped")) {
-        Report("mr-unmapped",
-               "the source of an outstanding WR became unreadable (fault "
-               "at " +
-                   Hex(fault) + ") before its completion was reaped",
-               "  WR: " + Text(s.wr) +
-                   "\n  fix: unmap or free registered memory only after "
-                   "rpma_mr_dereg(3) and after every WR using it completed\n",
-               qs->qp_num);
-      }
-      return;
-    }
-    if (now != s.hash && Enabled("source-changed")) {
-      Report("source-changed",
-             "the source of a posted " + std::string(WrOpcodeName(s.opcode)) +
-                 " changed between the post and the reaping of its "
-                 "completion",
-             "  WR: " + Text(s.wr) +
-                 "\n  why: ibv_post_send(3): the buffers may not be "
-                 "modified until the WR completes; a real NIC reads them "
-                 "at any moment in between (several times, on a "
-                 "retransmission), so the peer may get old, new or mixed "
-                 "bytes\n"
-                 "  fix: change the buffer only after rpma_cq_get_wc(3) "
-                 "returned this WR's completion (for an unsignaled WR: a "
-                 "later signaled one's), or write from another buffer\n",
-             qs->qp_num);
-    }
+    if (compare && s.has_hash) CompareSource(s, qs->qp_num);
   };
   if (wc.status != IBV_WC_SUCCESS) {
     // An error completes exactly one WR (signaled or not); the QP is in
@@ -627,6 +812,26 @@ void CheckingBackend::ReapRecv(QpState* qs, const ibv_wc& wc) {
     if (it->wr_id == wc.wr_id) break;
   }
   if (it == recvs->end()) it = recvs->begin();
+  if (qs->srq != nullptr) {
+    // recv-written: an SRQ's receives are taken in any order across its
+    // QPs, so when several outstanding ones share this wr_id the checker
+    // cannot tell which completed; it compares none of them (comparing the
+    // wrong one would report the program's legitimate reuse of the buffer
+    // whose completion it did get).
+    bool ambiguous = false;
+    for (auto other = std::next(it); other != recvs->end(); ++other) {
+      if (other->wr_id == it->wr_id && other->has_hash) {
+        other->has_hash = false;
+        ambiguous = true;
+      }
+    }
+    if (ambiguous) it->has_hash = false;
+  }
+  CompareRecv(&*it,
+              wc.status == IBV_WC_SUCCESS
+                  ? "when its completion was reaped"
+                  : "when its flushed or failed completion was reaped",
+              qs->qp_num);
   OutstandingRecv done = std::move(*it);
   recvs->erase(it);
   // Only a SEND places bytes in a receive buffer (a write with imm consumes
@@ -648,6 +853,77 @@ void CheckingBackend::ReapRecv(QpState* qs, const ibv_wc& wc) {
               " bytes landed)";
     CheckOverlap(qs->qp_num, landed, /*sink=*/true, nullptr, 0, false, wr,
                  /*include_recvs=*/true);
+  }
+}
+
+// ---- the fake's taps ------------------------------------------------------
+
+void CheckingBackend::OnSourceRead(const FakeNic::SourceRead& read) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto q = qps_.find(read.qp_num);
+  if (q == qps_.end()) return;
+  // The NIC executes a send queue in order: the WR is the oldest one not
+  // yet wholly read with this wr_id, source and length (one that ended
+  // without being read, by an injected fault, is passed over).
+  for (OutstandingSend& s : q->second.sends) {
+    if (!s.has_hash || s.read_done || s.wr_id != read.wr_id ||
+        s.local.empty() || s.local[0].addr != read.first_addr ||
+        s.total != read.total_length) {
+      continue;
+    }
+    const size_t n = s.post_chunks.size();
+    if (s.read_mask.empty()) {
+      s.read_chunks.assign(n, 0);
+      s.read_mask.assign(n, 0);
+    }
+    const uint64_t from = read.offset / kChunk * kChunk;
+    const uint64_t to = std::min(s.total, read.offset + read.length);
+    uintptr_t fault = 0;
+    if (from < to &&
+        HashChunks(s.local, from, to, s.read_chunks.data(), &fault)) {
+      for (uint64_t c = from / kChunk; c < (to + kChunk - 1) / kChunk; ++c) {
+        s.read_mask[c] = 1;
+      }
+    }
+    s.mtu = read.mtu;
+    if (to >= s.total) s.read_done = true;
+    return;
+  }
+}
+
+void CheckingBackend::OnNicWrite(uintptr_t dst, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto visit = [&](OutstandingRecv& r, uint32_t qp_num) {
+    if (!r.has_hash) return;
+    uint64_t stream = 0;
+    bool hit = false;
+    for (const Range& range : r.local) {
+      const uint64_t a = std::max<uint64_t>(dst, range.addr);
+      const uint64_t b = std::min<uint64_t>(dst + n, range.addr + range.len);
+      if (a < b) {
+        if (!hit && !r.nic_wrote) {
+          // The NIC's first write into this buffer (a SEND landing, a
+          // peer's write into memory shared with it): the whole buffer
+          // is compared before the bytes land.
+          CompareRecv(&r, "before the NIC wrote into it", qp_num);
+          if (!r.has_hash) return;
+        }
+        hit = true;
+        const uint64_t lo = (stream + a - range.addr) / kChunk;
+        const uint64_t hi = (stream + b - range.addr + kChunk - 1) / kChunk;
+        for (uint64_t c = lo; c < hi && c < r.nic_written.size(); ++c) {
+          r.nic_written[c] = 1;
+        }
+      }
+      stream += range.len;
+    }
+    if (hit) r.nic_wrote = true;
+  };
+  for (auto& [num, qs] : qps_) {
+    for (auto& r : qs.recvs) visit(r, num);
+  }
+  for (auto& [srq, recvs] : srq_recvs_) {
+    for (auto& r : recvs) visit(r, 0);
   }
 }
 
@@ -681,6 +957,18 @@ int CheckingBackend::DeregMr(ibv_mr* mr) {
       for (auto& s : qs.sends) {
         for (const Range& r : s.local) {
           if (Overlap(lo, mr->length, r.addr, r.len)) s.has_hash = false;
+        }
+      }
+      for (auto& rv : qs.recvs) {
+        for (const Range& r : rv.local) {
+          if (Overlap(lo, mr->length, r.addr, r.len)) rv.has_hash = false;
+        }
+      }
+    }
+    for (auto& [srq, recvs] : srq_recvs_) {
+      for (auto& rv : recvs) {
+        for (const Range& r : rv.local) {
+          if (Overlap(lo, mr->length, r.addr, r.len)) rv.has_hash = false;
         }
       }
     }
@@ -863,8 +1151,10 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
     }
     if (hash && !s.local_is_sink && !s.local.empty()) {
       uintptr_t fault = 0;
-      if (HashRanges(s.local, &s.hash, &fault)) {
-        s.has_hash = Enabled("source-changed");
+      s.total = TotalLength(s.local);
+      s.post_chunks.resize((s.total + kChunk - 1) / kChunk);
+      if (HashChunks(s.local, 0, s.total, s.post_chunks.data(), &fault)) {
+        s.has_hash = true;
       } else if (Enabled("mr-unmapped")) {
         std::lock_guard<std::mutex> lock(mu_);
         Report("mr-unmapped",
@@ -1019,11 +1309,70 @@ size_t Unposted(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 }  // namespace
 
+void CheckingBackend::HashNewRecvs(std::vector<OutstandingRecv>* posts) {
+  if (!recv_check_ || posts->empty()) return;
+  // The post_recv's stack, symbolized only for a report.
+  void* pcs[48];
+  const int depth = backtrace(pcs, 48);
+  for (OutstandingRecv& r : *posts) {
+    r.total = TotalLength(r.local);
+    if (r.total == 0) continue;
+    r.post_chunks.resize((r.total + kChunk - 1) / kChunk);
+    uintptr_t fault = 0;
+    // Unreadable memory: the NIC's own write will report it.
+    if (!HashChunks(r.local, 0, r.total, r.post_chunks.data(), &fault)) {
+      continue;
+    }
+    r.nic_written.assign(r.post_chunks.size(), 0);
+    r.post_frames.assign(pcs, pcs + depth);
+    r.has_hash = true;
+  }
+}
+
+void CheckingBackend::CompareRecv(OutstandingRecv* r, const char* moment,
+                                  uint32_t qp_num) {
+  if (!r->has_hash) return;
+  const size_t n = r->post_chunks.size();
+  std::vector<uint32_t> now(n);
+  uintptr_t fault = 0;
+  if (!HashChunks(r->local, 0, r->total, now.data(), &fault)) return;
+  uint64_t first = 0, last = 0;
+  if (!Span(
+          n,
+          [&](size_t i) {
+            return r->nic_written[i] == 0 && now[i] != r->post_chunks[i];
+          },
+          &first, &last)) {
+    return;
+  }
+  r->has_hash = false;  // once per receive
+  const Stack posted =
+      SymbolizeStack(r->post_frames.data(),
+                     static_cast<int>(r->post_frames.size()), /*skip=*/0);
+  Report("recv-written",
+         "the program wrote into the buffer of an outstanding receive "
+         "(seen " +
+             std::string(moment) + ")",
+         "  receive: " + Text(r->wr) +
+             "\n  changed: " + ChunkSpan(first, last, kChunk, r->total, 0) +
+             " (compared with its bytes at post_recv, in " +
+             std::to_string(kChunk) +
+             "-byte blocks; bytes the NIC wrote are left out)\n"
+             "  why: ibv_post_recv(3): the buffers of a WR can only be "
+             "safely reused after the request is fully executed and its "
+             "work completion has been retrieved; a SEND landing there "
+             "overwrites what the program wrote, or mixes with it\n"
+             "  fix: write into a receive buffer only after rpma_cq_get_wc(3) "
+             "returned its receive's completion, or use another buffer\n",
+         qp_num, &posted.text, posted.where, "receive posted at");
+}
+
 int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                               ibv_recv_wr** bad_wr) {
   if (qp == nullptr) return inner_->PostRecv(qp, wr, bad_wr);
   std::vector<OutstandingRecv> posts;
   CollectRecvs(wr, &posts, "qp", qp->qp_num);
+  HashNewRecvs(&posts);
   {
     std::lock_guard<std::mutex> lock(mu_);
     QpState& qs = qps_[qp->qp_num];
@@ -1046,6 +1395,7 @@ int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
   if (srq == nullptr) return inner_->PostSrqRecv(srq, wr, bad_wr);
   std::vector<OutstandingRecv> posts;
   CollectRecvs(wr, &posts, "srq", srq->handle);
+  HashNewRecvs(&posts);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& recvs = srq_recvs_[srq];
@@ -1121,6 +1471,9 @@ void CheckingBackend::DestroyQp(rdma_cm_id* id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = qps_.find(id->qp->qp_num);
     if (it != qps_.end()) {
+      for (auto& r : it->second.recvs) {
+        CompareRecv(&r, "when its QP was destroyed", it->second.qp_num);
+      }
       // Its outstanding WRs are gone with it; their signaled completions
       // will never reach the CQ.
       for (const auto& s : it->second.sends) {
@@ -1164,6 +1517,15 @@ ibv_srq* CheckingBackend::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
   return inner_->CreateSrq(pd, init_attr);
 }
 int CheckingBackend::DestroySrq(ibv_srq* srq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = srq_recvs_.find(srq);
+    if (it != srq_recvs_.end()) {
+      for (auto& r : it->second) {
+        CompareRecv(&r, "when its SRQ was destroyed", 0);
+      }
+    }
+  }
   int rc = inner_->DestroySrq(srq);
   if (rc == 0) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -30,7 +30,13 @@
 //                  announced (would be REM_ACCESS_ERR / a silent overrun of
 //                  a larger MR behind the same rkey)
 //   source-changed the source of a posted write/send changed before its
-//                  completion (or a later signaled one) was reaped
+//                  completion (or a later signaled one) was reaped; on the
+//                  fake it also tells whether that was before the NIC read
+//                  it (the peer got the new bytes) or after (the old ones),
+//                  and which bytes / packets
+//   recv-written   the program wrote into the buffer of an outstanding
+//                  receive (on the fake only: it tells the NIC's writes
+//                  from the program's)
 //   overlap        a READ destination posted over memory an outstanding
 //                  operation uses (or the reverse); a SEND landing in a
 //                  receive buffer that another outstanding receive or send
@@ -233,13 +239,27 @@ class CheckingBackend final : public VerbsBackend {
     uint32_t rkey = 0;
     bool remote_written = false;
     bool has_hash = false;
-    uint64_t hash = 0;
+    uint64_t total = 0;                 // bytes of `local`
+    std::vector<uint32_t> post_chunks;  // kChunk hashes at post
+    // The fake's source-read tap: the chunks as the NIC read them.
+    std::vector<uint32_t> read_chunks;
+    std::vector<uint8_t> read_mask;  // 1: that chunk was read
+    bool read_done = false;          // every byte was read
+    uint32_t mtu = 0;
     WrSummary wr;
   };
   struct OutstandingRecv {
     uint64_t wr_id = 0;
     std::vector<Range> local;
     WrSummary wr;
+    // recv-written: the buffer's chunks at post, the chunks the NIC wrote
+    // since (left out), and the post_recv's call stack (raw frames).
+    bool has_hash = false;
+    bool nic_wrote = false;
+    uint64_t total = 0;
+    std::vector<uint32_t> post_chunks;
+    std::vector<uint8_t> nic_written;
+    std::vector<void*> post_frames;
   };
   struct QpState {
     ibv_qp* qp = nullptr;
@@ -273,7 +293,8 @@ class CheckingBackend final : public VerbsBackend {
   void Report(const std::string& check, const std::string& what,
               const std::string& details, uint32_t qp_num,
               const std::string* creation_stack = nullptr,
-              const std::string& creation_where = "");
+              const std::string& creation_where = "",
+              const char* stack_label = "created at");
   std::string TraceLines(uint32_t qp_num) const;
   // The overlap check of one new operation against everything
   // outstanding. REQUIRES: mu_ held.
@@ -284,13 +305,34 @@ class CheckingBackend final : public VerbsBackend {
   // Reaps the send WRs one completion of `qs` stands for. REQUIRES: mu_.
   void ReapSend(QpState* qs, const ibv_wc& wc);
   void ReapRecv(QpState* qs, const ibv_wc& wc);
-  // Hashes the bytes of `ranges` without crashing on unmapped memory;
-  // false (and *fault) when the memory is gone.
-  static bool HashRanges(const std::vector<Range>& ranges, uint64_t* hash,
-                         uintptr_t* fault);
+  // The source-changed comparison of a retired send WR. REQUIRES: mu_.
+  void CompareSource(const OutstandingSend& s, uint32_t qp_num);
+  // The recv-written comparison of an outstanding receive's buffer with
+  // its bytes at post (the chunks the NIC wrote left out); `moment` says
+  // when. REQUIRES: mu_ held.
+  void CompareRecv(OutstandingRecv* r, const char* moment, uint32_t qp_num);
+  // The fake's taps (mock/fake_nic.h SetSourceReadTap; the NIC-write tap of
+  // mock/fake_nic_user_memory.h): both run with the NIC's mutex held.
+  // recv-written: hashes newly posted receives and keeps their stack.
+  void HashNewRecvs(std::vector<OutstandingRecv>* posts);
+  void OnSourceRead(const FakeNic::SourceRead& read);
+  void OnNicWrite(uintptr_t dst, size_t n);
+  static void NicWriteTapForAll(uintptr_t dst, size_t n);
+  // Hashes bytes [from, to) of the byte stream `ranges` describe (a gather
+  // list), one 32-bit hash per kChunk bytes, into out[from / kChunk ...],
+  // without crashing on unmapped memory: false (and *fault) when the memory
+  // is gone. REQUIRES: from % kChunk == 0.
+  static constexpr uint64_t kChunk = 256;  // the smallest path MTU
+  static bool HashChunks(const std::vector<Range>& ranges, uint64_t from,
+                         uint64_t to, uint32_t* out, uintptr_t* fault);
+  static uint64_t TotalLength(const std::vector<Range>& ranges);
 
   std::shared_ptr<VerbsBackend> inner_;
   const CheckOptions options_;
+  // recv-written runs only over the fake (options_.trace_nic), whose
+  // writes the NIC-write tap shows; over rdma-core a NIC write into a
+  // receive buffer (a peer's RDMA WRITE) cannot be told from the program's.
+  const bool recv_check_;
 
   mutable std::mutex mu_;
   std::map<uint32_t, QpState> qps_;  // by qp_num
