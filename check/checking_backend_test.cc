@@ -318,6 +318,76 @@ TEST(SourceChangedCheck, UnsignaledWriteIsOutstandingUntilALaterSignaledOne) {
       << AllFindings(pair.checker());
 }
 
+TEST(SourceChangedCheck, ChangedBeforeTheNicReadItThePeerGetsTheNewBytes) {
+  ConnectedPair pair(Checked(/*print=*/false));
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 64);
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);  // posted, not yet executed
+  pair.client_buffer()[10] = 'b';
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
+      << AllFindings(pair.checker());
+  const Finding f = pair.checker()->Findings()[0];
+  EXPECT_THAT(f.what, HasSubstr("changed before the NIC read it (the peer "
+                                "got the NEW bytes)"));
+  EXPECT_THAT(f.details, HasSubstr("changed: bytes [0, 64) of 64"));
+  EXPECT_EQ(pair.server_buffer()[10], 'b');  // what the finding says
+}
+
+TEST(SourceChangedCheck, ChangedAfterTheNicReadItThePeerGetsTheOldBytes) {
+  ConnectedPair pair(Checked(/*print=*/false));
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 64);
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
+  pair.nic().RunUntilIdle();  // the NIC read the source
+  pair.client_buffer()[10] = 'b';
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
+      << AllFindings(pair.checker());
+  EXPECT_THAT(pair.checker()->Findings()[0].what,
+              HasSubstr("changed after the NIC read it but before its "
+                        "completion was reaped (the peer got the OLD bytes; "
+                        "on hardware undefined)"));
+  EXPECT_EQ(pair.server_buffer()[10], 'a');
+}
+
+ConnectedPairOptions CheckedMtu1024() {
+  ConnectedPairOptions options = Checked(/*print=*/false);
+  options.buffer_size = 8192;
+  options.nic.caps.active_mtu = IBV_MTU_1024;
+  return options;
+}
+
+TEST(SourceChangedCheck, MultiPacketWriteNamesThePacketThatChanged) {
+  ConnectedPair pair(CheckedMtu1024());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 8192);
+  ASSERT_EQ(pair.WriteWithImm(0, 8192, 1), 0);
+  pair.client_buffer()[5000] = 'b';  // in packet #4 (bytes 4096-5119)
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
+      << AllFindings(pair.checker());
+  const Finding f = pair.checker()->Findings()[0];
+  EXPECT_THAT(f.what, HasSubstr("before the NIC read it"));
+  EXPECT_THAT(f.details, HasSubstr("changed: bytes [4864, 5120) of 8192 "
+                                   "(packet #4 of 8, path MTU 1024)"));
+}
+
+TEST(SourceChangedCheck, MultiPacketWriteInPiecesUnchangedIsSilent) {
+  ConnectedPairOptions options = CheckedMtu1024();
+  options.check->set_landing = true;
+  options.check->landing = Landing::kPieces;
+  ConnectedPair pair(options);
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 8192);
+  for (int i = 0; i < 3; ++i) WriteAndReap(&pair, 8192);
+  pair.client_buffer()[5000] = 'b';  // after the reap: fine
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
 // ---- 4. buffer reuse ----
 
 // The client sends 16 bytes; the server reaps the receive they landed in.
@@ -329,6 +399,96 @@ void SendAndReap(ConnectedPair* pair) {
   ASSERT_EQ(pair->ServerCompletion(&wc), 0);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
   ASSERT_EQ(pair->ClientCompletion(&wc), 0);
+}
+
+}  // namespace
+
+// recv-written: the program writes into the buffer of an outstanding
+// receive. Exported: reports name the post_recv's caller.
+int PostRecvIntoTheRecvBuffer(ConnectedPair* pair) {
+  return rpma_recv(pair->server(), pair->server_recv_mr(), 0, 64, nullptr);
+}
+
+namespace {
+
+TEST(RecvWrittenCheck, CpuWriteBeforeASendLandsIsReportedWithThePost) {
+  ConnectedPairOptions options = Checked(/*print=*/false);
+  options.recvs = 0;  // the test posts its own
+  ConnectedPair pair(options);
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  ASSERT_EQ(PostRecvIntoTheRecvBuffer(&pair), 0);
+  pair.recv_buffer()[40] = 'x';  // the bug: the receive is outstanding
+  SendAndReap(&pair);
+  ASSERT_EQ(pair.checker()->FindingCount("recv-written"), 1u)
+      << AllFindings(pair.checker());
+  const Finding f = pair.checker()->Findings()[0];
+  EXPECT_THAT(f.what, HasSubstr("wrote into the buffer of an outstanding "
+                                "receive (seen before the NIC wrote into it)"));
+  EXPECT_THAT(f.details, HasSubstr("changed: bytes [0, 64) of 64"));
+  EXPECT_THAT(f.where, HasSubstr("PostRecvIntoTheRecvBuffer"));
+}
+
+TEST(RecvWrittenCheck, CpuWriteIntoAWriteWithImmReceiveIsReportedAtTheReap) {
+  ConnectedPair pair(Checked(/*print=*/false));
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  pair.recv_buffer()[3] = 'x';  // the pair's receive is outstanding
+  WriteAndReap(&pair, 16);      // the NIC never writes a write-imm receive
+  ASSERT_EQ(pair.checker()->FindingCount("recv-written"), 1u)
+      << AllFindings(pair.checker());
+  EXPECT_THAT(pair.checker()->Findings()[0].what,
+              HasSubstr("seen when its completion was reaped"));
+}
+
+TEST(RecvWrittenCheck, CpuWriteIntoAReceiveStillPostedAtDestroy) {
+  std::shared_ptr<CheckingBackend> checker;
+  {
+    ConnectedPair pair(Checked(/*print=*/false));
+    ASSERT_TRUE(pair.ok()) << pair.error();
+    checker = pair.shared_checker();
+    pair.recv_buffer()[0] = 'x';
+  }  // the pair deletes its connections: the QP goes with its receive
+  EXPECT_EQ(checker->FindingCount("recv-written"), 1u)
+      << AllFindings(checker.get());
+}
+
+TEST(RecvWrittenCheck, CpuWritesAfterEachCompletionAreSilent) {
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  for (int i = 0; i < 3; ++i) {
+    SendAndReap(&pair);
+    std::memset(pair.recv_buffer(), 'y', 64);  // its receive completed
+    ASSERT_EQ(pair.PostServerRecv(), 0);
+    ASSERT_EQ(pair.WriteWithImm(0, 16, 7), 0);
+    ibv_wc wc;
+    ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+    ASSERT_EQ(pair.ServerCompletion(&wc), 0);
+    std::memset(pair.recv_buffer(), 'z', 64);  // completed too
+    ASSERT_EQ(pair.PostServerRecv(), 0);
+  }
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+}
+
+TEST(RecvWrittenCheck, APeersWriteIntoAPostedReceiveBufferIsTheNics) {
+  // The server posts a receive over its RDMA-write destination (a program
+  // may: a write with imm never touches the receive buffer); the client's
+  // writes land there while it is outstanding. The NIC wrote those bytes,
+  // not the program: no finding.
+  ConnectedPair pair(Checked());
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  rpma_mr_local* shared = nullptr;
+  ASSERT_EQ(rpma_mr_reg(pair.server_peer(), pair.server_buffer(), 256,
+                        RPMA_MR_USAGE_RECV, &shared),
+            0);
+  ASSERT_EQ(rpma_recv(pair.server(), shared, 0, 256, nullptr), 0);
+  std::memset(pair.client_buffer(), 'q', 256);
+  WriteAndReap(&pair, 200);  // lands in [0, 200); takes the pair's receive
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 2), 0);  // takes the shared receive
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(pair.ServerCompletion(&wc), 0);
+  EXPECT_EQ(pair.server_buffer()[100], 'q');
+  EXPECT_EQ(pair.checker()->FindingCount(), 0u) << AllFindings(pair.checker());
+  ASSERT_EQ(rpma_mr_dereg(&shared), 0);
 }
 
 TEST(OverlapCheck, ReceiveRepostedWhileOutstandingAndASendLands) {

@@ -88,6 +88,9 @@ class ConnectedPair {
   rpma_cq* server_cq() { return server_cq_; }
   char* client_buffer() { return client_buffer_.data(); }
   char* server_buffer() { return server_buffer_.data(); }
+  // The server's receive buffer (server_recv_mr(); PostServerRecv posts
+  // its first recv_size bytes).
+  char* recv_buffer() { return recv_buffer_.data(); }
   size_t buffer_size() const { return options_.buffer_size; }
   rpma_mr_local* client_mr() { return client_mr_; }
   rpma_mr_local* server_mr() { return server_mr_; }
