@@ -361,7 +361,9 @@ ConnectedPairOptions CheckedMtu1024() {
 }
 
 TEST(SourceChangedCheck, MultiPacketWriteNamesThePacketThatChanged) {
-  ConnectedPair pair(CheckedMtu1024());
+  ConnectedPairOptions options = CheckedMtu1024();
+  options.check->print = true;  // prints README's example
+  ConnectedPair pair(options);
   ASSERT_TRUE(pair.ok()) << pair.error();
   std::memset(pair.client_buffer(), 'a', 8192);
   ASSERT_EQ(pair.WriteWithImm(0, 8192, 1), 0);
@@ -412,8 +414,8 @@ int PostRecvIntoTheRecvBuffer(ConnectedPair* pair) {
 namespace {
 
 TEST(RecvWrittenCheck, CpuWriteBeforeASendLandsIsReportedWithThePost) {
-  ConnectedPairOptions options = Checked(/*print=*/false);
-  options.recvs = 0;  // the test posts its own
+  ConnectedPairOptions options = Checked();  // prints README's example
+  options.recvs = 0;                         // the test posts its own
   ConnectedPair pair(options);
   ASSERT_TRUE(pair.ok()) << pair.error();
   ASSERT_EQ(PostRecvIntoTheRecvBuffer(&pair), 0);
