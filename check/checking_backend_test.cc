@@ -353,6 +353,26 @@ TEST(SourceChangedCheck, ChangedAfterTheNicReadItThePeerGetsTheOldBytes) {
   EXPECT_EQ(pair.server_buffer()[10], 'a');
 }
 
+TEST(SourceChangedCheck, WithoutAnExecutionTapComparesPostWithReap) {
+  // The checker's taps go to another (idle) NIC, as over a backend with no
+  // execution tap (rdma-core): only post and reap are compared.
+  FakeNic elsewhere;
+  ConnectedPairOptions options = Checked(/*print=*/false);
+  options.check->trace_nic = &elsewhere;
+  ConnectedPair pair(options);
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  std::memset(pair.client_buffer(), 'a', 64);
+  ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
+  pair.client_buffer()[10] = 'b';
+  ibv_wc wc;
+  ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+  ASSERT_EQ(pair.checker()->FindingCount("source-changed"), 1u)
+      << AllFindings(pair.checker());
+  EXPECT_THAT(pair.checker()->Findings()[0].what,
+              HasSubstr("changed between the post and the reaping of its "
+                        "completion"));
+}
+
 ConnectedPairOptions CheckedMtu1024() {
   ConnectedPairOptions options = Checked(/*print=*/false);
   options.buffer_size = 8192;
