@@ -34,15 +34,15 @@
 //                  fake it also tells whether that was before the NIC read
 //                  it (the peer got the new bytes) or after (the old ones),
 //                  and which bytes / packets
-//   recv-written   the program wrote into the buffer of an outstanding
-//                  receive (on the fake only: it tells the NIC's writes
-//                  from the program's)
 //   overlap        a READ destination posted over memory an outstanding
 //                  operation uses (or the reverse); a SEND landing in a
 //                  receive buffer that another outstanding receive or send
 //                  also uses (a receive reposted too early); two
 //                  outstanding operations of different QPs touching
 //                  overlapping remote memory, one writing
+//   recv-written   the program wrote into the buffer of an outstanding
+//                  receive (on the fake only: it tells the NIC's writes
+//                  from the program's)
 //   sq-overflow    more WRs outstanding on a send queue than its depth: an
 //                  unsignaled WR's slot is only freed when a later signaled
 //                  WR's completion is reaped (rdma-core mlx5 cq.c)
@@ -60,7 +60,11 @@
 //   (FakeNicConfig::landing: a destination read too early sees torn data).
 //
 // Thread-safe: one mutex serialises the checker's own state; the wrapped
-// backend is called without it held.
+// backend is called without it held. The fake's taps (FakeNic::
+// SetSourceReadTap on trace_nic, the process-wide NIC-write tap) call in
+// with the NIC's mutex held. A FakeNic has one source-read tap: of two
+// checkers with the same trace_nic, the later one's is used, and the
+// first destroyed removes it.
 
 #ifndef RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_
 #define RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_
