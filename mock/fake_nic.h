@@ -295,9 +295,9 @@ struct FakeNicConfig {
   // random from the seed, which interleaves the completions of different
   // QPs differently per seed (still the same order for the same seed).
   bool random_schedule = false;
-  // Adds a kPacket record per request packet of a write (position, offset,
-  // the responder's ACK / NAK). Off by default: traces and their sequence
-  // numbers stay as they were without it.
+  // Adds a kPacket record per request packet of a write or a SEND (position,
+  // offset, the responder's ACK / NAK). Off by default: traces and their
+  // sequence numbers stay as they were without it.
   bool trace_packets = false;
   // Joins the cross-process fabric rooted at this directory (created, mode
   // 0700): Connect reaches listeners of other processes on it, and their
