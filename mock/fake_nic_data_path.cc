@@ -725,15 +725,18 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // from the SGEs packet by packet (rxe_req.c finish_packet; see
   // FirstBadSourcePacket), READ responses written into them packet by packet
   // (rxe_comp.c do_read; below), so what the packets before a bad SGE did
-  // stays done. A peer in another process, deferred landing (writes) and
-  // atomics check the SGEs here, before anything is sent.
+  // stays done; an atomic's local SGE is written when its response comes
+  // (rxe_comp.c do_atomic), after the remote value changed. A peer in
+  // another process and deferred landing (writes) check the SGEs here,
+  // before anything is sent.
   const bool is_write = head.opcode == IBV_WR_RDMA_WRITE ||
                         head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool is_send =
       head.opcode == IBV_WR_SEND || head.opcode == IBV_WR_SEND_WITH_IMM;
   const bool checked_per_packet =
-      qp->link == 0 && (is_send || head.opcode == IBV_WR_RDMA_READ ||
-                        (is_write && landing_ == Landing::kAtOnce));
+      qp->link == 0 &&
+      (is_send || head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode) ||
+       (is_write && landing_ == Landing::kAtOnce));
   if (!head.is_inline && !checked_per_packet) {
     if (is_send || is_write) {
       // Any bad source SGE (one "packet" as long as the message), with the
@@ -938,10 +941,25 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
         remote_fault(IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if (!fake_nic_internal::GuardedCopy(
-              reinterpret_cast<void*>(wqe.sges[0].addr), &original, 8,
-              &fault)) {
+      // rxe_comp.c do_atomic: the original value goes to the local SGE
+      // (copy_data, LOCAL_WRITE) when the response arrives; a bad SGE is
+      // IBV_WC_LOC_PROT_ERR then, the remote value already changed.
+      const SgeWalk walk =
+          ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, 0,
+                        reinterpret_cast<const uint8_t*>(&original), 8, &fault);
+      if (walk == SgeWalk::kFault) {
         local_fault();
+        return;
+      }
+      if (walk != SgeWalk::kOk) {
+        executed.status = IBV_WC_LOC_PROT_ERR;
+        executed.text =
+            "local SGE fails lkey/PD/bounds/LOCAL_WRITE check (atomic "
+            "response)";
+        const std::string why = executed.text;
+        Record(std::move(executed));
+        CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+        SetQpState(qp, IBV_QPS_ERR, why.c_str());
         return;
       }
       Record(std::move(executed));

@@ -357,6 +357,69 @@ TEST_P(SendConformance, SgeReachingPastItsMrFailsAtThePacketThatLeavesIt) {
       EXPECT_NE(wc.status, IBV_WC_SUCCESS);
     }
   }
+  // A write with imm whose source and target both leave their MRs half-way:
+  // with several packets the responder checks the whole target range on
+  // FIRST (rxe_resp.c check_rkey), before the requester reaches its first
+  // bad source byte.
+  for (uint32_t size : {64u, 4096u}) {
+    SCOPED_TRACE(size);
+    BeginSection(SizeTag("write_imm both_past_mr", size));
+    Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecvPieces(508, {}), 0); });
+    const size_t start = kBufferSize - size / 2;
+    std::vector<ibv_sge> sges;
+    ibv_send_wr wr = SendWr(11, size, /*with_imm=*/true, &sges);
+    sges[0].addr += start;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.wr.rdma.remote_addr =
+        reinterpret_cast<uint64_t>(server().buffer.data()) + start;
+    wr.wr.rdma.rkey = server().mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(WaitCompletion(client(), &wc));
+    // One packet: it is never built (the requester's own check comes first).
+    EXPECT_EQ(wc.status,
+              size <= kMtu ? IBV_WC_LOC_PROT_ERR : IBV_WC_REM_ACCESS_ERR);
+  }
+}
+
+// An atomic whose local SGE (where the original value goes) names no MR:
+// the responder executes it (the remote value changes), the requester's
+// completer then fails to write the original (rxe_comp.c do_atomic). And
+// one aimed at an MR without REMOTE_ATOMIC (the fixture's): the
+// responder's check comes first.
+TEST_P(SendConformance, AtomicWithABadLocalSge) {
+  for (bool remote_atomic : {true, false}) {
+    BeginSection(remote_atomic ? "mr_remote_atomic"
+                               : "mr_without_remote_atomic");
+    Connect(QpOptions{});
+    ibv_mr* atomic_mr =
+        nic().RegMr(server().pd, server().buffer.data(), server().buffer.size(),
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                        IBV_ACCESS_REMOTE_ATOMIC);
+    ASSERT_NE(atomic_mr, nullptr);
+    ibv_sge sge{reinterpret_cast<uint64_t>(client().buffer.data()), 8,
+                client().mr->lkey ^ 0x5a5a};
+    ibv_send_wr wr{};
+    wr.wr_id = 12;
+    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.atomic.remote_addr =
+        reinterpret_cast<uint64_t>(server().buffer.data()) + 64;
+    wr.wr.atomic.rkey = remote_atomic ? atomic_mr->rkey : server().mr->rkey;
+    wr.wr.atomic.compare_add = 5;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(WaitCompletion(client(), &wc));
+    EXPECT_EQ(wc.status,
+              remote_atomic ? IBV_WC_LOC_PROT_ERR : IBV_WC_REM_ACCESS_ERR);
+    // The fetch-and-add of 5 on zero: the remote byte is 5 when it ran.
+    EXPECT_EQ(server().buffer[64], remote_atomic ? 5 : 0);
+    EXPECT_EQ(nic().DeregMr(atomic_mr), 0);
+  }
 }
 
 // RDMA READ responses come back one packet each and are scattered into the
