@@ -877,8 +877,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
               remote_fault(IBV_WC_REM_ACCESS_ERR);
               return;
             }
-            if (ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, offset,
-                              payload, n, &fault) != SgeWalk::kOk) {
+            const SgeWalk walk =
+                ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, offset,
+                              payload, n, &fault);
+            if (walk == SgeWalk::kFault) {
+              local_fault();
+              return;
+            }
+            if (walk != SgeWalk::kOk) {
               executed.status = IBV_WC_LOC_PROT_ERR;
               executed.text =
                   "local SGE fails lkey/PD/bounds/LOCAL_WRITE check "

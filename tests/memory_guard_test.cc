@@ -478,9 +478,20 @@ TEST_F(AtomicBoundaryTest, RemoteBeforeTheStart) {
   EXPECT_TRUE(RemoteUnchanged());
 }
 
+// The atomic runs at the responder; only then is the original value
+// written to the local SGE, which fails (rxe_comp.c do_atomic; recorded on
+// rxe: SendConformance.AtomicWithABadLocalSge). The remote 8 bytes changed
+// (fetch-and-add of 1), nothing else, and no byte past the local region.
 TEST_F(AtomicBoundaryTest, LocalResultOnePastTheEnd) {
+  uint64_t before;
+  std::memcpy(&before, remote_.data(), 8);
   EXPECT_EQ(Atomic(kLen - 7, 0).client.status, IBV_WC_LOC_PROT_ERR);
-  EXPECT_TRUE(RemoteUnchanged());
+  uint64_t after;
+  std::memcpy(&after, remote_.data(), 8);
+  EXPECT_EQ(after, before + 1);
+  EXPECT_EQ(
+      std::memcmp(remote_.data() + 8, remote_before_.data() + 8, kLen - 8), 0);
+  EXPECT_TRUE(LocalUnchanged());
 }
 
 }  // namespace
