@@ -128,6 +128,20 @@ struct Personality {
   ibv_wc_status recv_status_on_rkey_violation = IBV_WC_LOC_ACCESS_ERR;
   ibv_wc_status recv_status_on_short_buffer = IBV_WC_LOC_LEN_ERR;
   ibv_wc_status recv_status_on_bad_recv_sge = IBV_WC_LOC_PROT_ERR;
+  // What the requester of a SEND longer than the receive sees. Spec: the
+  // responder's "invalid request" NAK, REM_INV_REQ_ERR (ibv_poll_cq(3)). rxe
+  // 6.1: copy_data (rxe_mr.c) refuses a packet longer than what is left of
+  // the receive with -EINVAL, which send_data_in (rxe_resp.c) turns into
+  // RESPST_ERR_MALFORMED_WQE: a "remote operational error" NAK (REM_OP_ERR)
+  // and the receive LOC_QP_OP_ERR (recv_status_on_short_buffer); recorded.
+  ibv_wc_status send_status_on_short_receive = IBV_WC_REM_INV_REQ_ERR;
+  // A SEND / RDMA WRITE whose source SGE's lkey names no MR of the QP's PD.
+  // Spec: LOC_PROT_ERR (ibv_poll_cq(3)). rxe 6.1: LOC_QP_OP_ERR (rxe_req.c
+  // rxe_requester: finish_packet -> copy_data -> lookup_mr fails with
+  // -EINVAL, and only -EFAULT is LOC_PROT_ERR); an SGE reaching past its MR
+  // is LOC_PROT_ERR on both (rxe_mr_copy -EFAULT). An RDMA READ's local SGE
+  // is LOC_PROT_ERR either way (rxe_comp.c do_read); recorded.
+  ibv_wc_status send_status_on_bad_source_key = IBV_WC_LOC_PROT_ERR;
   // Opcodes the provider refuses at post time with EINVAL although the
   // ibv_post_send(3) table allows them on RC. siw (rdma-core
   // providers/siw/siw.c map_send_opcode) has no immediate data and no
@@ -281,9 +295,9 @@ struct FakeNicConfig {
   // random from the seed, which interleaves the completions of different
   // QPs differently per seed (still the same order for the same seed).
   bool random_schedule = false;
-  // Adds a kPacket record per request packet of a write (position, offset,
-  // the responder's ACK / NAK). Off by default: traces and their sequence
-  // numbers stay as they were without it.
+  // Adds a kPacket record per request packet of a write or a SEND (position,
+  // offset, the responder's ACK / NAK). Off by default: traces and their
+  // sequence numbers stay as they were without it.
   bool trace_packets = false;
   // Joins the cross-process fabric rooted at this directory (created, mode
   // 0700): Connect reaches listeners of other processes on it, and their
@@ -681,6 +695,26 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  // fake_nic_packets.cc: the head SEND / SEND_WITH_IMM packet by packet (the
+  // receive taken at FIRST / ONLY, scattered into per packet).
+  void ExecuteSendByPackets(Qp* qp, Qp* responder);
+  // rxe_mr.c copy_data over one packet's bytes [offset, offset + length) of
+  // a message and the SGE list `sges` of `owner`: SGE by SGE, each piece's
+  // MR looked up (lkey, PD, `access`) and range-checked before its bytes
+  // move, so the pieces before a failing one have moved. `payload` null:
+  // checks only. kFault: memory the program protected (*fault).
+  enum class SgeWalk { kOk, kNoMr, kOutOfRange, kFault };
+  SgeWalk ScatterPacket(Qp* owner, const SgeList& sges, int access,
+                        uint64_t offset, const uint8_t* payload,
+                        uint64_t length, uintptr_t* fault);
+  // The first packet (of `count`, path MTU `mtu`) whose source bytes fail
+  // rxe_req.c's per-packet copy_data, and the requester's status for it;
+  // `count` when none does (inline data: none).
+  uint32_t FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
+                                uint32_t count, ibv_wc_status* status);
+  // The requester's own SGE failed at packet `index`: the WR completes with
+  // `status`, the QP to ERR; what the earlier packets did stays done.
+  void FailOnSourcePacket(Qp* qp, ibv_wc_status status, uint32_t index);
   // Landing other than kAtOnce (fake_nic_landing.cc): cuts the executed
   // head WR's snapshot into pieces, and lands the next one (completing the
   // WR after the last).

@@ -720,13 +720,36 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // QP's PD and lie inside it, and a destination the NIC writes (RDMA_READ
   // data, atomic result) needs LOCAL_WRITE. Inline data was copied at post
   // time: nothing to check.
-  const bool local_is_destination =
-      head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode);
-  if (!head.is_inline &&
-      !LocalSgesOk(qp, head.sges,
-                   local_is_destination ? IBV_ACCESS_LOCAL_WRITE : 0)) {
-    fail(IBV_WC_LOC_PROT_ERR, "local SGE fails lkey/PD/bounds/access check");
-    return;
+  //
+  // In one process rxe's order is kept: SEND and WRITE payloads are read
+  // from the SGEs packet by packet (rxe_req.c finish_packet; see
+  // FirstBadSourcePacket), READ responses written into them packet by packet
+  // (rxe_comp.c do_read; below), so what the packets before a bad SGE did
+  // stays done; an atomic's local SGE is written when its response comes
+  // (rxe_comp.c do_atomic), after the remote value changed. A peer in
+  // another process and deferred landing (writes) check the SGEs here,
+  // before anything is sent.
+  const bool is_write = head.opcode == IBV_WR_RDMA_WRITE ||
+                        head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool is_send =
+      head.opcode == IBV_WR_SEND || head.opcode == IBV_WR_SEND_WITH_IMM;
+  const bool checked_per_packet =
+      qp->link == 0 &&
+      (is_send || head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode) ||
+       (is_write && landing_ == Landing::kAtOnce));
+  if (!head.is_inline && !checked_per_packet) {
+    if (is_send || is_write) {
+      // Any bad source SGE (one "packet" as long as the message), with the
+      // status rxe's requester gives it.
+      ibv_wc_status status = IBV_WC_SUCCESS;
+      if (FirstBadSourcePacket(qp, head, ~uint32_t{0}, 1, &status) == 0) {
+        fail(status, "local SGE fails lkey/PD/bounds check");
+        return;
+      }
+    } else if (!LocalSgesOk(qp, head.sges, IBV_ACCESS_LOCAL_WRITE)) {
+      fail(IBV_WC_LOC_PROT_ERR, "local SGE fails lkey/PD/bounds/access check");
+      return;
+    }
   }
 
   // The responder must exist and answer; a QP that is gone, in ERR or not
@@ -765,9 +788,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
 
-  if (head.opcode == IBV_WR_RDMA_WRITE ||
-      head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+  if (is_write) {
     ExecuteWriteByPackets(qp, responder);
+    return;
+  }
+  if (is_send) {
+    ExecuteSendByPackets(qp, responder);
     return;
   }
 
@@ -821,84 +847,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     nak(requester_status, why.c_str());
   };
 
-  auto respond_cqe = [&](const RecvWqe& recv, ibv_wc_status status,
-                         ibv_wc_opcode opcode, uint32_t byte_len) {
-    ibv_wc wc;
-    memset(&wc, 0, sizeof(wc));
-    wc.wr_id = recv.wr_id;
-    wc.status = status;
-    wc.opcode = opcode;
-    wc.byte_len = byte_len;
-    wc.qp_num = responder->base.qp_num;
-    if (status == IBV_WC_SUCCESS && IsImmOpcode(wqe.opcode)) {
-      // ibv_poll_cq(3): imm_data is in network byte order, passed through.
-      wc.wc_flags |= IBV_WC_WITH_IMM;
-      wc.imm_data = wqe.imm_data;
-    }
-    if (status == IBV_WC_SUCCESS && config_.personality.recv_cqe_has_grh_flag) {
-      wc.wc_flags |= IBV_WC_GRH;
-    }
-    AddCqe(responder->recv_cq, wc, wqe.send_flags & IBV_SEND_SOLICITED);
-  };
-
-  // Where the WR's bytes come from: its SGEs, or the inline copy.
-  const Sge inline_source{reinterpret_cast<uintptr_t>(wqe.inline_data.data()),
-                          static_cast<uint32_t>(wqe.inline_data.size()), 0};
-  const Sge* source = wqe.is_inline ? &inline_source : wqe.sges.begin();
-  const size_t num_source = wqe.is_inline ? 1 : wqe.sges.size();
-
   switch (wqe.opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM: {
-      RecvWqe recv = std::move(responder_rq.front());
-      responder_rq.pop_front();
-      uint64_t capacity = 0;
-      for (const Sge& sge : recv.sges) capacity += sge.length;
-      if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
-        // The responder cannot write its own buffer: its receive completes
-        // with an error (see Personality) and the requester sees a remote
-        // operational error (rxe_resp.c: a malformed receive WQE NAKs with
-        // "remote operational error").
-        respond_cqe(recv, config_.personality.recv_status_on_bad_recv_sge,
-                    IBV_WC_RECV, 0);
-        nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
-        return;
-      }
-      if (length > capacity) {
-        // rxe_resp.c (send_data_in -ENOSPC -> RESPST_ERR_LENGTH): the
-        // responder completes the receive with an error (LOC_LEN_ERR by
-        // ibv_poll_cq(3); see Personality) and NAKs with "invalid request",
-        // which the requester reports as REM_INV_REQ_ERR (rxe_comp.c
-        // check_ack AETH_NAK_INVALID_REQ).
-        respond_cqe(recv, config_.personality.recv_status_on_short_buffer,
-                    IBV_WC_RECV, 0);
-        nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
-        return;
-      }
-      TapSourceRead(qp, wqe, 0, length,
-                    fake_nic_internal::MtuBytes(qp->attr.path_mtu));
-      const CopyFault copied = MoveBytes(source, num_source, recv.sges.begin(),
-                                         recv.sges.size(), length);
-      if (copied == CopyFault::kSource) {
-        // The message was cut at the requester: the receive it consumed is
-        // flushed with the responder's QP.
-        respond_cqe(recv, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0);
-        SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
-        local_fault();
-        return;
-      }
-      if (copied == CopyFault::kDestination) {
-        respond_cqe(recv, config_.personality.recv_status_on_bad_recv_sge,
-                    IBV_WC_RECV, 0);
-        remote_fault(IBV_WC_REM_OP_ERR);
-        return;
-      }
-      Record(std::move(executed));
-      respond_cqe(recv, IBV_WC_SUCCESS, IBV_WC_RECV,
-                  static_cast<uint32_t>(length));
-      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
-      return;
-    }
+    // SEND / SEND_WITH_IMM: ExecuteSendByPackets above.
     // RDMA_WRITE / RDMA_WRITE_WITH_IMM: ExecuteWriteByPackets above.
     case IBV_WR_RDMA_READ: {
       if (length > 0) {
@@ -907,6 +857,46 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
           nak(IBV_WC_REM_ACCESS_ERR,
               "rkey/PD/bounds/REMOTE_READ check failed at the responder");
           return;
+        }
+        if (qp->link == 0 &&
+            !LocalSgesOk(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE)) {
+          // rxe_comp.c do_read: each response packet (path MTU) is copied
+          // into the local SGEs as it arrives (copy_data, LOCAL_WRITE), so
+          // a local SGE that fails stops the READ at the piece that reaches
+          // it, the bytes before it in place: IBV_WC_LOC_PROT_ERR, the
+          // requester's QP to ERR (the responder is not told).
+          const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+          uint8_t payload[4096];  // one response packet
+          for (uint64_t offset = 0; offset < length; offset += mtu) {
+            const uint64_t n = std::min<uint64_t>(mtu, length - offset);
+            uintptr_t fault = 0;
+            if (!fake_nic_internal::GuardedCopy(
+                    payload,
+                    reinterpret_cast<const void*>(wqe.remote_addr + offset), n,
+                    &fault)) {
+              remote_fault(IBV_WC_REM_ACCESS_ERR);
+              return;
+            }
+            const SgeWalk walk =
+                ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, offset,
+                              payload, n, &fault);
+            if (walk == SgeWalk::kFault) {
+              local_fault();
+              return;
+            }
+            if (walk != SgeWalk::kOk) {
+              executed.status = IBV_WC_LOC_PROT_ERR;
+              executed.text =
+                  "local SGE fails lkey/PD/bounds/LOCAL_WRITE check "
+                  "(response packet " +
+                  std::to_string(offset / mtu) + ")";
+              const std::string why = executed.text;
+              Record(std::move(executed));
+              CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+              SetQpState(qp, IBV_QPS_ERR, why.c_str());
+              return;
+            }
+          }
         }
         const Span remote{wqe.remote_addr, length};
         const CopyFault copied =
@@ -957,10 +947,25 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
         remote_fault(IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      if (!fake_nic_internal::GuardedCopy(
-              reinterpret_cast<void*>(wqe.sges[0].addr), &original, 8,
-              &fault)) {
+      // rxe_comp.c do_atomic: the original value goes to the local SGE
+      // (copy_data, LOCAL_WRITE) when the response arrives; a bad SGE is
+      // IBV_WC_LOC_PROT_ERR then, the remote value already changed.
+      const SgeWalk walk =
+          ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, 0,
+                        reinterpret_cast<const uint8_t*>(&original), 8, &fault);
+      if (walk == SgeWalk::kFault) {
         local_fault();
+        return;
+      }
+      if (walk != SgeWalk::kOk) {
+        executed.status = IBV_WC_LOC_PROT_ERR;
+        executed.text =
+            "local SGE fails lkey/PD/bounds/LOCAL_WRITE check (atomic "
+            "response)";
+        const std::string why = executed.text;
+        Record(std::move(executed));
+        CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+        SetQpState(qp, IBV_QPS_ERR, why.c_str());
         return;
       }
       Record(std::move(executed));

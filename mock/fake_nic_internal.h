@@ -229,6 +229,11 @@ uint32_t MtuBytes(ibv_mtu mtu);
 uint32_t PacketCount(uint64_t length, uint32_t mtu);
 RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
                               uint32_t mtu, uint32_t index);
+// A SEND / SEND_WITH_IMM packet: no RETH; FIRST / ONLY take the receive
+// (rxe_opcode.c: SEND_FIRST, SEND_ONLY* carry RXE_RWR_MASK), the immediate
+// rides on LAST / ONLY.
+RequestPacket MakeSendPacket(ibv_wr_opcode opcode, uint64_t length,
+                             uint32_t mtu, uint32_t index);
 const char* PositionName(RequestPacket::Position position);
 
 // What a responder remembers between the packets of one message (rxe's
@@ -296,7 +301,7 @@ struct Qp {
   // input: a resumed packet reuses the rkey and bounds checked on FIRST).
   uint64_t resume_wr_id = 0;
   uint64_t resume_length = 0;
-  uint32_t resume_packet = 0;  // 0: nothing to resume
+  uint32_t resume_packet = 0;       // 0: nothing to resume
   std::deque<RecvWqe> stranded_rq;  // those receives, in posting order
   // Personality::sq_flush_follows_requester_index: rxe's send ring of
   // sq_ring_slots (0: not modelled), its producer index, the requester's

@@ -31,11 +31,18 @@ Personality Personality::Rxe() {
   // capacity reported back = num_slots - 1 (rxe_qp.c writes it to the caps).
   p.round_queues_to_power_of_two_minus_one = true;
   // rxe_resp.c rxe_receiver: do_class_ac_error(.., IB_WC_REM_ACCESS_ERR)
-  // for an rkey violation, IB_WC_REM_INV_REQ_ERR for a length error,
-  // IB_WC_LOC_QP_OP_ERR for a malformed receive WQE.
+  // for an rkey violation, IB_WC_LOC_QP_OP_ERR for a malformed receive WQE.
+  // A SEND longer than its receive is a malformed WQE too, not
+  // RESPST_ERR_LENGTH: copy_data (rxe_mr.c) returns -EINVAL for a packet
+  // longer than what is left, and send_data_in maps only -ENOSPC to
+  // ERR_LENGTH; recorded (receive 2, requester REM_OP_ERR 11).
   p.recv_status_on_rkey_violation = IBV_WC_REM_ACCESS_ERR;
-  p.recv_status_on_short_buffer = IBV_WC_REM_INV_REQ_ERR;
+  p.recv_status_on_short_buffer = IBV_WC_LOC_QP_OP_ERR;
   p.recv_status_on_bad_recv_sge = IBV_WC_LOC_QP_OP_ERR;
+  p.send_status_on_short_receive = IBV_WC_REM_OP_ERR;
+  // rxe_req.c rxe_requester: finish_packet's copy_data fails lookup_mr
+  // with -EINVAL -> IB_WC_LOC_QP_OP_ERR; recorded (status 2).
+  p.send_status_on_bad_source_key = IBV_WC_LOC_QP_OP_ERR;
   p.rkey_zero_without_remote_access = true;
   p.rkey_equals_lkey = true;
   p.error_cqe_opcode_zero = true;

@@ -48,6 +48,7 @@ namespace rpma_harness {
 
 using fake_nic_internal::RecvWqe;
 using fake_nic_internal::RequestPacket;
+using fake_nic_internal::Ring;
 using fake_nic_internal::Sge;
 
 namespace fake_nic_internal {
@@ -94,6 +95,17 @@ RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
   // RDMA_WRITE_ONLY_WITH_IMMEDIATE carry RXE_RWR_MASK.
   p.takes_receive = with_imm && last;
   p.ends_message = last;
+  return p;
+}
+
+RequestPacket MakeSendPacket(ibv_wr_opcode opcode, uint64_t length,
+                             uint32_t mtu, uint32_t index) {
+  RequestPacket p = MakeWritePacket(opcode, length, mtu, index);
+  p.has_reth = false;
+  p.has_imm = opcode == IBV_WR_SEND_WITH_IMM && p.ends_message;
+  // rxe_opcode.c: SEND_FIRST, SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE carry
+  // RXE_RWR_MASK (check_resource takes the receive there).
+  p.takes_receive = index == 0;
   return p;
 }
 
@@ -198,9 +210,23 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     head.landing->bytes.resize(length);
   }
   fake_nic_internal::PendingLanding* const deferred = head.landing.get();
+  // rxe_req.c finish_packet: the requester copies each packet's payload
+  // from its SGEs as it builds the packet, so a bad source SGE stops the
+  // write at the first packet that reaches it (deferred landing checked
+  // the SGEs up front, in ExecuteSendWqe).
+  ibv_wc_status source_status = IBV_WC_SUCCESS;
+  const uint32_t first_bad =
+      deferred != nullptr
+          ? count
+          : FirstBadSourcePacket(qp, head, mtu, count, &source_status);
 
   for (uint32_t i = head.next_packet; i < count; ++i) {
     const RequestPacket packet = MakeWritePacket(head.opcode, length, mtu, i);
+    if (i == first_bad) {
+      RecordPacket(qp, head, packet, "not sent: local SGE");
+      FailOnSourcePacket(qp, source_status, i);
+      return;
+    }
     PacketAnswer answer = PacketAnswer::kAck;
     bool took_receive = false;
     // check_resource.
@@ -265,7 +291,8 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     // is what keeps a large write near memcpy's speed.
     uint64_t copy_length = packet.length;
     uint32_t last_copied = i;
-    if (packet.has_reth && count > 2 && !config_.trace_packets &&
+    if (packet.has_reth && count > 2 && first_bad >= count - 1 &&
+        !config_.trace_packets &&
         !Overlaps(source, num_source, Address(target),
                   uint64_t{count - 1} * mtu)) {
       copy_length = uint64_t{count - 1} * mtu;
@@ -342,6 +369,221 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       return;
     }
   }
+}
+
+FakeNic::SgeWalk FakeNic::ScatterPacket(Qp* owner, const SgeList& sges,
+                                        int access, uint64_t offset,
+                                        const uint8_t* payload, uint64_t length,
+                                        uintptr_t* fault) {
+  for (const Sge& sge : sges) {
+    if (length == 0) break;
+    if (offset >= sge.length) {  // zero-length SGEs are skipped too
+      offset -= sge.length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(sge.length - offset, length);
+    // lookup_mr: the key, the PD, the access (any of `access`'s bits).
+    const Mr* mr = FindMrByLkey(sge.lkey);
+    if (mr == nullptr || mr->pd != owner->pd ||
+        (access != 0 && (mr->access & access) == 0)) {
+      return SgeWalk::kNoMr;
+    }
+    // rxe_mr_copy -> mr_check_range: this piece inside the MR.
+    const uint64_t addr = sge.addr + offset;
+    const uint64_t start = Address(mr->base.addr);
+    if (addr < start || addr - start > mr->base.length ||
+        n > mr->base.length - (addr - start)) {
+      return SgeWalk::kOutOfRange;
+    }
+    if (payload != nullptr) {
+      if (!fake_nic_internal::GuardedCopy(reinterpret_cast<void*>(addr),
+                                          payload, n, fault)) {
+        return SgeWalk::kFault;
+      }
+      payload += n;
+    }
+    length -= n;
+    offset = 0;
+  }
+  return SgeWalk::kOk;
+}
+
+uint32_t FakeNic::FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
+                                       uint32_t count, ibv_wc_status* status) {
+  if (wqe.is_inline) return count;  // copied at post time
+  uint64_t message_offset = 0;      // of this SGE's first byte
+  for (const Sge& sge : wqe.sges) {
+    if (sge.length == 0) continue;
+    const Mr* mr = FindMrByLkey(sge.lkey);
+    if (mr == nullptr || mr->pd != qp->pd) {
+      // copy_data looks the MR up when a packet first reaches the SGE.
+      *status = config_.personality.send_status_on_bad_source_key;
+      return static_cast<uint32_t>(message_offset / mtu);
+    }
+    // How much of the SGE, from its start, lies inside the MR: pieces are
+    // cut at packet boundaries, so the first piece reaching past the MR is
+    // the one holding the SGE's byte `inside` (mr_check_range, -EFAULT).
+    const uint64_t start = Address(mr->base.addr);
+    const uint64_t end = start + mr->base.length;
+    const uint64_t inside =
+        sge.addr < start || sge.addr > end
+            ? 0
+            : std::min<uint64_t>(sge.length, end - sge.addr);
+    if (inside < sge.length) {
+      *status = IBV_WC_LOC_PROT_ERR;
+      return static_cast<uint32_t>((message_offset + inside) / mtu);
+    }
+    message_offset += sge.length;
+  }
+  return count;
+}
+
+void FakeNic::FailOnSourcePacket(Qp* qp, ibv_wc_status status, uint32_t index) {
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  const std::string why =
+      std::string(status == IBV_WC_LOC_PROT_ERR
+                      ? "local SGE reaches outside its MR"
+                      : "local SGE's lkey names no MR of the QP's PD") +
+      " (packet " + std::to_string(index) + ")";
+  RecordExecuted(qp, wqe, status, why.c_str());
+  // rxe_req.c err: the requester's index passes the WR, the QP to ERR.
+  CompleteSend(qp, wqe, status, 0);
+  SetQpState(qp, IBV_QPS_ERR, why.c_str());
+}
+
+void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
+  using fake_nic_internal::MakeSendPacket;
+  using fake_nic_internal::MtuBytes;
+  using fake_nic_internal::PacketCount;
+  SendWqe& head = qp->sq.front();
+  const uint64_t length = head.total_length();
+  const uint32_t mtu = MtuBytes(qp->attr.path_mtu);
+  const uint32_t count = PacketCount(length, mtu);
+  ibv_wc_status source_status = IBV_WC_SUCCESS;
+  const uint32_t first_bad =
+      FirstBadSourcePacket(qp, head, mtu, count, &source_status);
+  if (first_bad == 0) {
+    // The first packet is never built: nothing reaches the responder.
+    RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
+                 "not sent: local SGE");
+    FailOnSourcePacket(qp, source_status, 0);
+    return;
+  }
+  // check_resource on FIRST / ONLY: a receive, or an RNR NAK (with an SRQ
+  // the receive comes from it, IB spec 10.2.9; rxe_resp.c get_srq_wqe).
+  Ring<RecvWqe>& rq = responder->ReceiveQueue();
+  if (rq.empty()) {
+    RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
+                 "RNR NAK");
+    RnrNakHead(qp);
+    return;
+  }
+  head.waiting_for_receive = false;
+  // The receive stays at the head of its queue until the message ends
+  // (rxe advances the consumer index in do_complete).
+  const RecvWqe& recv = rq.front();
+  uint64_t capacity = 0;
+  for (const Sge& sge : recv.sges) capacity += sge.length;
+
+  const Sge inline_source{Address(head.inline_data.data()),
+                          static_cast<uint32_t>(head.inline_data.size()), 0};
+  const Sge* source = head.is_inline ? &inline_source : head.sges.begin();
+  const size_t num_source = head.is_inline ? 1 : head.sges.size();
+
+  // A responder-detected error: the receive completes with `recv_status`,
+  // the requester with `requester_status`, both QPs to ERR (rxe_resp.c
+  // do_class_ac_error, then RESPST_COMPLETE and RESPST_ERROR).
+  auto nak = [&](const RequestPacket& packet, ibv_wc_status recv_status,
+                 ibv_wc_status requester_status, const std::string& why) {
+    RecordPacket(qp, head, packet, why.c_str());
+    RecvWqe taken = std::move(rq.front());
+    rq.pop_front();
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    CompleteReceive(responder, taken, wqe, recv_status, IBV_WC_RECV, 0);
+    RecordExecuted(qp, wqe, requester_status, why.c_str());
+    SetQpState(responder, IBV_QPS_ERR, why.c_str());
+    qp->failed_on_last_packet = packet.ends_message;
+    CompleteSend(qp, wqe, requester_status, 0);
+    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+  };
+
+  uint8_t payload[4096];  // one packet: MtuBytes() <= 4096
+  for (uint32_t i = 0; i < count; ++i) {
+    const RequestPacket packet = MakeSendPacket(head.opcode, length, mtu, i);
+    if (i == first_bad) {
+      // rxe_req.c finish_packet: this packet is never sent; the receive the
+      // FIRST packet took stays in progress (no completion, the bytes of
+      // the packets before in place) and the responder stays as it is.
+      RecordPacket(qp, head, packet, "not sent: local SGE");
+      FailOnSourcePacket(qp, source_status, i);
+      return;
+    }
+    uintptr_t fault = 0;
+    if (packet.length > 0) {
+      TapSourceRead(qp, head, packet.offset, packet.length, mtu);
+    }
+    if (packet.length > 0 && !GatherAt(source, num_source, packet.offset,
+                                       payload, packet.length, &fault)) {
+      // The requester's own memory faulted (HarnessMemoryError): a local
+      // protection error; the message was cut, so the receive is flushed
+      // with the responder's QP.
+      const std::string why =
+          fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
+      RecvWqe taken = std::move(rq.front());
+      rq.pop_front();
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      CompleteReceive(responder, taken, wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
+                      0);
+      SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
+      RecordExecuted(qp, wqe, IBV_WC_LOC_PROT_ERR, why.c_str());
+      CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, "local memory fault");
+      return;
+    }
+    // send_data_in -> copy_data: a packet longer than what is left of the
+    // receive is refused whole (rxe_mr.c: length > resid), so only the
+    // packets before it have landed.
+    if (packet.length > capacity - std::min(capacity, packet.offset)) {
+      nak(packet, config_.personality.recv_status_on_short_buffer,
+          config_.personality.send_status_on_short_receive,
+          "send longer than the posted receive (packet " + std::to_string(i) +
+              ")");
+      return;
+    }
+    // Then SGE by SGE: a receive SGE that fails its lookup or range check
+    // stops the copy there (the pieces before it in this packet landed):
+    // RESPST_ERR_MALFORMED_WQE, a "remote operational error" NAK.
+    const SgeWalk walk =
+        ScatterPacket(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE,
+                      packet.offset, payload, packet.length, &fault);
+    if (walk == SgeWalk::kFault) {
+      nak(packet, config_.personality.recv_status_on_bad_recv_sge,
+          IBV_WC_REM_OP_ERR,
+          fake_nic_internal::HarnessMemoryError("the responder's", head.wr_id));
+      return;
+    }
+    if (walk != SgeWalk::kOk) {
+      nak(packet, config_.personality.recv_status_on_bad_recv_sge,
+          IBV_WC_REM_OP_ERR,
+          "receive SGE fails lkey/PD/bounds/access (packet " +
+              std::to_string(i) + ")");
+      return;
+    }
+    RecordPacket(qp, head, packet, "ACK");
+  }
+  // LAST / ONLY: RESPST_COMPLETE. byte_len is the message's length, the
+  // immediate (SEND_WITH_IMM) came on this packet (ibv_poll_cq(3)).
+  RecvWqe taken = std::move(rq.front());
+  rq.pop_front();
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+  CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
+                  static_cast<uint32_t>(length));
+  CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
 }
 
 void FakeNic::RunRequesterNow(Qp* qp) {

@@ -663,7 +663,8 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         CompleteReceive(responder, recv, wqe,
                         config_.personality.recv_status_on_short_buffer,
                         IBV_WC_RECV, 0);
-        nak(IBV_WC_REM_INV_REQ_ERR, "send longer than the posted receive");
+        nak(config_.personality.send_status_on_short_receive,
+            "send longer than the posted receive");
         return;
       }
       if (!Scatter(payload, length, recv.sges)) {

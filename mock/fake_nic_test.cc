@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -872,7 +873,10 @@ TEST_F(FakeNicTest, RxeResponderErrorStatusesFollowRxeResp) {
   EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_REM_ACCESS_ERR);
 }
 
-TEST_F(FakeNicTest, RxeShortReceiveCompletesWithRemInvReqErr) {
+// rxe 6.1: copy_data refuses the packet with -EINVAL, a malformed receive
+// WQE (rxe_resp.c send_data_in); recorded in tests/testdata/rxe_streams.txt
+// (SendConformance.SendLongerThanTheReceiveFailsAtTheOverflowingPacket).
+TEST_F(FakeNicTest, RxeShortReceiveIsAMalformedReceiveWqe) {
   FakeNicConfig config;
   config.personality = Personality::Rxe();
   MakeNic(config);
@@ -880,8 +884,57 @@ TEST_F(FakeNicTest, RxeShortReceiveCompletesWithRemInvReqErr) {
   ASSERT_EQ(PostRecv(server_, 3, 0, 4), 0);
   ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 8, 0, 0, 0), 0);
   nic_->RunUntilIdle();
-  EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_LOC_QP_OP_ERR);
+  EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_REM_OP_ERR);
+}
+
+// fake_nic_packets.cc ExecuteSendByPackets: a SEND of 2500 bytes is FIRST,
+// MIDDLE, LAST at the path MTU (1024). Into a 2000-byte receive the MIDDLE
+// packet is refused whole (rxe_mr.c copy_data), so only FIRST has landed.
+TEST_F(FakeNicTest, SendGoesInPacketsAndAShortReceiveKeepsTheOnesThatFit) {
+  FakeNicConfig config;
+  config.trace_packets = true;
+  MakeNic(config);
+  std::vector<std::string> packets;
+  nic_->AddObserver([&](const FakeNicEvent& e) {
+    if (e.kind == FakeNicEvent::Kind::kPacket) packets.push_back(e.text);
+  });
+  ConnectHosts();
+  for (size_t i = 0; i < client_.buf.size(); ++i) {
+    client_.buf[i] = static_cast<uint8_t>(1 + i % 251);
+  }
+  ASSERT_EQ(PostRecv(server_, 3, 0, 2600), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 2500, 0, 0,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  ASSERT_EQ(packets.size(), 3u);
+  EXPECT_EQ(packets[0], "FIRST #0 offset 0: ACK");
+  EXPECT_EQ(packets[1], "MIDDLE #1 offset 1024: ACK");
+  EXPECT_EQ(packets[2], "LAST #2 offset 2048: ACK");
+  std::vector<ibv_wc> recv = PollAll(server_.cq);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_EQ(recv[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv[0].byte_len, 2500u);
+  EXPECT_EQ(memcmp(server_.buf.data(), client_.buf.data(), 2500), 0);
+  EXPECT_EQ(server_.buf[2500], 0);
+  PollAll(client_.cq);
+
+  packets.clear();
+  std::fill(server_.buf.begin(), server_.buf.end(), 0);
+  ASSERT_EQ(PostRecv(server_, 4, 0, 2000), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 2, client_, 0, 2500, 0, 0,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  ASSERT_EQ(packets.size(), 2u);
+  EXPECT_EQ(packets[0], "FIRST #0 offset 0: ACK");
+  EXPECT_EQ(packets[1].rfind("MIDDLE #1 offset 1024: send longer", 0), 0u)
+      << packets[1];
+  EXPECT_EQ(PollAll(server_.cq).at(0).status, IBV_WC_LOC_LEN_ERR);
   EXPECT_EQ(PollAll(client_.cq).at(0).status, IBV_WC_REM_INV_REQ_ERR);
+  EXPECT_EQ(memcmp(server_.buf.data(), client_.buf.data(), 1024), 0);
+  EXPECT_EQ(server_.buf[1024], 0);
 }
 
 TEST_F(FakeNicTest, ReceiveWithBadLkeyCompletesWithLocProtErrAndRemOpErr) {
