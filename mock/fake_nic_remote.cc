@@ -764,8 +764,13 @@ int FakeNic::SequencedWait(std::unique_lock<std::mutex>& lock,
   seq_waiting_ = true;
   // Unlocked: the fabric thread may need mu_ to flush what this thread sent
   // (no step is granted to a process that runs, so nothing changes here).
+  // The deadlock report names the call the program is in.
+  const std::string where =
+      strcmp(what, "GetCmEvent") == 0   ? "rdma_get_cm_event"
+      : strcmp(what, "GetCqEvent") == 0 ? "ibv_get_cq_event"
+                                        : what;
   lock.unlock();
-  fabric_->ReportWait(what, releasable);
+  fabric_->ReportWait(where.c_str(), releasable);
   lock.lock();
   event_waiters_++;
   while (!seq_go_) event_cv_.wait(lock);
