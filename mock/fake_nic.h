@@ -290,7 +290,7 @@ struct FakeNicConfig {
   // connections carry the data path (fake_nic_fabric.h; README "Two
   // processes on the fake NIC"). Empty: the in-process fabric only. Needs
   // background progress (StartBackgroundProgress), as the default backend
-  // has.
+  // has, or fabric_sequenced.
   std::string fabric_dir;
   // With fabric_dir: join the fabric's Sequencer (<fabric_dir>/sequencer,
   // started by the launcher's --sequence; fake_nic_fabric_sequence.h):

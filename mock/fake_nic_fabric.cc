@@ -343,10 +343,12 @@ void Fabric::Run() {
         ids.push_back(it->first);
         ++it;
       }
-      if (seq_fd_ >= 0 && !seq_lost_) {
+      if (seq_fd_ >= 0) {
         if (AllFlushedLocked()) flushed_cv_.notify_all();
-        fds.push_back({seq_fd_, POLLIN, 0});
-        ids.push_back(~uint64_t{1});
+        if (!seq_lost_) {
+          fds.push_back({seq_fd_, POLLIN, 0});
+          ids.push_back(~uint64_t{1});
+        }
       }
     }
     // A granted step's kDone goes once what the step sent is written.

@@ -21,6 +21,13 @@
 // ever waits for another process, and two processes stepping each other
 // cannot deadlock.
 //
+// Sequenced mode (JoinSequencer; fake_nic_fabric_sequence.h): frames and
+// link ends are queued as pending steps instead of handed to the NIC, and
+// the fabric thread also speaks to the Sequencer: it answers its syncs
+// (after reading every byte the peers wrote), runs the steps it grants
+// (through SequenceHooks) and reports a step's end once what it sent is
+// written.
+//
 // Example:
 //   Fabric fabric(dir, on_frame, on_closed, on_accepted);
 //   fabric.Start();
