@@ -76,6 +76,13 @@ struct Side {
     nic->StartBackgroundProgress();
     channel = nic->CreateEventChannel();
   }
+  // Any configuration (e.g. FakeNicConfig::fabric_sequenced).
+  Side(FakeNicConfig config, size_t buffer_size)
+      : nic(std::make_shared<FakeNic>(std::move(config))),
+        buffer(buffer_size, 0) {
+    nic->StartBackgroundProgress();  // a no-op when sequenced
+    channel = nic->CreateEventChannel();
+  }
 
   // Orders this thread's plain memory accesses with the NIC's threads (it
   // takes the NIC's mutex). The peer process's requests reach our memory on

@@ -144,12 +144,23 @@ FakeNic::FakeNic(FakeNicConfig config)
           OnFabricFrame(link, frame);
         },
         [this](uint64_t link) { OnLinkClosed(link); });
+    if (config_.fabric_sequenced) {
+      fake_nic_internal::Fabric::SequenceHooks hooks;
+      hooks.grant = [this](uint32_t kind, uint64_t step) {
+        OnSequencerGrant(kind, step);
+      };
+      hooks.release = [this] { OnSequencerRelease(); };
+      hooks.local_pending = [this] { return SequencerLocalPending(); };
+      sequenced_ =
+          fabric_->JoinSequencer(config_.process_label, std::move(hooks)) == 0;
+    }
     if (fabric_->Start() != 0) {
       fprintf(stderr, "fake_nic: cannot join the fabric at %s\n",
               config_.fabric_dir.c_str());
       // (Stop before reset: a handler running meanwhile still uses fabric_.)
       if (fabric_ != nullptr) fabric_->Stop();
       fabric_.reset();
+      sequenced_ = false;
     }
   }
   fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
@@ -589,8 +600,14 @@ int FakeNic::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
     return -1;
   }
   if (ch->pending.empty() && FdIsNonBlocking(ch->base.fd)) {
-    errno = EAGAIN;  // ibv_get_cq_event(3) on an O_NONBLOCK channel
-    return -1;
+    // Sequenced: an empty non-blocking get is a poll that found nothing.
+    const std::function<bool()> has = [ch] { return !ch->pending.empty(); };
+    if (!sequenced_ ||
+        SequencedWait(lock, &has, "ibv_get_cq_event (O_NONBLOCK)", true) ||
+        ch->pending.empty()) {
+      errno = EAGAIN;  // ibv_get_cq_event(3) on an O_NONBLOCK channel
+      return -1;
+    }
   }
   if (BlockUntil(
           lock, [ch] { return !ch->pending.empty(); }, "GetCqEvent") != 0) {
@@ -624,10 +641,19 @@ void FakeNic::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
 // polling the CQ would never notice; the fake keeps the CQ in error instead,
 // so every later poll returns -EOVERFLOW.
 int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Cq* c = FindCq(cq);
   if (c == nullptr || num_entries < 0) return -EINVAL;
   if (c->overrun) return -EOVERFLOW;
+  // Sequenced: a poll that would find nothing waits for this process's
+  // next granted step (or the Sequencer's release), so a busy-poll loop
+  // cannot race the other processes; then it polls once.
+  if (sequenced_ && num_entries > 0 && c->entries.empty()) {
+    SequencedWait(lock, nullptr, "ibv_poll_cq (empty)", true);
+    c = FindCq(cq);
+    if (c == nullptr) return -EINVAL;
+    if (c->overrun) return -EOVERFLOW;
+  }
   int n = 0;
   while (n < num_entries && !c->entries.empty()) {
     wc[n++] = c->entries.front();
@@ -757,6 +783,7 @@ bool FakeNic::Idle() {
 void FakeNic::StartBackgroundProgress() {
   std::lock_guard<std::mutex> lock(mu_);
   if (background_running_) return;
+  if (sequenced_) return;  // the Sequencer grants every step
   background_running_ = true;
   stop_background_ = false;
   background_ = std::thread([this] {
@@ -810,6 +837,10 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
   const int bg_timeout_ms = config_.background_block_timeout_ms;
   const auto bg_deadline = std::chrono::steady_clock::now() +
                            std::chrono::milliseconds(bg_timeout_ms);
+  if (sequenced_) {
+    while (!ready()) SequencedWait(lock, &ready, what, false);
+    return 0;
+  }
   while (!ready()) {
     if (background_running_) {
       if (bg_timeout_ms <= 0) {

@@ -304,8 +304,14 @@ struct FakeNicConfig {
   // connections carry the data path (fake_nic_fabric.h; README "Two
   // processes on the fake NIC"). Empty: the in-process fabric only. Needs
   // background progress (StartBackgroundProgress), as the default backend
-  // has.
+  // has, or fabric_sequenced.
   std::string fabric_dir;
+  // With fabric_dir: join the fabric's Sequencer (<fabric_dir>/sequencer,
+  // started by the launcher's --sequence; fake_nic_fabric_sequence.h):
+  // every NIC step runs only when granted, there is no progress thread,
+  // and trace lines carry the global step number instead of the clock.
+  // The default backend sets it from RPMA_HARNESS_FABRIC_SEQUENCE.
+  bool fabric_sequenced = false;
   // Appends every event record to this file as
   // "<CLOCK_MONOTONIC ns> <process_label> <ToString(event)>", one write per
   // line (O_APPEND: processes may share the file). Empty: no file.
@@ -837,6 +843,17 @@ class FakeNic final : public VerbsBackend {
   // The head WR in flight to a dead peer ends (peer death).
   void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
   void WriteTraceLine(const FakeNicEvent& event);
+  // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----
+  // The application thread waits on the fabric: reports it, then blocks
+  // until a granted step ends the wait (`ready` holds, or any step of this
+  // process when `ready` is null) or the Sequencer releases it (`releasable`
+  // only). Returns 1 when released, else 0. REQUIRES sequenced_.
+  int SequencedWait(std::unique_lock<std::mutex>& lock,
+                    const std::function<bool()>* ready, const char* what,
+                    bool releasable);
+  void OnSequencerGrant(uint32_t kind, uint64_t step);  // fabric thread
+  void OnSequencerRelease();                            // fabric thread
+  uint64_t SequencerLocalPending();                     // fabric thread
 
   // True when someone looks at FakeNicEvent records (an observer, the
   // RPMA_HARNESS_LOG log or a trace file): only then are their address
@@ -905,6 +922,13 @@ class FakeNic final : public VerbsBackend {
   std::map<uint64_t, uint64_t> id_by_link_;  // link -> CmId handle
   uint64_t next_token_ = 1;
   int trace_fd_ = -1;  // FakeNicConfig::trace_path
+  // Sequenced mode (guarded by mu_ once threads run).
+  bool sequenced_ = false;
+  uint64_t seq_step_ = 0;  // the last step granted to this process
+  bool seq_waiting_ = false;
+  const std::function<bool()>* seq_ready_ = nullptr;
+  bool seq_go_ = false;
+  bool seq_released_ = false;
 };
 
 }  // namespace rpma_harness

@@ -251,7 +251,13 @@ int FakeNic::GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) {
   EventChannel* ch = FindEventChannel(channel);
   if (ch == nullptr || event == nullptr) return CmFail(EINVAL);
   if (ch->queue.empty() && (fcntl(ch->base.fd, F_GETFL) & O_NONBLOCK)) {
-    return CmFail(EAGAIN);  // rdma_get_cm_event(3) on an O_NONBLOCK channel
+    // Sequenced: an empty non-blocking get is a poll that found nothing.
+    const std::function<bool()> has = [ch] { return !ch->queue.empty(); };
+    if (!sequenced_ ||
+        SequencedWait(lock, &has, "rdma_get_cm_event (O_NONBLOCK)", true) ||
+        ch->queue.empty()) {
+      return CmFail(EAGAIN);  // rdma_get_cm_event(3) on an O_NONBLOCK channel
+    }
   }
   if (BlockUntil(
           lock, [ch] { return !ch->queue.empty(); }, "GetCmEvent") != 0) {

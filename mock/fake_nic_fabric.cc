@@ -24,6 +24,8 @@
 #include <cstring>
 #include <utility>
 
+#include "mock/fake_nic_fabric_sequence.h"
+
 namespace rpma_harness {
 namespace fake_nic_internal {
 
@@ -68,6 +70,7 @@ Fabric::~Fabric() {
   }
   for (int fd : retired_listeners_) close(fd);
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (seq_fd_ >= 0) close(seq_fd_);
 }
 
 std::string Fabric::ListenerPath(const std::string& dir,
@@ -340,6 +343,25 @@ void Fabric::Run() {
         ids.push_back(it->first);
         ++it;
       }
+      if (seq_fd_ >= 0) {
+        if (AllFlushedLocked()) flushed_cv_.notify_all();
+        if (!seq_lost_) {
+          fds.push_back({seq_fd_, POLLIN, 0});
+          ids.push_back(~uint64_t{1});
+        }
+      }
+    }
+    // A granted step's kDone goes once what the step sent is written.
+    if (done_pending_) {
+      bool flushed;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        flushed = AllFlushedLocked();
+      }
+      if (flushed) {
+        done_pending_ = false;
+        SendToSequencer(SequenceMessage::kDone, 0, 0, 0, "");
+      }
     }
     if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
     for (size_t i = 0; i < fds.size(); ++i) {
@@ -348,6 +370,10 @@ void Fabric::Run() {
         uint64_t count;
         ssize_t n = read(wake_fd_, &count, sizeof(count));
         (void)n;
+        continue;
+      }
+      if (ids[i] == ~uint64_t{1}) {
+        OnSequencerReadable();
         continue;
       }
       if (ids[i] == ~uint64_t{0}) {
@@ -367,19 +393,198 @@ void Fabric::Run() {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
         std::vector<Frame> frames;
         const bool open = ReadFrames(ids[i], fds[i].fd, &frames);
-        for (const Frame& frame : frames) on_frame_(ids[i], frame);
-        if (!open) {
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            auto it = links_.find(ids[i]);
-            if (it != links_.end()) {
-              close(it->second.fd);
-              links_.erase(it);
-            }
-          }
-          on_closed_(ids[i]);
-        }
+        Deliver(ids[i], &frames, open);
       }
+    }
+  }
+}
+
+void Fabric::Deliver(uint64_t id, std::vector<Frame>* frames, bool open) {
+  if (seq_fd_ < 0) {
+    for (const Frame& frame : *frames) on_frame_(id, frame);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seq_fd_ >= 0) {
+      for (Frame& frame : *frames) {
+        PendingItem item;
+        item.frame = std::move(frame);
+        pending_[id].push_back(std::move(item));
+        ++pending_count_;
+      }
+      if (!open) {
+        PendingItem item;
+        item.closed = true;
+        pending_[id].push_back(std::move(item));
+        ++pending_count_;
+      }
+    }
+    if (!open) {
+      auto it = links_.find(id);
+      if (it != links_.end()) {
+        close(it->second.fd);
+        links_.erase(it);
+      }
+    }
+  }
+  if (!open && seq_fd_ < 0) on_closed_(id);
+}
+
+// ---- sequenced mode
+// ----------------------------------------------------------
+
+int Fabric::JoinSequencer(const std::string& label, SequenceHooks hooks) {
+  const std::string path = SequencerPath(dir_);
+  sockaddr_un address;
+  if (!MakeAddress(path, &address)) return ENAMETOOLONG;
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    const int err = errno;
+    fprintf(stderr,
+            "fake_nic fabric: RPMA_HARNESS_FABRIC_SEQUENCE is set but no "
+            "sequencer answers at %s (%s): the sequenced mode needs the "
+            "launcher's --sequence (tools/multiprocess); running unsequenced\n",
+            path.c_str(), strerror(err));
+    close(fd);
+    return err;
+  }
+  seq_fd_ = fd;
+  seq_hooks_ = std::move(hooks);
+  SendToSequencer(SequenceMessage::kHello, static_cast<uint32_t>(getpid()), 0,
+                  0, label);
+  return 0;
+}
+
+void Fabric::SendToSequencer(uint32_t type, uint32_t a, uint64_t b, uint64_t c,
+                             const std::string& text) {
+  SequenceMessage m;
+  m.type = type;
+  m.a = a;
+  m.b = b;
+  m.c = c;
+  snprintf(m.text, sizeof(m.text), "%s", text.c_str());
+  std::lock_guard<std::mutex> lock(seq_send_mu_);
+  const char* data = reinterpret_cast<const char*>(&m);
+  size_t done = 0;
+  while (done < sizeof(m)) {
+    const ssize_t n =
+        send(seq_fd_, data + done, sizeof(m) - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the sequencer is gone (the launcher ended)
+    done += static_cast<size_t>(n);
+  }
+}
+
+bool Fabric::AllFlushedLocked() const {
+  for (const auto& [id, link] : links_) {
+    if (!link.out.empty() || link.closing) return false;
+  }
+  return true;
+}
+
+void Fabric::ReportWait(const char* where, bool releasable) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!AllFlushedLocked()) {
+      Wake();
+      flushed_cv_.wait(lock, [this] { return AllFlushedLocked() || stop_; });
+    }
+  }
+  SendToSequencer(SequenceMessage::kWait, releasable ? 1 : 0, 0, 0, where);
+}
+
+void Fabric::ReportRun() {
+  SendToSequencer(SequenceMessage::kRun, 0, 0, 0, "");
+}
+
+bool Fabric::PopPending(uint64_t* link, Frame* frame, bool* closed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->second.empty()) continue;
+    PendingItem item = std::move(it->second.front());
+    it->second.pop_front();
+    --pending_count_;
+    *link = it->first;
+    *closed = item.closed;
+    *frame = std::move(item.frame);
+    if (it->second.empty()) pending_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+void Fabric::DrainForSync() {
+  // Every peer that wrote to us has finished writing (it reported its wait
+  // or its step's end only after its sockets drained), and a reaped peer's
+  // sockets are closed: reading until EAGAIN sees all of it.
+  std::vector<int> listeners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [path, fd] : listeners_) listeners.push_back(fd);
+  }
+  for (int lfd : listeners) {
+    for (;;) {
+      const int fd =
+          accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;
+      std::lock_guard<std::mutex> lock(mu_);
+      AddLink(fd);
+    }
+  }
+  std::vector<std::pair<uint64_t, int>> links;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, link] : links_) {
+      if (!link.closing) links.push_back({id, link.fd});
+    }
+  }
+  for (const auto& [id, fd] : links) {
+    std::vector<Frame> frames;
+    const bool open = ReadFrames(id, fd, &frames);
+    Deliver(id, &frames, open);
+  }
+}
+
+void Fabric::OnSequencerReadable() {
+  char buffer[4096];
+  const ssize_t n = recv(seq_fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {
+    // The launcher is gone: nobody grants steps any more.
+    fprintf(stderr,
+            "fake_nic fabric: the sequencer went away; this process's "
+            "waits on the fabric will not end\n");
+    seq_lost_ = true;  // keep polling the rest, not this fd
+    return;
+  }
+  seq_in_.append(buffer, static_cast<size_t>(n));
+  while (seq_in_.size() >= sizeof(SequenceMessage)) {
+    SequenceMessage m;
+    memcpy(&m, seq_in_.data(), sizeof(m));
+    seq_in_.erase(0, sizeof(m));
+    switch (m.type) {
+      case SequenceMessage::kSync: {
+        DrainForSync();
+        const uint64_t local = seq_hooks_.local_pending();
+        uint64_t frames;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          frames = pending_count_;
+        }
+        SendToSequencer(SequenceMessage::kSyncReply, m.a, local, frames, "");
+        break;
+      }
+      case SequenceMessage::kGrant:
+        seq_hooks_.grant(m.a, m.b);
+        done_pending_ = true;
+        break;
+      case SequenceMessage::kRelease:
+        seq_hooks_.release();
+        break;
+      default:
+        break;
     }
   }
 }

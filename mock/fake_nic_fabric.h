@@ -21,6 +21,13 @@
 // ever waits for another process, and two processes stepping each other
 // cannot deadlock.
 //
+// Sequenced mode (JoinSequencer; fake_nic_fabric_sequence.h): frames and
+// link ends are queued as pending steps instead of handed to the NIC, and
+// the fabric thread also speaks to the Sequencer: it answers its syncs
+// (after reading every byte the peers wrote), runs the steps it grants
+// (through SequenceHooks) and reports a step's end once what it sent is
+// written.
+//
 // Example:
 //   Fabric fabric(dir, on_frame, on_closed, on_accepted);
 //   fabric.Start();
@@ -32,8 +39,10 @@
 #ifndef RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
 #define RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -149,6 +158,29 @@ class Fabric {
   static std::string ListenerPath(const std::string& dir,
                                   const std::string& addr, uint16_t port);
 
+  // ---- sequenced mode (fake_nic_fabric_sequence.h) ----
+  // What the NIC does for the Sequencer; called on the fabric thread with
+  // no fabric lock held.
+  struct SequenceHooks {
+    // Run one granted step: kind is SequenceMessage::GrantKind.
+    std::function<void(uint32_t kind, uint64_t step)> grant;
+    std::function<void()> release;            // a releasable wait ends empty
+    std::function<uint64_t()> local_pending;  // NIC steps ready (0 / 1)
+  };
+  // Before Start(): connects to <dir>/sequencer and joins as `label`. From
+  // then on frames and link ends are queued as pending steps instead of
+  // handed to OnFrame / OnClosed. 0 or an errno (message on stderr).
+  int JoinSequencer(const std::string& label, SequenceHooks hooks);
+  bool sequenced() const { return seq_fd_ >= 0; }
+  // From the application thread (no NIC lock held): waits until what this
+  // process sent is written to its peers, then reports the wait.
+  void ReportWait(const char* where, bool releasable);
+  // From the grant hook: the step ended the application thread's wait.
+  void ReportRun();
+  // The oldest pending frame step, lowest link first: a frame, or the
+  // link's end (`closed`). False when none is pending.
+  bool PopPending(uint64_t* link, Frame* frame, bool* closed);
+
  private:
   struct Link {
     int fd = -1;
@@ -164,6 +196,14 @@ class Fabric {
   bool ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames);
   // Writes queued bytes; REQUIRES mu_.
   void FlushLocked(Link* link);
+  // Sequenced mode: frames read and link ends go to pending_.
+  void Deliver(uint64_t id, std::vector<Frame>* frames, bool open);
+  // kSync: takes every waiting connection and every byte the peers wrote.
+  void DrainForSync();
+  void OnSequencerReadable();
+  void SendToSequencer(uint32_t type, uint32_t a, uint64_t b, uint64_t c,
+                       const std::string& text);
+  bool AllFlushedLocked() const;  // REQUIRES mu_
 
   const std::string dir_;
   const OnFrame on_frame_;
@@ -176,6 +216,21 @@ class Fabric {
   std::map<uint64_t, Link> links_;
   std::map<std::string, int> listeners_;  // path -> listening fd
   std::vector<int> retired_listeners_;    // unpublished, closed by Run()
+
+  // Sequenced mode.
+  struct PendingItem {
+    bool closed = false;
+    Frame frame;
+  };
+  int seq_fd_ = -1;
+  SequenceHooks seq_hooks_;
+  std::mutex seq_send_mu_;  // one message at a time on seq_fd_
+  std::string seq_in_;      // fabric thread only
+  std::map<uint64_t, std::deque<PendingItem>> pending_;  // guarded by mu_
+  uint64_t pending_count_ = 0;                           // guarded by mu_
+  bool done_pending_ = false;  // fabric thread: a step's kDone is owed
+  bool seq_lost_ = false;      // fabric thread: the sequencer went away
+  std::condition_variable flushed_cv_;  // with mu_: AllFlushedLocked()
 };
 
 }  // namespace fake_nic_internal

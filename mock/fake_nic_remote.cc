@@ -32,6 +32,7 @@
 
 #include "mock/fake_nic.h"
 #include "mock/fake_nic_fabric.h"
+#include "mock/fake_nic_fabric_sequence.h"
 #include "mock/fake_nic_internal.h"
 #include "mock/fake_nic_user_memory.h"
 
@@ -753,13 +754,89 @@ void FakeNic::TellRemoteReceivePosted(Qp* qp) {
   fabric_->Send(qp->link, fake_nic_internal::kFrameRecvPosted, &f, sizeof(f));
 }
 
+// ---- sequenced mode
+// -----------------------------------------------------------
+
+int FakeNic::SequencedWait(std::unique_lock<std::mutex>& lock,
+                           const std::function<bool()>* ready, const char* what,
+                           bool releasable) {
+  seq_ready_ = ready;
+  seq_go_ = false;
+  seq_released_ = false;
+  seq_waiting_ = true;
+  // Unlocked: the fabric thread may need mu_ to flush what this thread sent
+  // (no step is granted to a process that runs, so nothing changes here).
+  // The deadlock report names the call the program is in.
+  const std::string where =
+      strcmp(what, "GetCmEvent") == 0   ? "rdma_get_cm_event"
+      : strcmp(what, "GetCqEvent") == 0 ? "ibv_get_cq_event"
+                                        : what;
+  lock.unlock();
+  fabric_->ReportWait(where.c_str(), releasable);
+  lock.lock();
+  event_waiters_++;
+  while (!seq_go_) event_cv_.wait(lock);
+  event_waiters_--;
+  seq_waiting_ = false;
+  seq_ready_ = nullptr;
+  return seq_released_ ? 1 : 0;
+}
+
+// One granted step on the fabric thread: a unit of local NIC work
+// (StepLocked: a WR, CM work) or the oldest frame / link end that came in.
+// Then, before the waiting application thread can go on, kRun if the step
+// ended its wait.
+void FakeNic::OnSequencerGrant(uint32_t kind, uint64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq_step_ = step;
+    if (kind == fake_nic_internal::SequenceMessage::kLocal) StepLocked();
+  }
+  if (kind == fake_nic_internal::SequenceMessage::kFrame) {
+    uint64_t link = 0;
+    Frame frame;
+    bool closed = false;
+    if (fabric_->PopPending(&link, &frame, &closed)) {
+      if (closed) {
+        OnLinkClosed(link);
+      } else {
+        OnFabricFrame(link, frame);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (seq_waiting_ && !seq_go_ && (seq_ready_ == nullptr || (*seq_ready_)())) {
+    fabric_->ReportRun();
+    seq_go_ = true;
+    event_cv_.notify_all();
+  }
+}
+
+void FakeNic::OnSequencerRelease() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!seq_waiting_ || seq_go_) return;
+  seq_released_ = true;
+  seq_go_ = true;
+  event_cv_.notify_all();
+}
+
+uint64_t FakeNic::SequencerLocalPending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return HasReadyWork() ? 1 : 0;
+}
+
 // ---- trace ------------------------------------------------------------------
 
 void FakeNic::WriteTraceLine(const FakeNicEvent& event) {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  const uint64_t ns = static_cast<uint64_t>(now.tv_sec) * 1000000000u +
-                      static_cast<uint64_t>(now.tv_nsec);
+  // Sequenced: the global step number is the time (logical time: the same
+  // for the same seed), so the merged trace sorts the same every run.
+  uint64_t ns = seq_step_;
+  if (!sequenced_) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    ns = static_cast<uint64_t>(now.tv_sec) * 1000000000u +
+         static_cast<uint64_t>(now.tv_nsec);
+  }
   std::string line = std::to_string(ns) + " " + config_.process_label + " " +
                      ToString(event) + "\n";
   // One write per line: with O_APPEND, lines of several processes sharing

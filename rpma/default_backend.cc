@@ -29,6 +29,11 @@ std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
     if (const char* dir = std::getenv("RPMA_HARNESS_FABRIC")) {
       config.fabric_dir = dir;
     }
+    // RPMA_HARNESS_FABRIC_SEQUENCE=<seed>: the sequenced mode (the
+    // launcher's --sequence runs the Sequencer and sets it).
+    if (const char* seq = std::getenv("RPMA_HARNESS_FABRIC_SEQUENCE")) {
+      config.fabric_sequenced = *seq != '\0';
+    }
     if (const char* trace = std::getenv("RPMA_HARNESS_TRACE")) {
       config.trace_path = trace;
     }

@@ -5,6 +5,9 @@
 //     client's receive completion ends the round trip);
 //     BM_UnixSocketPingPong: 64 bytes each way on a socketpair between two
 //     processes, the floor any socket-based wire stands on.
+//     BM_FabricWriteImmRoundTripSequenced: the same round trip with the
+//     fabric sequenced (a Sequencer thread in the benchmark process, both
+//     NICs joined): what determinism costs per round trip.
 //   - BM_FabricWrite1MiB: 1 MiB RDMA writes, one in flight at a time;
 //     BM_Memcpy1MiB: the same bytes with memcpy.
 // Run: bazel run -c opt //tools/bench:fabric_bench
@@ -15,10 +18,12 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "mock/fabric_two_process.h"
+#include "mock/fake_nic_fabric_sequence.h"
 
 namespace rpma_harness {
 namespace {
@@ -127,6 +132,126 @@ void BM_FabricWriteImmRoundTrip(benchmark::State& state) {
   pair.Stop();
 }
 BENCHMARK(BM_FabricWriteImmRoundTrip)->UseRealTime();
+
+FakeNicConfig SequencedConfig(const std::string& dir, const char* label) {
+  FakeNicConfig config = FabricConfig(dir);
+  config.fabric_sequenced = true;
+  config.process_label = label;
+  return config;
+}
+
+// No pipe between the two after the start: in sequenced mode a process
+// blocked outside the fabric holds every grant back. The server tells the
+// client its buffer with a SEND instead.
+void BM_FabricWriteImmRoundTripSequenced(benchmark::State& state) {
+  static int runs = 0;
+  const std::string dir = NewFabricDir();
+  const std::string port = std::to_string(30000 + getpid() % 20000 + ++runs);
+  Sequencer sequencer(fake_nic_internal::SequencerPath(dir), 1,
+                      {"server", "client"});
+  std::string error;
+  int up[2];
+  if (sequencer.Start(&error) != 0 || pipe(up) != 0) {
+    state.SkipWithError("cannot start the sequencer");
+    return;
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    close(up[0]);
+    {
+      Side s(SequencedConfig(dir, "server"), 65536);
+      CHILD_CHECK(s.Listen(port));
+      CHILD_CHECK(write(up[1], "l", 1) == 1);  // before any wait
+      rdma_cm_id* child = s.TakeRequest(nullptr);
+      CHILD_CHECK(child != nullptr);
+      CHILD_CHECK(s.Accept(child, "echo") == 0);
+      for (int i = 0; i < 8; ++i) CHILD_CHECK(s.PostRecv(i, 0, 0) == 0);
+      CHILD_CHECK(s.Next() == RDMA_CM_EVENT_ESTABLISHED);
+      const uint64_t addr = reinterpret_cast<uintptr_t>(s.buffer.data());
+      memcpy(s.buffer.data() + 8192, &addr, 8);
+      memcpy(s.buffer.data() + 8200, &s.mr->rkey, 4);
+      CHILD_CHECK(s.PostSend(IBV_WR_SEND, 99, 8192, 16, 0, 0) == 0);
+      for (;;) {
+        ibv_wc wc;
+        CHILD_CHECK(s.Poll(&wc, true));
+        if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) continue;
+        CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+        if (ntohl(wc.imm_data) == 0) break;
+        CHILD_CHECK(s.PostRecv(wc.wr_id, 0, 0) == 0);
+        uint64_t to;
+        uint32_t rkey;
+        memcpy(&to, s.buffer.data(), 8);
+        memcpy(&rkey, s.buffer.data() + 8, 4);
+        CHILD_CHECK(s.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, 100, 0, kSmall, to,
+                               rkey, 1) == 0);
+      }
+    }
+    _exit(0);
+  }
+  // The sequencer holds every grant back while a process is ending, until
+  // it is reaped (the launcher's job in a real run): reap it on the side.
+  std::thread reaper([&sequencer, pid] {
+    waitpid(pid, nullptr, 0);
+    sequencer.Exited("server");
+  });
+  close(up[1]);
+  char listening;
+  const bool started = read(up[0], &listening, 1) == 1;
+  close(up[0]);
+  {
+    Side c(SequencedConfig(dir, "client"), 65536);
+    int status;
+    std::string reply;
+    if (!started || c.Connect(port, "bench", &status, &reply) !=
+                        RDMA_CM_EVENT_ESTABLISHED) {
+      state.SkipWithError("cannot connect");
+    } else {
+      c.PostRecv(500, 8192, 64);  // the server's SEND: its buffer
+      for (int i = 0; i < 8; ++i) c.PostRecv(1000 + i, 0, 0);
+      ibv_wc wc;
+      uint64_t server_addr = 0;
+      uint32_t server_rkey = 0;
+      if (!c.Poll(&wc, true) || wc.opcode != IBV_WC_RECV) {
+        state.SkipWithError("no buffer from the server");
+      } else {
+        memcpy(&server_addr, c.buffer.data() + 8192, 8);
+        memcpy(&server_rkey, c.buffer.data() + 8200, 4);
+        const uint64_t my_addr = reinterpret_cast<uintptr_t>(c.buffer.data());
+        memcpy(c.buffer.data() + 4096, &my_addr, 8);
+        memcpy(c.buffer.data() + 4104, &c.mr->rkey, 4);
+        for (auto _ : state) {
+          c.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, 1, 4096, kSmall, server_addr,
+                     server_rkey, 1);
+          bool got_answer = false;
+          while (!got_answer) {
+            if (!c.Poll(&wc, true) || wc.status != IBV_WC_SUCCESS) {
+              state.SkipWithError("completion failed");
+              break;
+            }
+            if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+              got_answer = true;
+              c.PostRecv(wc.wr_id, 0, 0);
+            }
+          }
+          if (!got_answer) break;
+        }
+        memset(c.buffer.data() + 4096, 0, 16);
+        c.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, 2, 4096, 16, server_addr,
+                   server_rkey, 0);
+        c.Poll(&wc, true);
+      }
+    }
+  }
+  // Our NIC is gone (waitpid is outside the fabric); the server's last
+  // step (the stop write's receive) woke it, and it ends on its own.
+  sequencer.Exited("client");
+  reaper.join();
+  sequencer.Stop();
+  std::string cmd = "rm -rf " + dir;
+  if (system(cmd.c_str()) != 0) perror("rm");
+}
+BENCHMARK(BM_FabricWriteImmRoundTripSequenced)->UseRealTime();
 
 void BM_FabricWrite1MiB(benchmark::State& state) {
   Pair pair;

@@ -20,8 +20,10 @@ server's listener appears on the fabric (ready = "listen"; or "line:REGEX",
 exit 0, unless `expect` ({"client0": "nonzero"}) says otherwise or a kill
 rule of `scenario` killed it. `scenario` is a file of kill rules, one a line:
 `kill LABEL@MS` or `kill LABEL@/REGEX/` (REGEX on any "[label] line" of
-output). `launcher_args` go to the launcher as they are (--grace, --env,
---trace, ...).
+output), or `kill LABEL@step:N` with `sequence`. `sequence` (a seed) runs
+the fabric sequenced (launcher --sequence: every NIC step of every process
+in the seed's order). `launcher_args` go to the launcher as they are
+(--grace, --env, --trace, ...).
 """
 
 def _quote(arg):
@@ -38,6 +40,7 @@ def rpma_multiprocess_test(
         ready = "listen",
         expect = {},
         timeout_s = 45,
+        sequence = None,
         launcher_args = [],
         **kwargs):
     launcher = Label("//tools/multiprocess:multiprocess")
@@ -50,6 +53,8 @@ def rpma_multiprocess_test(
     if scenario:
         data.append(scenario)
         args += ["--faults", "$(location %s)" % scenario]
+    if sequence != None:
+        args += ["--sequence", str(sequence)]
     for label, want in expect.items():
         args += ["--expect", "%s=%s" % (label, want)]
     args += launcher_args

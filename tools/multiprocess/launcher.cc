@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/personality.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -15,6 +16,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+
+#include "mock/fake_nic_fabric_sequence.h"
 
 namespace rpma_harness {
 namespace {
@@ -132,7 +135,7 @@ class Run {
     std::string error;  // the patterns were checked when parsed
     patterns_.resize(o_.kills.size());
     for (size_t k = 0; k < o_.kills.size(); ++k) {
-      if (o_.kills[k].at_ms < 0) {
+      if (o_.kills[k].at_ms < 0 && o_.kills[k].at_step < 0) {
         patterns_[k].Compile(o_.kills[k].pattern, &error);
       }
       fired_.push_back(false);
@@ -155,6 +158,26 @@ class Run {
     fabric_ = work_ + "/fabric";
     mkdir(fabric_.c_str(), 0700);
     Say("fabric " + fabric_);
+    if (o_.sequenced) {
+      std::vector<std::string> labels;
+      for (const ProcessSpec& p : o_.processes) labels.push_back(p.label);
+      sequencer_ = std::make_unique<Sequencer>(
+          fake_nic_internal::SequencerPath(fabric_), o_.sequence_seed, labels);
+      for (const KillRule& k : o_.kills) {
+        if (k.at_step >= 0) {
+          sequencer_->KillAtStep(k.victim, static_cast<uint64_t>(k.at_step));
+        }
+      }
+      std::string error;
+      if (sequencer_->Start(&error) != 0) {
+        r.failures.push_back("cannot start the fabric sequencer: " + error);
+        Say(r.failures.back());
+        sequencer_.reset();
+        RemoveTree(work_);
+        return r;
+      }
+      Say("sequenced, seed " + std::to_string(o_.sequence_seed));
+    }
 
     children_.resize(o_.processes.size());
     for (size_t i = 0; i < o_.processes.size(); ++i) {
@@ -188,6 +211,18 @@ class Run {
         break;
       }
       if (AllDone(clients_started)) break;
+      std::string deadlock;
+      if (sequencer_ != nullptr && sequencer_->TakeDeadlock(&deadlock)) {
+        r.failures.push_back(deadlock);
+        Say(deadlock);
+        Event("deadlock");
+        for (Child& c : children_) {
+          if (c.outcome.started && !c.done) {
+            c.outcome.killed_by_deadlock = true;
+            kill(-c.outcome.pid, SIGKILL);
+          }
+        }
+      }
       const int64_t now = NowMs();
       if (now >= deadline_ms_) {
         std::string hung;
@@ -220,11 +255,23 @@ class Run {
         grace_deadline_ms_ = 0;
       }
       FireTimedKills(now);
+      std::string victim;
+      while (sequencer_ != nullptr && sequencer_->TakeKill(&victim)) {
+        for (size_t k = 0; k < o_.kills.size(); ++k) {
+          if (!fired_[k] && o_.kills[k].at_step >= 0 &&
+              o_.kills[k].victim == victim) {
+            KillBy(k, "rule " + o_.kills[k].text + " at step " +
+                          std::to_string(sequencer_->step()));
+            break;
+          }
+        }
+      }
       Pump(NextWakeMs(now, clients_started));
       Reap();
     }
     // Drain what is left in the pipes of reaped processes.
     for (size_t i = 0; i < children_.size(); ++i) Drain(i);
+    if (sequencer_ != nullptr) sequencer_->Stop();
     DieIfStopped();  // a stop signal during the timeout or drain path
     Judge(&r);
     if (o_.want_trace) {
@@ -284,7 +331,8 @@ class Run {
 
   void Event(const std::string& text) {
     TraceLine l;
-    l.ns = MonotonicNs();
+    // Sequenced: the step number, as the processes' lines have.
+    l.ns = sequencer_ != nullptr ? sequencer_->step() : MonotonicNs();
     l.label = "launcher";
     l.event = text;
     l.order = launcher_lines_.size();
@@ -335,6 +383,15 @@ class Run {
       for (const auto& kv : o_.process_env) {
         setenv(kv.first.c_str(), kv.second.c_str(), 1);
       }
+      if (o_.sequenced) {
+        setenv("RPMA_HARNESS_FABRIC_SEQUENCE",
+               std::to_string(o_.sequence_seed).c_str(), 1);
+        // The same addresses every run (wr_ids that are pointers, mapped
+        // regions): a sequenced trace is byte-identical only then.
+        personality(ADDR_NO_RANDOMIZE);
+      } else {
+        unsetenv("RPMA_HARNESS_FABRIC_SEQUENCE");
+      }
       execvp(argv[0], argv.data());
       const std::string msg = std::string("launcher: cannot run ") + argv[0] +
                               ": " + std::strerror(errno) + "\n";
@@ -350,7 +407,8 @@ class Run {
     c.outcome.pid = pid;
     c.outcome.started = true;
     c.start_ms = NowMs();
-    Event("start " + spec.label + " pid " + std::to_string(pid));
+    Event("start " + spec.label +
+          (o_.sequenced ? "" : " pid " + std::to_string(pid)));
   }
 
   // A process that could not be started is a failure of the run, and the
@@ -359,6 +417,7 @@ class Run {
     Child& c = children_[i];
     c.start_error = why;
     Say("cannot start " + c.outcome.label + ": " + why);
+    if (sequencer_ != nullptr) sequencer_->Exited(c.outcome.label);
     Event("start " + c.outcome.label + " failed: " + why);
     if (grace_deadline_ms_ == 0 && first_failed_.empty()) {
       first_failed_ = c.outcome.label;
@@ -471,7 +530,9 @@ class Run {
       ready_seen_ = true;
     }
     for (size_t k = 0; k < o_.kills.size(); ++k) {
-      if (fired_[k] || o_.kills[k].at_ms >= 0) continue;
+      if (fired_[k] || o_.kills[k].at_ms >= 0 || o_.kills[k].at_step >= 0) {
+        continue;
+      }
       if (patterns_[k].Search(labelled)) {
         KillBy(k, "rule " + o_.kills[k].text + " matched: " + labelled);
       }
@@ -593,6 +654,10 @@ class Run {
       Event("exit " + c.outcome.label + " signal " +
             std::to_string(c.outcome.signal));
     }
+    // Reaped (and its exit line stamped with the step it ended at): every
+    // socket of it is closed, so the survivors see its links end at the
+    // sequencer's next sync.
+    if (sequencer_ != nullptr) sequencer_->Exited(c.outcome.label);
     Drain(i);
     if (!Expected(c.outcome).empty() && !c.outcome.killed_by_timeout &&
         !c.outcome.killed_by_grace && grace_deadline_ms_ == 0 &&
@@ -642,6 +707,8 @@ class Run {
                                   : "not started (" + c.start_error + ")";
       } else if (c.outcome.killed_by_timeout) {
         v = "hung (killed at the timeout)";
+      } else if (c.outcome.killed_by_deadlock) {
+        v = "killed: the sequenced fabric deadlocked";
       } else if (c.outcome.killed_by_grace) {
         v = "still running " + std::to_string(o_.grace_ms) + " ms after " +
             first_failed_ + " failed (killed)";
@@ -675,6 +742,7 @@ class Run {
   std::string first_failed_;
   std::vector<TraceLine> launcher_lines_;
   std::string output_error_;  // why `out_` failed; "" while it works
+  std::unique_ptr<Sequencer> sequencer_;  // LaunchOptions::sequenced
 };
 
 }  // namespace
@@ -712,6 +780,17 @@ bool ParseKillRule(const std::string& text, KillRule* rule,
   rule->text = text;
   rule->victim = text.substr(0, at);
   const std::string what = text.substr(at + 1);
+  if (what.rfind("step:", 0) == 0) {
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(what.c_str() + 5, &end, 10);
+    if (end == what.c_str() + 5 || *end != '\0' || errno != 0 || n < 0) {
+      *error = "kill rule '" + text + "': after 'step:' want a step number";
+      return false;
+    }
+    rule->at_step = n;
+    return true;
+  }
   if (what.size() >= 2 && what.front() == '/' && what.back() == '/') {
     rule->pattern = what.substr(1, what.size() - 2);
     LineRegex check;

@@ -49,11 +49,13 @@ struct ProcessSpec {
 };
 
 struct KillRule {
-  std::string victim;   // a label
-  int at_ms = -1;       // >= 0: this long after the victim started
-  std::string pattern;  // else: a POSIX extended regex on "[label] line"
-  int signal = 9;       // SIGKILL
-  std::string text;     // the rule as the user wrote it (for messages)
+  std::string victim;    // a label
+  int at_ms = -1;        // >= 0: this long after the victim started
+  int64_t at_step = -1;  // >= 0 (sequenced runs): once the fabric granted
+                         // this many steps and the victim waits
+  std::string pattern;   // else: a POSIX extended regex on "[label] line"
+  int signal = 9;        // SIGKILL
+  std::string text;      // the rule as the user wrote it (for messages)
 };
 
 // What a process must end with: "0" (default), a number, "nonzero", "any".
@@ -80,6 +82,15 @@ struct LaunchOptions {
   std::string tmp_root = "/tmp";  // sun_path limit: keep it short
   bool keep_dir = false;
   std::vector<std::pair<std::string, std::string>> process_env;
+  // The fabric's sequenced mode (mock/fake_nic_fabric_sequence.h): the
+  // launcher runs the Sequencer with this seed, every process gets
+  // RPMA_HARNESS_FABRIC_SEQUENCE=<seed> and runs without address-space
+  // randomisation (personality(2) ADDR_NO_RANDOMIZE: the same addresses in
+  // its records every run); the launcher's own trace lines carry the step
+  // number and no pid. A fabric deadlock fails the run with the
+  // Sequencer's report (who waits where) and kills every process.
+  bool sequenced = false;
+  uint64_t sequence_seed = 0;
   // Testing seam: the process with this label is not forked, as if fork(2)
   // had failed with EAGAIN.
   std::string fail_fork_for;
@@ -95,7 +106,8 @@ struct ProcessOutcome {
   bool killed_by_rule = false;
   bool killed_by_timeout = false;
   bool killed_by_grace = false;
-  std::string verdict;  // "" when it ended as expected
+  bool killed_by_deadlock = false;  // sequenced: the fabric deadlocked
+  std::string verdict;              // "" when it ended as expected
 };
 
 struct LaunchResult {
@@ -122,7 +134,8 @@ class LineRegex {
   std::unique_ptr<regex_t> re_;
 };
 
-// Parses "LABEL@MS" or "LABEL@/REGEX/"; false with `error` set otherwise.
+// Parses "LABEL@MS", "LABEL@/REGEX/" or "LABEL@step:N"; false with `error`
+// set otherwise.
 bool ParseKillRule(const std::string& text, KillRule* rule, std::string* error);
 
 // Runs the processes; writes their labelled output and the launcher's own

@@ -18,12 +18,19 @@
 //   --kill LABEL@MS     SIGKILL LABEL MS ms after it started
 //   --kill LABEL@/RE/   SIGKILL LABEL when an output line "[label] text" of
 //                       any process matches RE (POSIX extended)
+//   --kill LABEL@step:N SIGKILL LABEL once the sequenced fabric granted N
+//                       steps and LABEL waits (needs --sequence; the same
+//                       point of every run)
 //   --faults FILE       more kill rules, one "kill RULE" a line (# comments)
 //   --expect LABEL=W    W: 0 (default), a code, nonzero, any
 //   --trace FILE        the merged trace of every process (and the
 //                       launcher's start/ready/kill/exit lines)
 //   --timeline FILE     an SVG with one lane per process
 //   --env K=V           extra environment for every process
+//   --sequence SEED     the fabric's sequenced mode: every NIC step of every
+//                       process in an order the seed decides; the same seed
+//                       gives the same merged trace (README "What is
+//                       deterministic across processes")
 //   --keep              keep the work directory (fabric, per-process traces)
 //   -h, --help          this usage, exit 0
 //
@@ -32,6 +39,7 @@
 // ignored), the run goes on unprinted, its processes end or are killed as
 // usual, and the exit status is 1.
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -45,12 +53,13 @@
 namespace {
 
 int Usage(const std::string& why) {
-  std::cerr << "multiprocess: " << why << "\n"
-            << "usage: multiprocess [--clients N] [--timeout S] [--grace S] "
-               "[--ready listen|line:REGEX|delay:MS|none] [--kill RULE]... "
-               "[--faults FILE] [--expect LABEL=W]... [--trace FILE] "
-               "[--timeline FILE.svg] [--env K=V]... [--keep] "
-               "SERVER [ARG...] [-- CLIENT [ARG...]]...\n";
+  std::cerr
+      << "multiprocess: " << why << "\n"
+      << "usage: multiprocess [--clients N] [--timeout S] [--grace S] "
+         "[--ready listen|line:REGEX|delay:MS|none] [--kill RULE]... "
+         "[--faults FILE] [--expect LABEL=W]... [--trace FILE] "
+         "[--timeline FILE.svg] [--env K=V]... [--sequence SEED] [--keep] "
+         "SERVER [ARG...] [-- CLIENT [ARG...]]...\n";
   return 2;
 }
 
@@ -183,6 +192,15 @@ int main(int argc, char** argv) {
       trace_file = v;
     } else if (a == "--timeline") {
       timeline_file = v;
+    } else if (a == "--sequence") {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long seed = std::strtoull(v.c_str(), &end, 0);
+      if (v.empty() || *end != '\0' || errno != 0 || v[0] == '-') {
+        return Usage("--sequence wants a seed (an unsigned 64-bit number)");
+      }
+      o.sequenced = true;
+      o.sequence_seed = seed;
     } else if (a == "--env") {
       const size_t eq = v.find('=');
       if (eq == 0 || eq == std::string::npos) return Usage("--env wants K=V");
@@ -233,6 +251,13 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const ProcessSpec& p : o.processes) known |= p.label == e.label;
     if (!known) return Usage("--expect " + e.label + ": no such process");
+  }
+  for (const KillRule& k : o.kills) {
+    if (k.at_step >= 0 && !o.sequenced) {
+      return Usage("kill rule " + k.text +
+                   ": a step is known only with "
+                   "--sequence SEED");
+    }
   }
   o.want_trace = !trace_file.empty() || !timeline_file.empty();
 

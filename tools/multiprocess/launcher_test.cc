@@ -449,6 +449,27 @@ TEST(Launcher, UsageErrorsExitTwo) {
   EXPECT_EQ(RunLauncher("--ready sometimes " + S("exit 0")).exit_code, 2);
   EXPECT_EQ(RunLauncher("--clients 2 " + S("exit 0")).exit_code, 2);
   EXPECT_EQ(RunLauncher(S("exit 0") + " -- ").exit_code, 2);
+  // A step is known only to the sequenced fabric.
+  EXPECT_EQ(RunLauncher("--kill server@step:3 " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(RunLauncher("--sequence x " + S("exit 0")).exit_code, 2);
+  EXPECT_EQ(RunLauncher("--sequence -1 " + S("exit 0")).exit_code, 2);
+}
+
+// Stand-ins never join the fabric, so the Sequencer only waits for them to
+// end; the launcher's own trace lines carry the step (0: nothing granted)
+// and no pid, so they read the same every run.
+TEST(Launcher, SequencedRunStampsItsLinesWithTheStepAndNoPid) {
+  const std::string trace = TmpPath("sequenced.trace");
+  const Outcome o =
+      RunLauncher("--sequence 5 --trace " + trace + " " +
+                  S("listen sleep 100") + " -- " + S("print client-up"));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  EXPECT_THAT(o.output, HasSubstr("launcher: sequenced, seed 5"));
+  const std::string text = ReadFile(trace);
+  EXPECT_THAT(text, HasSubstr("0 launcher start server\n"));
+  EXPECT_THAT(text, HasSubstr("0 launcher start client0\n"));
+  EXPECT_THAT(text, HasSubstr("0 launcher exit client0 code 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr(" pid ")));
 }
 
 TEST(Launcher, HelpTakesNoValue) {
@@ -507,8 +528,14 @@ TEST(KillRule, Parses) {
   EXPECT_EQ(r.victim, "server");
   EXPECT_EQ(r.at_ms, -1);
   EXPECT_EQ(r.pattern, "wrote [0-9]+");
-  for (const char* bad : {"", "@5", "client0", "client0@", "client0@-1",
-                          "client0@5ms", "client0@/[/", "x@99999999999"}) {
+  ASSERT_TRUE(ParseKillRule("client1@step:12", &r, &error)) << error;
+  EXPECT_EQ(r.victim, "client1");
+  EXPECT_EQ(r.at_ms, -1);
+  EXPECT_EQ(r.at_step, 12);
+  for (const char* bad :
+       {"", "@5", "client0", "client0@", "client0@-1", "client0@5ms",
+        "client0@/[/", "x@99999999999", "client0@step:", "client0@step:-2",
+        "client0@step:3x"}) {
     EXPECT_FALSE(ParseKillRule(bad, &r, &error)) << bad;
     EXPECT_THAT(error, HasSubstr("kill rule")) << bad;
   }
