@@ -152,6 +152,10 @@ FakeNic::FakeNic(FakeNicConfig config)
       fabric_.reset();
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    UpdateQuiet();
+  }
   fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
 }
 
@@ -178,6 +182,12 @@ void FakeNic::Record(FakeNicEvent event) {
   if (trace_fd_ >= 0) WriteTraceLine(event);
   for (auto& [handle, observer] : observers_) observer(event);
   WakeWaiters();
+}
+
+void FakeNic::UpdateQuiet() {
+  quiet_ = !Observed() && !config_.trace_packets && !execute_hook_ &&
+           post_faults_.empty() && status_faults_.empty() &&
+           landing_ == Landing::kAtOnce;
 }
 
 void FakeNic::WakeWaiters() {
@@ -850,29 +860,34 @@ int FakeNic::AddObserver(std::function<void(const FakeNicEvent&)> observer) {
   std::lock_guard<std::mutex> lock(mu_);
   const int handle = next_observer_++;
   observers_[handle] = std::move(observer);
+  UpdateQuiet();
   return handle;
 }
 
 void FakeNic::RemoveObserver(int handle) {
   std::lock_guard<std::mutex> lock(mu_);
   observers_.erase(handle);
+  UpdateQuiet();
 }
 
 void FakeNic::FailNextPostSend(int errno_value, uint32_t qp_num) {
   std::lock_guard<std::mutex> lock(mu_);
   post_faults_.push_back({errno_value, qp_num});
+  UpdateQuiet();
 }
 
 void FakeNic::CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
                                        uint32_t qp_num) {
   std::lock_guard<std::mutex> lock(mu_);
   status_faults_.push_back({wr_id, status, qp_num});
+  UpdateQuiet();
 }
 
 void FakeNic::SetExecuteHook(
     std::function<ExecuteVerdict(const ExecuteInfo&)> hook) {
   std::lock_guard<std::mutex> lock(mu_);
   execute_hook_ = std::move(hook);
+  UpdateQuiet();
 }
 
 void FakeNic::RecordFault(uint32_t qp_num, uint64_t wr_id, int status,

@@ -781,6 +781,16 @@ class FakeNic final : public VerbsBackend {
   bool Observed() const {
     return log_enabled_ || trace_fd_ >= 0 || !observers_.empty();
   }
+  // "Nobody is watching" (issue 14): nothing observes the records (see
+  // Observed), no packet trace, no execute hook, no pending post-time or
+  // status fault, landing at once. Then the data path skips the fault scans,
+  // the hook and every event object (the sequence still advances, so the
+  // numbering is the same either way). UpdateQuiet() recomputes it wherever
+  // one of those changes (constructor, Add/RemoveObserver, the fault setters
+  // and their consumption, SetExecuteHook, SetLanding); the personality is
+  // fixed at construction.
+  void UpdateQuiet();
+  bool quiet_ = false;
 
   const FakeNicConfig config_;
   const bool log_enabled_;  // RPMA_HARNESS_LOG, read once at construction

@@ -173,10 +173,12 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     return PostErrno(err);
   };
-  for (auto it = post_faults_.begin(); it != post_faults_.end(); ++it) {
+  for (auto it = post_faults_.begin(); !quiet_ && it != post_faults_.end();
+       ++it) {
     if (it->qp_num == 0 || it->qp_num == q->base.qp_num) {
       const int err = it->errno_value;
       post_faults_.erase(it);
+      UpdateQuiet();
       return refuse(wr, err, "fault: FailNextPostSend");
     }
   }
@@ -672,7 +674,11 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     LandNextPiece(qp);
     return;
   }
-  if (ApplyExecuteHook(qp)) return;
+  // A WR delayed by a hook since removed still waits out its delay.
+  if ((!quiet_ || qp->sq.front().delay_steps_left > 0) &&
+      ApplyExecuteHook(qp)) {
+    return;
+  }
   SendWqe& head = qp->sq.front();
   const uint32_t qp_num = qp->base.qp_num;
 
@@ -693,10 +699,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
   };
 
-  for (auto it = status_faults_.begin(); it != status_faults_.end(); ++it) {
+  for (auto it = status_faults_.begin(); !quiet_ && it != status_faults_.end();
+       ++it) {
     if (it->wr_id == head.wr_id && (it->qp_num == 0 || it->qp_num == qp_num)) {
       const ibv_wc_status status = it->status;
       status_faults_.erase(it);
+      UpdateQuiet();
       FakeNicEvent event;
       event.kind = FakeNicEvent::Kind::kFault;
       event.qp_num = qp_num;
