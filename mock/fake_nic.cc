@@ -646,8 +646,16 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
-  ibv_wc wc = built;
+bool FakeNic::CqHasNoRoom(const Cq* cq) const {
+  return cq->overrun || static_cast<int>(cq->entries.size()) >= cq->depth;
+}
+
+ibv_wc* FakeNic::CqeSlot(Cq* cq) {
+  if (CqHasNoRoom(cq)) return nullptr;
+  return &cq->entries.emplace_back();
+}
+
+void FakeNic::CommitCqe(Cq* cq, ibv_wc& wc, bool solicited) {
   if (wc.status != IBV_WC_SUCCESS &&
       config_.personality.error_cqe_opcode_zero) {
     // See Personality::error_cqe_opcode_zero (rxe fills these on success
@@ -657,31 +665,12 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
     wc.wc_flags = 0;
     wc.imm_data = 0;
   }
-  auto describe = [&](FakeNicEvent* event) {
+  RecordLazily([&](FakeNicEvent* event) {
     event->qp_num = wc.qp_num;
     event->wr_id = wc.wr_id;
     event->opcode = wc.opcode;
     event->status = wc.status;
     event->byte_len = wc.byte_len;
-  };
-  if (cq->overrun || static_cast<int>(cq->entries.size()) >= cq->depth) {
-    if (!cq->overrun) {
-      fprintf(stderr,
-              "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
-              " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
-              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
-    }
-    cq->overrun = true;
-    FakeNicEvent event;
-    describe(&event);
-    event.kind = FakeNicEvent::Kind::kCqOverrun;
-    event.text = "cq overrun, completion lost";
-    Record(std::move(event));
-    return;
-  }
-  cq->entries.push_back(wc);
-  RecordLazily([&](FakeNicEvent* event) {
-    describe(event);
     event->kind = FakeNicEvent::Kind::kCompletion;
   });
   const bool triggers =
@@ -692,6 +681,40 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
     SignalFd(cq->channel->base.fd);
     WakeWaiters();
   }
+}
+
+void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
+  if (!CqHasNoRoom(cq)) {
+    ibv_wc& wc = cq->entries.emplace_back();
+    wc = built;
+    CommitCqe(cq, wc, solicited);
+    return;
+  }
+  ibv_wc wc = built;
+  if (wc.status != IBV_WC_SUCCESS &&
+      config_.personality.error_cqe_opcode_zero) {
+    // As in CommitCqe.
+    wc.opcode = IBV_WC_SEND;
+    wc.byte_len = 0;
+    wc.wc_flags = 0;
+    wc.imm_data = 0;
+  }
+  if (!cq->overrun) {
+    fprintf(stderr,
+            "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
+            " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
+            static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
+  }
+  cq->overrun = true;
+  FakeNicEvent event;
+  event.qp_num = wc.qp_num;
+  event.wr_id = wc.wr_id;
+  event.opcode = wc.opcode;
+  event.status = wc.status;
+  event.byte_len = wc.byte_len;
+  event.kind = FakeNicEvent::Kind::kCqOverrun;
+  event.text = "cq overrun, completion lost";
+  Record(std::move(event));
 }
 
 // ---- progress ---------------------------------------------------------------

@@ -694,6 +694,13 @@ class FakeNic final : public VerbsBackend {
   bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
                   int needed_access);
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
+  // A completion written in place: CqeSlot hands out the CQ ring's next
+  // slot (nullptr when the CQ is overrun or full: build the entry aside and
+  // AddCqe it, which reports the loss); the caller fills every field, then
+  // CommitCqe applies the personality, records it and signals the channel.
+  bool CqHasNoRoom(const Cq* cq) const;
+  ibv_wc* CqeSlot(Cq* cq);
+  void CommitCqe(Cq* cq, ibv_wc& wc, bool solicited);
   void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
   // ibv_modify_qp(3) for the user and for rdma_cm (fake_nic_qp_state.cc).
   int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
