@@ -237,18 +237,22 @@ static auto FindIn(Map& map, K* key) -> decltype(map.begin()->second.get()) {
 }
 
 FakeNic::Pd* FakeNic::FindPd(ibv_pd* pd) { return FindIn(pds_, pd); }
+// By the slot in `handle` (see cq_slots_): reads the caller's ibv_cq, which
+// a foreign pointer has too, and touches only the CQ itself.
 FakeNic::Cq* FakeNic::FindCq(ibv_cq* cq) {
-  if (Cq* hit = cq_cache_.Find(cq)) return hit;
-  Cq* found = FindIn(cqs_, cq);
-  if (found != nullptr) cq_cache_.Put(cq, found);
-  return found;
+  if (cq == nullptr) return nullptr;
+  const size_t slot = cq->handle;
+  if (slot >= cq_slots_.size()) return nullptr;
+  Cq* found = cq_slots_[slot];
+  return found != nullptr && &found->base == cq ? found : nullptr;
 }
 
 FakeNic::Qp* FakeNic::FindQp(ibv_qp* qp) {
-  if (Qp* hit = qp_cache_.Find(qp)) return hit;
-  Qp* found = FindIn(qps_, qp);
-  if (found != nullptr) qp_cache_.Put(qp, found);
-  return found;
+  if (qp == nullptr) return nullptr;
+  const size_t slot = qp->handle;
+  if (slot >= qp_slots_.size()) return nullptr;
+  Qp* found = qp_slots_[slot];
+  return found != nullptr && &found->base == qp ? found : nullptr;
 }
 
 FakeNic::Srq* FakeNic::FindSrq(ibv_srq* srq) { return FindIn(srqs_, srq); }
@@ -530,14 +534,30 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
     errno = ENOMEM;
     return nullptr;
   }
-  auto cq = std::make_unique<Cq>();
+  std::unique_ptr<Cq> cq;
+  if (retired_cqs_.empty()) {
+    cq = std::make_unique<Cq>();
+  } else {  // see cq_slots_
+    cq = std::move(retired_cqs_.back());
+    retired_cqs_.pop_back();
+    *cq = Cq();
+  }
+  if (free_cq_slots_.empty()) {
+    cq->slot = cq_slots_.size();
+    cq_slots_.push_back(cq.get());
+  } else {
+    cq->slot = free_cq_slots_.back();
+    free_cq_slots_.pop_back();
+    cq_slots_[cq->slot] = cq.get();
+  }
   cq->device = device;
   cq->channel = ch;
   cq->depth = RealDepth(cqe);
   cq->base.context = ctx;
   cq->base.channel = channel;
   cq->base.cq_context = cq_context;
-  cq->base.handle = static_cast<uint32_t>(next_handle_++);
+  next_handle_++;  // handed out as before, so later handles stay the same
+  cq->base.handle = static_cast<uint32_t>(cq->slot);
   cq->base.cqe = cq->depth;
   device->num_cqs++;
   if (ch != nullptr) ch->num_cqs++;
@@ -571,8 +591,11 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
     c->channel->num_cqs--;
   }
   c->device->num_cqs--;
-  cq_cache_.Clear();
-  cqs_.erase(cq);
+  cq_slots_[c->slot] = nullptr;
+  free_cq_slots_.push_back(c->slot);
+  auto owned = cqs_.find(cq);
+  retired_cqs_.push_back(std::move(owned->second));
+  cqs_.erase(owned);
   return 0;
 }
 

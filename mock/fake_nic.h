@@ -828,14 +828,22 @@ class FakeNic final : public VerbsBackend {
   std::map<const void*, std::unique_ptr<CompChannel>> comp_channels_;
   std::unordered_map<const void*, std::unique_ptr<Cq>> cqs_;
   std::unordered_map<const void*, std::unique_ptr<Qp>> qps_;
+  // Handles validated without a hashed lookup (FindQp / FindCq): the
+  // ibv_qp / ibv_cq handed out carries its slot in `handle`, and a handle is
+  // ours when the slot holds the object whose `base` it is. A destroyed
+  // object is not freed but retired (and reused by the next create), so a
+  // stale handle still points at our memory and fails the check (or, once
+  // reused, names the new object, as a reused malloc block did before).
+  std::vector<Cq*> cq_slots_;  // by Cq::slot; nullptr once destroyed
+  std::vector<size_t> free_cq_slots_;
+  std::vector<std::unique_ptr<Qp>> retired_qps_;
+  std::vector<std::unique_ptr<Cq>> retired_cqs_;
   std::map<uint32_t, Qp*> qps_by_num_;
   std::map<const void*, std::unique_ptr<Srq>> srqs_;
   std::vector<Qp*> qp_order_;             // creation order (DebugString)
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
   std::vector<uint64_t> marked_;          // one bit per slot
   std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
-  LookupCache<const void*, Qp> qp_cache_;
-  LookupCache<const void*, Cq> cq_cache_;
   LookupCache<uint32_t, Mr> lkey_cache_;
   LookupCache<uint32_t, Mr> rkey_cache_;
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;

@@ -146,6 +146,7 @@ struct CompChannel {
 
 struct Cq {
   ibv_cq base;
+  size_t slot = 0;  // FakeNic::cq_slots_ index, also in base.handle
   Device* device = nullptr;
   CompChannel* channel = nullptr;
   int depth = 0;
@@ -338,7 +339,7 @@ struct Srq {
 
 struct Qp {
   ibv_qp base;
-  size_t slot = 0;  // FakeNic::qp_slots_ index, in creation order
+  size_t slot = 0;  // FakeNic::qp_slots_ index (creation order), base.handle
   Device* device = nullptr;
   Pd* pd = nullptr;
   Cq* send_cq = nullptr;

@@ -70,6 +70,11 @@ uint32_t MtuBytes(ibv_mtu mtu) {
 
 uint32_t PacketCount(uint64_t length, uint32_t mtu) {
   if (length == 0) return 1;
+  // Every IB MTU is a power of two (ibv_mtu): a shift, not a 64-bit divide
+  // (the divide was the hottest instruction of a one-packet write).
+  if ((mtu & (mtu - 1)) == 0) {
+    return static_cast<uint32_t>((length + mtu - 1) >> __builtin_ctz(mtu));
+  }
   return static_cast<uint32_t>((length + mtu - 1) / mtu);
 }
 
