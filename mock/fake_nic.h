@@ -579,10 +579,11 @@ class FakeNic final : public VerbsBackend {
     uint32_t qp_num;
   };
 
-  // A few recent lookups in front of a hashed map: a program posts to and
-  // polls the same handful of QPs, CQs and keys again and again, and a hash
-  // lookup (a division) per call was a fifth of a round trip. Cleared
-  // whenever such an object is destroyed, so a stale handle still misses.
+  // A few recent lookups in front of a hashed map: a program posts with the
+  // same handful of keys again and again, and a hash lookup (a division)
+  // per call was a fifth of a round trip. Cleared whenever such an object is
+  // destroyed, so a stale key still misses. (QPs and CQs need none: see
+  // cq_slots_.)
   template <typename K, typename V>
   struct LookupCache {
     static constexpr size_t kSize = 8;

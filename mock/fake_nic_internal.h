@@ -2,8 +2,11 @@
 // out. Private to mock/fake_nic*.cc.
 //
 // Each object embeds the rdma-core struct it stands for (`base`) and FakeNic
-// finds the object again through a map keyed by &base, so a foreign or stale
-// pointer is detected rather than cast.
+// finds the object again without casting the caller's pointer: a QP or CQ by
+// the slot its `base.handle` carries (the slot must hold the object whose
+// `base` was passed; destroyed ones are retired, not freed, so a stale
+// pointer is still our memory), the other objects through a map keyed by
+// &base. A foreign or stale pointer is detected either way.
 //
 // Example:
 //   Qp* qp = FindQp(ibv_qp_pointer);   // nullptr if not ours
