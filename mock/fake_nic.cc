@@ -163,6 +163,10 @@ FakeNic::FakeNic(FakeNicConfig config)
       sequenced_ = false;
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    UpdateQuiet();
+  }
   fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
 }
 
@@ -189,6 +193,12 @@ void FakeNic::Record(FakeNicEvent event) {
   if (trace_fd_ >= 0) WriteTraceLine(event);
   for (auto& [handle, observer] : observers_) observer(event);
   WakeWaiters();
+}
+
+void FakeNic::UpdateQuiet() {
+  quiet_ = !Observed() && !config_.trace_packets && !execute_hook_ &&
+           post_faults_.empty() && status_faults_.empty() &&
+           landing_ == Landing::kAtOnce;
 }
 
 void FakeNic::WakeWaiters() {
@@ -238,18 +248,22 @@ static auto FindIn(Map& map, K* key) -> decltype(map.begin()->second.get()) {
 }
 
 FakeNic::Pd* FakeNic::FindPd(ibv_pd* pd) { return FindIn(pds_, pd); }
+// By the slot in `handle` (see cq_slots_): reads the caller's ibv_cq, which
+// a foreign pointer has too, and touches only the CQ itself.
 FakeNic::Cq* FakeNic::FindCq(ibv_cq* cq) {
-  if (Cq* hit = cq_cache_.Find(cq)) return hit;
-  Cq* found = FindIn(cqs_, cq);
-  if (found != nullptr) cq_cache_.Put(cq, found);
-  return found;
+  if (cq == nullptr) return nullptr;
+  const size_t slot = cq->handle;
+  if (slot >= cq_slots_.size()) return nullptr;
+  Cq* found = cq_slots_[slot];
+  return found != nullptr && &found->base == cq ? found : nullptr;
 }
 
 FakeNic::Qp* FakeNic::FindQp(ibv_qp* qp) {
-  if (Qp* hit = qp_cache_.Find(qp)) return hit;
-  Qp* found = FindIn(qps_, qp);
-  if (found != nullptr) qp_cache_.Put(qp, found);
-  return found;
+  if (qp == nullptr) return nullptr;
+  const size_t slot = qp->handle;
+  if (slot >= qp_slots_.size()) return nullptr;
+  Qp* found = qp_slots_[slot];
+  return found != nullptr && &found->base == qp ? found : nullptr;
 }
 
 FakeNic::Srq* FakeNic::FindSrq(ibv_srq* srq) { return FindIn(srqs_, srq); }
@@ -531,14 +545,30 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
     errno = ENOMEM;
     return nullptr;
   }
-  auto cq = std::make_unique<Cq>();
+  std::unique_ptr<Cq> cq;
+  if (retired_cqs_.empty()) {
+    cq = std::make_unique<Cq>();
+  } else {  // see cq_slots_
+    cq = std::move(retired_cqs_.back());
+    retired_cqs_.pop_back();
+    *cq = Cq();
+  }
+  if (free_cq_slots_.empty()) {
+    cq->slot = cq_slots_.size();
+    cq_slots_.push_back(cq.get());
+  } else {
+    cq->slot = free_cq_slots_.back();
+    free_cq_slots_.pop_back();
+    cq_slots_[cq->slot] = cq.get();
+  }
   cq->device = device;
   cq->channel = ch;
   cq->depth = RealDepth(cqe);
   cq->base.context = ctx;
   cq->base.channel = channel;
   cq->base.cq_context = cq_context;
-  cq->base.handle = static_cast<uint32_t>(next_handle_++);
+  next_handle_++;  // handed out as before, so later handles stay the same
+  cq->base.handle = static_cast<uint32_t>(cq->slot);
   cq->base.cqe = cq->depth;
   device->num_cqs++;
   if (ch != nullptr) ch->num_cqs++;
@@ -572,8 +602,11 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
     c->channel->num_cqs--;
   }
   c->device->num_cqs--;
-  cq_cache_.Clear();
-  cqs_.erase(cq);
+  cq_slots_[c->slot] = nullptr;
+  free_cq_slots_.push_back(c->slot);
+  auto owned = cqs_.find(cq);
+  retired_cqs_.push_back(std::move(owned->second));
+  cqs_.erase(owned);
   return 0;
 }
 
@@ -662,8 +695,16 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return n;
 }
 
-void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
-  ibv_wc wc = built;
+bool FakeNic::CqHasNoRoom(const Cq* cq) const {
+  return cq->overrun || static_cast<int>(cq->entries.size()) >= cq->depth;
+}
+
+ibv_wc* FakeNic::CqeSlot(Cq* cq) {
+  if (CqHasNoRoom(cq)) return nullptr;
+  return &cq->entries.emplace_back();
+}
+
+void FakeNic::CommitCqe(Cq* cq, ibv_wc& wc, bool solicited) {
   if (wc.status != IBV_WC_SUCCESS &&
       config_.personality.error_cqe_opcode_zero) {
     // See Personality::error_cqe_opcode_zero (rxe fills these on success
@@ -673,31 +714,12 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
     wc.wc_flags = 0;
     wc.imm_data = 0;
   }
-  auto describe = [&](FakeNicEvent* event) {
+  RecordLazily([&](FakeNicEvent* event) {
     event->qp_num = wc.qp_num;
     event->wr_id = wc.wr_id;
     event->opcode = wc.opcode;
     event->status = wc.status;
     event->byte_len = wc.byte_len;
-  };
-  if (cq->overrun || static_cast<int>(cq->entries.size()) >= cq->depth) {
-    if (!cq->overrun) {
-      fprintf(stderr,
-              "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
-              " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
-              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
-    }
-    cq->overrun = true;
-    FakeNicEvent event;
-    describe(&event);
-    event.kind = FakeNicEvent::Kind::kCqOverrun;
-    event.text = "cq overrun, completion lost";
-    Record(std::move(event));
-    return;
-  }
-  cq->entries.push_back(wc);
-  RecordLazily([&](FakeNicEvent* event) {
-    describe(event);
     event->kind = FakeNicEvent::Kind::kCompletion;
   });
   const bool triggers =
@@ -708,6 +730,40 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
     SignalFd(cq->channel->base.fd);
     WakeWaiters();
   }
+}
+
+void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
+  if (!CqHasNoRoom(cq)) {
+    ibv_wc& wc = cq->entries.emplace_back();
+    wc = built;
+    CommitCqe(cq, wc, solicited);
+    return;
+  }
+  ibv_wc wc = built;
+  if (wc.status != IBV_WC_SUCCESS &&
+      config_.personality.error_cqe_opcode_zero) {
+    // As in CommitCqe.
+    wc.opcode = IBV_WC_SEND;
+    wc.byte_len = 0;
+    wc.wc_flags = 0;
+    wc.imm_data = 0;
+  }
+  if (!cq->overrun) {
+    fprintf(stderr,
+            "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
+            " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
+            static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
+  }
+  cq->overrun = true;
+  FakeNicEvent event;
+  event.qp_num = wc.qp_num;
+  event.wr_id = wc.wr_id;
+  event.opcode = wc.opcode;
+  event.status = wc.status;
+  event.byte_len = wc.byte_len;
+  event.kind = FakeNicEvent::Kind::kCqOverrun;
+  event.text = "cq overrun, completion lost";
+  Record(std::move(event));
 }
 
 // ---- progress ---------------------------------------------------------------
@@ -881,29 +937,34 @@ int FakeNic::AddObserver(std::function<void(const FakeNicEvent&)> observer) {
   std::lock_guard<std::mutex> lock(mu_);
   const int handle = next_observer_++;
   observers_[handle] = std::move(observer);
+  UpdateQuiet();
   return handle;
 }
 
 void FakeNic::RemoveObserver(int handle) {
   std::lock_guard<std::mutex> lock(mu_);
   observers_.erase(handle);
+  UpdateQuiet();
 }
 
 void FakeNic::FailNextPostSend(int errno_value, uint32_t qp_num) {
   std::lock_guard<std::mutex> lock(mu_);
   post_faults_.push_back({errno_value, qp_num});
+  UpdateQuiet();
 }
 
 void FakeNic::CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
                                        uint32_t qp_num) {
   std::lock_guard<std::mutex> lock(mu_);
   status_faults_.push_back({wr_id, status, qp_num});
+  UpdateQuiet();
 }
 
 void FakeNic::SetExecuteHook(
     std::function<ExecuteVerdict(const ExecuteInfo&)> hook) {
   std::lock_guard<std::mutex> lock(mu_);
   execute_hook_ = std::move(hook);
+  UpdateQuiet();
 }
 
 void FakeNic::RecordFault(uint32_t qp_num, uint64_t wr_id, int status,

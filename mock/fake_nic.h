@@ -620,10 +620,11 @@ class FakeNic final : public VerbsBackend {
     uint32_t qp_num;
   };
 
-  // A few recent lookups in front of a hashed map: a program posts to and
-  // polls the same handful of QPs, CQs and keys again and again, and a hash
-  // lookup (a division) per call was a fifth of a round trip. Cleared
-  // whenever such an object is destroyed, so a stale handle still misses.
+  // A few recent lookups in front of a hashed map: a program posts with the
+  // same handful of keys again and again, and a hash lookup (a division)
+  // per call was a fifth of a round trip. Cleared whenever such an object is
+  // destroyed, so a stale key still misses. (QPs and CQs need none: see
+  // cq_slots_.)
   template <typename K, typename V>
   struct LookupCache {
     static constexpr size_t kSize = 8;
@@ -763,6 +764,13 @@ class FakeNic final : public VerbsBackend {
   bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
                   int needed_access);
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
+  // A completion written in place: CqeSlot hands out the CQ ring's next
+  // slot (nullptr when the CQ is overrun or full: build the entry aside and
+  // AddCqe it, which reports the loss); the caller fills every field, then
+  // CommitCqe applies the personality, records it and signals the channel.
+  bool CqHasNoRoom(const Cq* cq) const;
+  ibv_wc* CqeSlot(Cq* cq);
+  void CommitCqe(Cq* cq, ibv_wc& wc, bool solicited);
   void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
   // ibv_modify_qp(3) for the user and for rdma_cm (fake_nic_qp_state.cc).
   int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
@@ -861,6 +869,16 @@ class FakeNic final : public VerbsBackend {
   bool Observed() const {
     return log_enabled_ || trace_fd_ >= 0 || !observers_.empty();
   }
+  // "Nobody is watching" (issue 14): nothing observes the records (see
+  // Observed), no packet trace, no execute hook, no pending post-time or
+  // status fault, landing at once. Then the data path skips the fault scans,
+  // the hook and every event object (the sequence still advances, so the
+  // numbering is the same either way). UpdateQuiet() recomputes it wherever
+  // one of those changes (constructor, Add/RemoveObserver, the fault setters
+  // and their consumption, SetExecuteHook, SetLanding); the personality is
+  // fixed at construction.
+  void UpdateQuiet();
+  bool quiet_ = false;
 
   const FakeNicConfig config_;
   const bool log_enabled_;  // RPMA_HARNESS_LOG, read once at construction
@@ -891,14 +909,22 @@ class FakeNic final : public VerbsBackend {
   std::map<const void*, std::unique_ptr<CompChannel>> comp_channels_;
   std::unordered_map<const void*, std::unique_ptr<Cq>> cqs_;
   std::unordered_map<const void*, std::unique_ptr<Qp>> qps_;
+  // Handles validated without a hashed lookup (FindQp / FindCq): the
+  // ibv_qp / ibv_cq handed out carries its slot in `handle`, and a handle is
+  // ours when the slot holds the object whose `base` it is. A destroyed
+  // object is not freed but retired (and reused by the next create), so a
+  // stale handle still points at our memory and fails the check (or, once
+  // reused, names the new object, as a reused malloc block did before).
+  std::vector<Cq*> cq_slots_;  // by Cq::slot; nullptr once destroyed
+  std::vector<size_t> free_cq_slots_;
+  std::vector<std::unique_ptr<Qp>> retired_qps_;
+  std::vector<std::unique_ptr<Cq>> retired_cqs_;
   std::map<uint32_t, Qp*> qps_by_num_;
   std::map<const void*, std::unique_ptr<Srq>> srqs_;
   std::vector<Qp*> qp_order_;             // creation order (DebugString)
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
   std::vector<uint64_t> marked_;          // one bit per slot
   std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
-  LookupCache<const void*, Qp> qp_cache_;
-  LookupCache<const void*, Cq> cq_cache_;
   LookupCache<uint32_t, Mr> lkey_cache_;
   LookupCache<uint32_t, Mr> rkey_cache_;
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;

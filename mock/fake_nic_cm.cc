@@ -646,7 +646,14 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   }
   if (c->device->num_qps >= caps.max_qp) return CmFail(ENOMEM);
 
-  auto qp = std::make_unique<Qp>();
+  std::unique_ptr<Qp> qp;
+  if (retired_qps_.empty()) {
+    qp = std::make_unique<Qp>();
+  } else {  // see FakeNic::cq_slots_
+    qp = std::move(retired_qps_.back());
+    retired_qps_.pop_back();
+    *qp = Qp();
+  }
   memset(&qp->base, 0, sizeof(qp->base));
   qp->device = c->device;
   qp->pd = p;
@@ -684,7 +691,8 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp->base.pd = pd;
   qp->base.send_cq = init_attr->send_cq;
   qp->base.recv_cq = init_attr->recv_cq;
-  qp->base.handle = static_cast<uint32_t>(next_handle_++);
+  next_handle_++;  // handed out as before, so later handles stay the same
+  qp->base.handle = static_cast<uint32_t>(qp_slots_.size());  // see FindQp
   qp->base.qp_num = NewQpNum();
   qp->base.state = IBV_QPS_RESET;
   qp->base.qp_type = IBV_QPT_RC;
@@ -751,7 +759,6 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   }
   UnmarkReady(qp->slot);
   qp_slots_[qp->slot] = nullptr;
-  qp_cache_.Clear();
   if (qp->srq != nullptr) {
     auto& attached = qp->srq->qps;
     attached.erase(std::find(attached.begin(), attached.end(), qp));
@@ -763,7 +770,10 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   qps_by_num_.erase(qp->base.qp_num);
   c->qp = nullptr;
   c->base.qp = nullptr;
-  qps_.erase(&qp->base);
+  // Retired, not freed (see FakeNic::cq_slots_).
+  auto owned = qps_.find(&qp->base);
+  retired_qps_.push_back(std::move(owned->second));
+  qps_.erase(owned);
 }
 
 // ---- the handshake ----------------------------------------------------------

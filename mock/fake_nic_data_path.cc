@@ -173,10 +173,12 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     return PostErrno(err);
   };
-  for (auto it = post_faults_.begin(); it != post_faults_.end(); ++it) {
+  for (auto it = post_faults_.begin(); !quiet_ && it != post_faults_.end();
+       ++it) {
     if (it->qp_num == 0 || it->qp_num == q->base.qp_num) {
       const int err = it->errno_value;
       post_faults_.erase(it);
+      UpdateQuiet();
       return refuse(wr, err, "fault: FailNextPostSend");
     }
   }
@@ -217,17 +219,12 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         (w->num_sge > 0 && w->sg_list == nullptr)) {
       return refuse(w, EINVAL, "num_sge above max_send_sge");
     }
-    SendWqe wqe;
-    wqe.wr_id = w->wr_id;
-    wqe.opcode = op;
-    wqe.send_flags = w->send_flags;
-    wqe.imm_data = w->imm_data;
-    for (int i = 0; i < w->num_sge; ++i) {
-      wqe.sges.push_back(
-          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
-    }
-    const uint64_t length = wqe.total_length();
-    if (w->send_flags & IBV_SEND_INLINE) {
+    // Every check reads the WR itself, so that a WR that passes them is
+    // built once, in place in its send queue slot (Ring::emplace_back).
+    uint64_t length = 0;
+    for (int i = 0; i < w->num_sge; ++i) length += w->sg_list[i].length;
+    const bool is_inline = (w->send_flags & IBV_SEND_INLINE) != 0;
+    if (is_inline) {
       // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
       // copied now, so the lkey is not checked and the buffer may be reused.
       if (op == IBV_WR_RDMA_READ || IsAtomic(op)) {
@@ -236,18 +233,34 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       if (length > q->cap.max_inline_data) {
         return refuse(w, EINVAL, "inline data above max_inline_data");
       }
+    }
+    // Atomics operate on one 64-bit quantity (ibv_post_send(3): the local
+    // SGE receives the original 8-byte value).
+    if (IsAtomic(op) && (w->num_sge != 1 || length != 8)) {
+      return refuse(w, EINVAL, "atomic needs one 8-byte SGE");
+    }
+    // rxe_verbs.c post_one_send: a full send queue is ENOMEM. A slot is
+    // taken until the NIC executes (or flushes) the WR.
+    if (q->sq.size() >= q->cap.max_send_wr) {
+      return refuse(w, ENOMEM, "send queue full");
+    }
+    SendWqe& wqe = q->sq.emplace_back();
+    wqe.wr_id = w->wr_id;
+    wqe.opcode = op;
+    wqe.send_flags = w->send_flags;
+    wqe.imm_data = w->imm_data;
+    wqe.sges.assign(w->sg_list, w->num_sge);
+    if (is_inline) {
       wqe.is_inline = true;
+      wqe.inline_data.resize(length);
+      uint8_t* to = wqe.inline_data.data();
       for (const Sge& sge : wqe.sges) {
-        const auto* p = reinterpret_cast<const uint8_t*>(sge.addr);
-        wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
+        if (sge.length == 0) continue;
+        memcpy(to, reinterpret_cast<const void*>(sge.addr), sge.length);
+        to += sge.length;
       }
     }
     if (IsAtomic(op)) {
-      // Atomics operate on one 64-bit quantity (ibv_post_send(3): the local
-      // SGE receives the original 8-byte value).
-      if (w->num_sge != 1 || length != 8) {
-        return refuse(w, EINVAL, "atomic needs one 8-byte SGE");
-      }
       wqe.compare_add = w->wr.atomic.compare_add;
       wqe.swap = w->wr.atomic.swap;
       wqe.remote_addr = w->wr.atomic.remote_addr;
@@ -255,11 +268,6 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     } else {
       wqe.remote_addr = w->wr.rdma.remote_addr;
       wqe.rkey = w->wr.rdma.rkey;
-    }
-    // rxe_verbs.c post_one_send: a full send queue is ENOMEM. A slot is
-    // taken until the NIC executes (or flushes) the WR.
-    if (q->sq.size() >= q->cap.max_send_wr) {
-      return refuse(w, ENOMEM, "send queue full");
     }
     // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): a success
     // completion only if the WR is signaled or the QP has sq_sig_all.
@@ -272,7 +280,6 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       event->byte_len = length;
       DescribeAddresses(event, wqe.sges, wqe.rkey, wqe.remote_addr);
     });
-    q->sq.push_back(std::move(wqe));
     if (q->sq_ring_slots != 0)
       q->sq_prod = (q->sq_prod + 1) & (q->sq_ring_slots - 1);
     MarkMaybeReady(q);
@@ -330,27 +337,24 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (q->rq.size() + q->stranded_recvs >= q->cap.max_recv_wr) {
       return refuse(w, ENOMEM, "receive queue full");
     }
-    RecvWqe wqe;
+    // Personality::flushes_receives_posted_in_err: a receive posted in ERR
+    // stays in the queue (taking a slot) and never completes.
+    const bool stranded = q->base.state == IBV_QPS_ERR &&
+                          !config_.personality.flushes_receives_posted_in_err;
+    RecvWqe& wqe =
+        stranded ? q->stranded_rq.emplace_back() : q->rq.emplace_back();
     wqe.wr_id = w->wr_id;
-    for (int i = 0; i < w->num_sge; ++i) {
-      wqe.sges.push_back(
-          {w->sg_list[i].addr, w->sg_list[i].length, w->sg_list[i].lkey});
-    }
+    wqe.sges.assign(w->sg_list, w->num_sge);
     RecordLazily([&](FakeNicEvent* event) {
       event->kind = FakeNicEvent::Kind::kPostRecv;
       event->qp_num = q->base.qp_num;
       event->wr_id = wqe.wr_id;
       DescribeAddresses(event, wqe.sges, 0, 0);
     });
-    if (q->base.state == IBV_QPS_ERR &&
-        !config_.personality.flushes_receives_posted_in_err) {
-      // Personality::flushes_receives_posted_in_err: it stays in the queue
-      // (taking a slot) and never completes.
+    if (stranded) {
       q->stranded_recvs++;
-      q->stranded_rq.push_back(std::move(wqe));
       continue;
     }
-    q->rq.push_back(std::move(wqe));
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
     MarkMaybeReady(q);
     MarkMaybeReady(q->peer);
@@ -645,7 +649,11 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
   // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
   // always generated, even for an unsignaled WR.
   if (!wqe.signaled && status == IBV_WC_SUCCESS) return;
-  ibv_wc wc;
+  // Written in place in the CQ's ring (CqeSlot), or built aside for AddCqe
+  // to report when the CQ has no room.
+  ibv_wc lost;
+  ibv_wc* const slot = CqeSlot(qp->send_cq);
+  ibv_wc& wc = slot != nullptr ? *slot : lost;
   memset(&wc, 0, sizeof(wc));
   wc.wr_id = wqe.wr_id;
   wc.status = status;
@@ -659,7 +667,11 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
       wc.byte_len = byte_len;
     }
   }
-  AddCqe(qp->send_cq, wc, false);
+  if (slot != nullptr) {
+    CommitCqe(qp->send_cq, wc, false);
+  } else {
+    AddCqe(qp->send_cq, wc, false);
+  }
 }
 
 // One send WR at the head of `qp`'s send queue meets the responder. The
@@ -672,7 +684,11 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     LandNextPiece(qp);
     return;
   }
-  if (ApplyExecuteHook(qp)) return;
+  // A WR delayed by a hook since removed still waits out its delay.
+  if ((!quiet_ || qp->sq.front().delay_steps_left > 0) &&
+      ApplyExecuteHook(qp)) {
+    return;
+  }
   SendWqe& head = qp->sq.front();
   const uint32_t qp_num = qp->base.qp_num;
 
@@ -693,10 +709,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
   };
 
-  for (auto it = status_faults_.begin(); it != status_faults_.end(); ++it) {
+  for (auto it = status_faults_.begin(); !quiet_ && it != status_faults_.end();
+       ++it) {
     if (it->wr_id == head.wr_id && (it->qp_num == 0 || it->qp_num == qp_num)) {
       const ibv_wc_status status = it->status;
       status_faults_.erase(it);
+      UpdateQuiet();
       FakeNicEvent event;
       event.kind = FakeNicEvent::Kind::kFault;
       event.qp_num = qp_num;

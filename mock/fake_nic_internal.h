@@ -2,8 +2,11 @@
 // out. Private to mock/fake_nic*.cc.
 //
 // Each object embeds the rdma-core struct it stands for (`base`) and FakeNic
-// finds the object again through a map keyed by &base, so a foreign or stale
-// pointer is detected rather than cast.
+// finds the object again without casting the caller's pointer: a QP or CQ by
+// the slot its `base.handle` carries (the slot must hold the object whose
+// `base` was passed; destroyed ones are retired, not freed, so a stale
+// pointer is still our memory), the other objects through a map keyed by
+// &base. A foreign or stale pointer is detected either way.
 //
 // Example:
 //   Qp* qp = FindQp(ibv_qp_pointer);   // nullptr if not ours
@@ -21,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mock/fake_nic.h"
@@ -33,6 +37,15 @@ namespace fake_nic_internal {
 // so a steady stream of WRs allocates nothing; std::deque allocated a 512-byte
 // block (and its map) per queue up front and again as it went around, which
 // was most of the memory of an idle QP.
+//
+// Entries are built in place (emplace_back hands out the slot) and consumed
+// in place (front(), then pop_front advances the head): a WR is never moved
+// between post and completion. Every free slot is kept in its cleared state,
+// so a slot handed out needs no construction; pop_front clears the slot it
+// frees with ClearSlot: the entry's own Clear() (which keeps out-of-line
+// buffers for reuse) for one that has it, assignment from T() otherwise --
+// except a plain struct such as ibv_wc, whose slot keeps the old bytes: its
+// writer fills every field.
 template <typename T>
 class Ring {
  public:
@@ -40,18 +53,39 @@ class Ring {
   size_t size() const { return size_; }
   T& front() { return slots_[head_]; }
   const T& front() const { return slots_[head_]; }
-  void push_back(T value) {
+  // A cleared slot at the back, counted in size() at once.
+  T& emplace_back() {
     if (size_ == capacity_) Grow();
-    slots_[(head_ + size_) & (capacity_ - 1)] = std::move(value);
+    T& slot = slots_[(head_ + size_) & (capacity_ - 1)];
     ++size_;
+    return slot;
+  }
+  void push_back(T value) { emplace_back() = std::move(value); }
+  // Gives back the slot emplace_back handed out last (a WR refused after
+  // it was started).
+  void pop_back() {
+    --size_;
+    ClearSlot(slots_[(head_ + size_) & (capacity_ - 1)]);
   }
   void pop_front() {
-    slots_[head_] = T();  // release what the entry holds now
+    ClearSlot(slots_[head_]);  // release what the entry holds now
     head_ = (head_ + 1) & (capacity_ - 1);
     --size_;
   }
+  void clear() {
+    while (!empty()) pop_front();
+  }
 
  private:
+  template <typename U>
+  static auto ClearSlot(U& slot) -> decltype(slot.Clear()) {
+    slot.Clear();
+  }
+  template <typename U, typename... Ignored>
+  static void ClearSlot(U& slot, Ignored...) {
+    if constexpr (!std::is_trivially_copyable_v<U>) slot = U();
+  }
+
   void Grow() {
     const size_t capacity = capacity_ == 0 ? 4 : 2 * capacity_;
     std::unique_ptr<T[]> slots(new T[capacity]);
@@ -115,6 +149,7 @@ struct CompChannel {
 
 struct Cq {
   ibv_cq base;
+  size_t slot = 0;  // FakeNic::cq_slots_ index, also in base.handle
   Device* device = nullptr;
   CompChannel* channel = nullptr;
   int depth = 0;
@@ -155,6 +190,18 @@ class SgeList {
   const Sge* end() const { return begin() + size_; }
   const Sge& front() const { return *begin(); }
   const Sge& operator[](size_t i) const { return begin()[i]; }
+  // The WR's own list (REQUIRES: n >= 0 and, when n > 0, list non-null).
+  void assign(const ibv_sge* list, int n) {
+    clear();
+    for (int i = 0; i < n; ++i) {
+      push_back({list[i].addr, list[i].length, list[i].lkey});
+    }
+  }
+  // Empty again; a spilled list keeps its heap buffer for the next WR.
+  void clear() {
+    size_ = 0;
+    heap_.clear();
+  }
 
  private:
   Sge inline_[kInline];
@@ -211,7 +258,35 @@ struct SendWqe {
   // step is what the default mode pays.
   std::unique_ptr<PendingLanding> landing;
   uint64_t total_length() const;
+  // Back to a default-constructed entry, keeping the SGE list's and the
+  // inline data's buffers (Ring::pop_front): a new field must be reset here.
+  void Clear() {
+    wr_id = 0;
+    opcode = IBV_WR_SEND;
+    send_flags = 0;
+    imm_data = 0;
+    sges.clear();
+    is_inline = false;
+    inline_data.clear();
+    remote_addr = 0;
+    rkey = 0;
+    compare_add = 0;
+    swap = 0;
+    signaled = false;
+    rnr_started = false;
+    rnr_retries_left = 0;
+    waiting_for_receive = false;
+    hook_consulted = false;
+    delay_steps_left = 0;
+    next_packet = 0;
+    in_flight = false;
+    token = 0;
+    landing.reset();
+  }
 };
+// A field added to SendWqe must be reset in SendWqe::Clear() (then update
+// the size here).
+static_assert(sizeof(SendWqe) == 192, "reset the new field in Clear()");
 
 // One request packet of an RC message (IB spec 9.2 / rxe_opcode.c).
 struct RequestPacket {
@@ -247,7 +322,12 @@ struct ResponderState {
 struct RecvWqe {
   uint64_t wr_id = 0;
   SgeList sges;
+  void Clear() {  // Ring::pop_front; keeps a spilled SGE list's buffer
+    wr_id = 0;
+    sges.clear();
+  }
 };
+static_assert(sizeof(RecvWqe) == 72, "reset the new field in Clear()");
 
 struct Qp;
 
@@ -267,7 +347,7 @@ struct Srq {
 
 struct Qp {
   ibv_qp base;
-  size_t slot = 0;  // FakeNic::qp_slots_ index, in creation order
+  size_t slot = 0;  // FakeNic::qp_slots_ index (creation order), base.handle
   Device* device = nullptr;
   Pd* pd = nullptr;
   Cq* send_cq = nullptr;
@@ -301,8 +381,8 @@ struct Qp {
   // input: a resumed packet reuses the rkey and bounds checked on FIRST).
   uint64_t resume_wr_id = 0;
   uint64_t resume_length = 0;
-  uint32_t resume_packet = 0;       // 0: nothing to resume
-  std::deque<RecvWqe> stranded_rq;  // those receives, in posting order
+  uint32_t resume_packet = 0;  // 0: nothing to resume
+  Ring<RecvWqe> stranded_rq;   // those receives, in posting order
   // Personality::sq_flush_follows_requester_index: rxe's send ring of
   // sq_ring_slots (0: not modelled), its producer index, the requester's
   // req.wqe_index, and how many WRs at sq's front the completer may flush

@@ -71,6 +71,11 @@ uint32_t MtuBytes(ibv_mtu mtu) {
 
 uint32_t PacketCount(uint64_t length, uint32_t mtu) {
   if (length == 0) return 1;
+  // Every IB MTU is a power of two (ibv_mtu): a shift, not a 64-bit divide
+  // (the divide was the hottest instruction of a one-packet write).
+  if ((mtu & (mtu - 1)) == 0) {
+    return static_cast<uint32_t>((length + mtu - 1) >> __builtin_ctz(mtu));
+  }
   return static_cast<uint32_t>((length + mtu - 1) / mtu);
 }
 
@@ -353,19 +358,21 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       return;
     }
     if (packet.ends_message) {
-      SendWqe wqe = std::move(qp->sq.front());
-      qp->sq.pop_front();
+      // Executed and completed where it sits; popping only advances the
+      // head (nothing on this path touches the send or receive queue).
+      const SendWqe& wqe = head;
       RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
       if (took_receive) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
-        RecvWqe recv = std::move(responder->ReceiveQueue().front());
-        responder->ReceiveQueue().pop_front();
-        CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
+        fake_nic_internal::Ring<RecvWqe>& rq = responder->ReceiveQueue();
+        CompleteReceive(responder, rq.front(), wqe, IBV_WC_SUCCESS,
                         IBV_WC_RECV_RDMA_WITH_IMM,
                         static_cast<uint32_t>(length));
+        rq.pop_front();
       }
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      qp->sq.pop_front();
       return;
     }
   }
@@ -615,6 +622,11 @@ void FakeNic::RecordPacket(Qp* qp, const SendWqe& wqe,
 
 void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                              const char* why) {
+  if (!Observed()) {  // as RecordLazily: the sequence advances all the same
+    next_seq_++;
+    WakeWaiters();
+    return;
+  }
   FakeNicEvent executed;
   executed.kind = FakeNicEvent::Kind::kExecute;
   executed.qp_num = qp->base.qp_num;
@@ -630,7 +642,11 @@ void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 void FakeNic::CompleteReceive(Qp* responder, const RecvWqe& recv,
                               const SendWqe& wqe, ibv_wc_status status,
                               ibv_wc_opcode opcode, uint32_t byte_len) {
-  ibv_wc wc;
+  // Written in place in the CQ's ring (CqeSlot), or built aside for
+  // AddCqe to report when the CQ has no room.
+  ibv_wc lost;
+  ibv_wc* const slot = CqeSlot(responder->recv_cq);
+  ibv_wc& wc = slot != nullptr ? *slot : lost;
   memset(&wc, 0, sizeof(wc));
   wc.wr_id = recv.wr_id;
   wc.status = status;
@@ -647,7 +663,12 @@ void FakeNic::CompleteReceive(Qp* responder, const RecvWqe& recv,
   if (status == IBV_WC_SUCCESS && config_.personality.recv_cqe_has_grh_flag) {
     wc.wc_flags |= IBV_WC_GRH;
   }
-  AddCqe(responder->recv_cq, wc, wqe.send_flags & IBV_SEND_SOLICITED);
+  const bool solicited = wqe.send_flags & IBV_SEND_SOLICITED;
+  if (slot != nullptr) {
+    CommitCqe(responder->recv_cq, wc, solicited);
+  } else {
+    AddCqe(responder->recv_cq, wc, solicited);
+  }
 }
 
 }  // namespace rpma_harness

@@ -2242,5 +2242,104 @@ TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
   EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
 }
 
+// ---- handles and the quiet fast path (issue 14)
+// ------------------------------
+
+// Handles are validated by the slot they carry, not a hashed lookup: a copy
+// of a live handle (same slot, other address), a destroyed QP's handle and a
+// destroyed CQ's handle are refused, and a CQ created in a freed slot works.
+TEST_F(FakeNicTest, CopiedAndDestroyedHandlesAreRefused) {
+  ConnectHosts();
+  ibv_qp copied_qp = *client_.qp;
+  ibv_cq copied_cq = *client_.cq;
+  EXPECT_EQ(
+      PostRdma(&copied_qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
+               RemoteAddr(server_, 0), server_.mr->rkey, IBV_SEND_SIGNALED),
+      EINVAL);
+  ibv_wc wc;
+  EXPECT_EQ(nic_->PollCq(&copied_cq, 1, &wc), -EINVAL);
+
+  ibv_cq* spare = nic_->CreateCq(client_.ctx, 4, nullptr, nullptr, 0);
+  ASSERT_NE(spare, nullptr);
+  ASSERT_EQ(nic_->DestroyCq(spare), 0);
+  EXPECT_EQ(nic_->PollCq(spare, 1, &wc), -EINVAL);
+  ibv_cq* again = nic_->CreateCq(client_.ctx, 4, nullptr, nullptr, 0);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(nic_->PollCq(again, 1, &wc), 0);
+
+  ibv_qp* stale = client_.qp;
+  nic_->DestroyQp(client_.id);
+  EXPECT_EQ(
+      PostRdma(stale, IBV_WR_RDMA_WRITE, 2, client_, 0, 8,
+               RemoteAddr(server_, 0), server_.mr->rkey, IBV_SEND_SIGNALED),
+      EINVAL);
+  EXPECT_EQ(PostRecv(server_, 3, 0, 8), 0);  // the live QP is unaffected
+  ibv_qp_attr attr;
+  EXPECT_EQ(nic_->QueryQp(stale, &attr, IBV_QP_STATE, nullptr), EINVAL);
+}
+
+// A WR delayed by an execute hook keeps waiting out its delay after the hook
+// is removed (the NIC is then "quiet" and skips the hook altogether).
+TEST_F(FakeNicTest, DelayOutlivesTheHookThatSetIt) {
+  ConnectHosts();
+  nic_->SetExecuteHook([](const ExecuteInfo&) {
+    ExecuteVerdict verdict;
+    verdict.kind = ExecuteVerdict::Kind::kDelay;
+    verdict.delay_steps = 2;
+    return verdict;
+  });
+  ASSERT_EQ(Write(1, 8, IBV_SEND_SIGNALED), 0);
+  EXPECT_TRUE(nic_->Step());  // the hook says: wait two more steps
+  nic_->SetExecuteHook(nullptr);
+  EXPECT_TRUE(nic_->Step());
+  EXPECT_TRUE(nic_->Step());
+  EXPECT_TRUE(PollAll(client_.cq).empty());
+  EXPECT_TRUE(nic_->Step());  // executes now
+  const std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
+// An observer added after a quiet stretch sees the same events, with the
+// same sequence numbers, as one that watched from the start; a status fault
+// set after the quiet stretch still applies.
+TEST_F(FakeNicTest, QuietRunsNumberEventsAsObservedOnes) {
+  std::vector<FakeNicEvent> seen[2];
+  for (int late = 0; late < 2; ++late) {
+    server_ = Host();
+    client_ = Host();
+    MakeNic(FakeNicConfig{});
+    int handle = 0;
+    auto watch = [&] {
+      handle = nic_->AddObserver(
+          [&seen, late](const FakeNicEvent& e) { seen[late].push_back(e); });
+    };
+    if (!late) watch();
+    ConnectHosts();
+    ASSERT_EQ(Write(1, 8, IBV_SEND_SIGNALED), 0);
+    nic_->RunUntilIdle();
+    ASSERT_EQ(PollAll(client_.cq).size(), 1u);
+    if (late) watch();
+    nic_->CompleteNextWrWithStatus(2, IBV_WC_REM_OP_ERR);
+    ASSERT_EQ(Write(2, 8, IBV_SEND_SIGNALED), 0);
+    nic_->RunUntilIdle();
+    nic_->RemoveObserver(handle);
+    const std::vector<ibv_wc> wcs = PollAll(client_.cq);
+    ASSERT_FALSE(wcs.empty());
+    EXPECT_EQ(wcs[0].wr_id, 2u);
+    EXPECT_EQ(wcs[0].status, IBV_WC_REM_OP_ERR);
+  }
+  ASSERT_FALSE(seen[1].empty());
+  // The late observer saw the tail of what the early one saw.
+  ASSERT_GE(seen[0].size(), seen[1].size());
+  const size_t skip = seen[0].size() - seen[1].size();
+  for (size_t i = 0; i < seen[1].size(); ++i) {
+    EXPECT_EQ(seen[1][i].seq, seen[0][skip + i].seq) << i;
+    EXPECT_EQ(seen[1][i].kind, seen[0][skip + i].kind) << i;
+    EXPECT_EQ(seen[1][i].wr_id, seen[0][skip + i].wr_id) << i;
+  }
+}
+
 }  // namespace
 }  // namespace rpma_harness
