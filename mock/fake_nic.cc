@@ -546,12 +546,11 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
     return nullptr;
   }
   std::unique_ptr<Cq> cq;
-  if (retired_cqs_.empty()) {
+  if (retired_cqs_.size() <= kRetiredKept) {
     cq = std::make_unique<Cq>();
   } else {  // see cq_slots_
-    cq = std::move(retired_cqs_.back());
-    retired_cqs_.pop_back();
-    *cq = Cq();
+    cq = std::move(retired_cqs_.front());
+    retired_cqs_.pop_front();
   }
   if (free_cq_slots_.empty()) {
     cq->slot = cq_slots_.size();
@@ -605,6 +604,7 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
   cq_slots_[c->slot] = nullptr;
   free_cq_slots_.push_back(c->slot);
   auto owned = cqs_.find(cq);
+  *owned->second = Cq();  // its ring released now (see cq_slots_)
   retired_cqs_.push_back(std::move(owned->second));
   cqs_.erase(owned);
   return 0;

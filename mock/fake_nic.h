@@ -912,13 +912,15 @@ class FakeNic final : public VerbsBackend {
   // Handles validated without a hashed lookup (FindQp / FindCq): the
   // ibv_qp / ibv_cq handed out carries its slot in `handle`, and a handle is
   // ours when the slot holds the object whose `base` it is. A destroyed
-  // object is not freed but retired (and reused by the next create), so a
-  // stale handle still points at our memory and fails the check (or, once
-  // reused, names the new object, as a reused malloc block did before).
+  // object is not freed but retired: emptied at once (its rings and buffers
+  // released), and reused only after kRetiredKept later destroys, oldest
+  // first, so a stale handle still points at our memory and fails the check
+  // even when the program creates a new QP / CQ right after the destroy.
+  static constexpr size_t kRetiredKept = 64;
   std::vector<Cq*> cq_slots_;  // by Cq::slot; nullptr once destroyed
   std::vector<size_t> free_cq_slots_;
-  std::vector<std::unique_ptr<Qp>> retired_qps_;
-  std::vector<std::unique_ptr<Cq>> retired_cqs_;
+  std::deque<std::unique_ptr<Qp>> retired_qps_;
+  std::deque<std::unique_ptr<Cq>> retired_cqs_;
   std::map<uint32_t, Qp*> qps_by_num_;
   std::map<const void*, std::unique_ptr<Srq>> srqs_;
   std::vector<Qp*> qp_order_;             // creation order (DebugString)

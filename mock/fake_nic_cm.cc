@@ -647,12 +647,11 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   if (c->device->num_qps >= caps.max_qp) return CmFail(ENOMEM);
 
   std::unique_ptr<Qp> qp;
-  if (retired_qps_.empty()) {
+  if (retired_qps_.size() <= kRetiredKept) {
     qp = std::make_unique<Qp>();
   } else {  // see FakeNic::cq_slots_
-    qp = std::move(retired_qps_.back());
-    retired_qps_.pop_back();
-    *qp = Qp();
+    qp = std::move(retired_qps_.front());
+    retired_qps_.pop_front();
   }
   memset(&qp->base, 0, sizeof(qp->base));
   qp->device = c->device;
@@ -772,6 +771,7 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   c->base.qp = nullptr;
   // Retired, not freed (see FakeNic::cq_slots_).
   auto owned = qps_.find(&qp->base);
+  *owned->second = Qp();  // its rings and buffers released now
   retired_qps_.push_back(std::move(owned->second));
   qps_.erase(owned);
 }

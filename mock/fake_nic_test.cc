@@ -2266,6 +2266,12 @@ TEST_F(FakeNicTest, CopiedAndDestroyedHandlesAreRefused) {
   ibv_cq* again = nic_->CreateCq(client_.ctx, 4, nullptr, nullptr, 0);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(nic_->PollCq(again, 1, &wc), 0);
+  // A CQ created right after the destroy is another object: the stale
+  // handle does not name it.
+  EXPECT_NE(again, spare);
+  EXPECT_EQ(nic_->PollCq(spare, 1, &wc), -EINVAL);
+  EXPECT_EQ(nic_->DestroyCq(spare), EINVAL);
+  EXPECT_EQ(nic_->DestroyCq(again), 0);
 
   ibv_qp* stale = client_.qp;
   nic_->DestroyQp(client_.id);
