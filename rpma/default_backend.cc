@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -19,16 +18,17 @@ namespace {
 
 // RPMA_HARNESS_FAULTS=<file>: the file's fault rules wrap this process's
 // backend (mock/fault_file.h; README, "Scenarios: faults on purpose"). A
-// file that cannot be used never means "run without faults": the error
-// goes to stderr and every call fails as on a machine without a NIC
-// (rpma_utils_get_ibv_context returns RPMA_E_PROVIDER).
+// file that cannot be used never means "run without faults": every call
+// fails as on a machine without a NIC (rpma_utils_get_ibv_context returns
+// RPMA_E_PROVIDER) and the first one prints the error.
 std::shared_ptr<VerbsBackend> WithFaultsFromEnvironment(
     std::shared_ptr<VerbsBackend> backend) {
   std::string error;
   std::shared_ptr<VerbsBackend> wrapped =
       WrapWithFaultsFromEnvironment(std::move(backend), &error);
   if (wrapped) return wrapped;
-  std::fprintf(stderr, "rpma-harness: %s\n", error.c_str());
+  // UnavailableBackend prints "rpma-harness: no NIC is available: <error>"
+  // on stderr at the first call.
   return std::make_shared<UnavailableBackend>(error);
 }
 
