@@ -166,8 +166,9 @@ void ReadValue(const std::string& s, size_t i, int line, FaultField* f) {
   f->value = text;
 }
 
-// Reads `key: value` starting at s[i].
-FaultField ReadField(const std::string& s, size_t i, int line) {
+// Reads `key: value` starting at s[i] (the value only if `read_value`).
+FaultField ReadField(const std::string& s, size_t i, int line,
+                     bool read_value = true) {
   FaultField f;
   f.key_at.line = line;
   f.key_at.column = static_cast<int>(i) + 1;
@@ -189,7 +190,7 @@ FaultField ReadField(const std::string& s, size_t i, int line) {
   if (j >= s.size() || s[j] != ':' || (j + 1 < s.size() && s[j + 1] != ' ')) {
     Fail(line, j, "expected ': ' after the key '" + f.key + "'");
   }
-  ReadValue(s, SkipSpaces(s, j + 1), line, &f);
+  if (read_value) ReadValue(s, SkipSpaces(s, j + 1), line, &f);
   return f;
 }
 
@@ -247,7 +248,12 @@ void Parse(const std::string& text, FaultFile* file) {
     seen_content = true;
     if (top_level) {
       state = kTop;
-      FaultField f = ReadField(s, 0, line);
+      // The value of a key other than faults: and seed: is not read.
+      FaultField f = ReadField(s, 0, line, /*read_value=*/false);
+      if (f.key == "faults" || f.key == "seed") {
+        const size_t colon = s.find(':');
+        ReadValue(s, SkipSpaces(s, colon + 1), line, &f);
+      }
       if (f.key == "faults") {
         if (seen_faults) {
           Fail(line, 0,

@@ -69,14 +69,16 @@ TEST(FaultFileTest, AWholeScenarioFileGivesItsFaultsAndNamesTheRest) {
                          "  action: fail\n"
                          "  errno: 12\n"
                          "expect:\n"
-                         "  faults_fired: [a]\n",
+                         "  faults_fired: [a]\n"
+                         "client: {sq_size: 4}\n",
                          "f.yaml", &file, &error))
       << error;
   ASSERT_EQ(file.faults.size(), 1u);
   EXPECT_EQ(file.faults[0].error, 12);
   EXPECT_FALSE(file.seed.has_value());
   EXPECT_EQ(file.ignored_keys,
-            (std::vector<std::string>{"name", "workload", "server", "expect"}));
+            (std::vector<std::string>{"name", "workload", "server", "expect",
+                                      "client"}));
 }
 
 TEST(FaultFileTest, RefusesWhatItDoesNotReadWithLineAndRemedy) {
