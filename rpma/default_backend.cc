@@ -8,14 +8,37 @@
 #include <string>
 
 #include "mock/fake_nic.h"
+#include "mock/fault_file.h"
 #include "verbs_backend/rdma_core_backend.h"
 #include "verbs_backend/unavailable_backend.h"
 
 namespace rpma_harness {
 
+namespace {
+
+// RPMA_HARNESS_FAULTS=<file>: the file's fault rules wrap this process's
+// backend (mock/fault_file.h; README, "Scenarios: faults on purpose"). A
+// file that cannot be used never means "run without faults": every call
+// fails as on a machine without a NIC (rpma_utils_get_ibv_context returns
+// RPMA_E_PROVIDER) and the first one prints the error.
+std::shared_ptr<VerbsBackend> WithFaultsFromEnvironment(
+    std::shared_ptr<VerbsBackend> backend) {
+  std::string error;
+  std::shared_ptr<VerbsBackend> wrapped =
+      WrapWithFaultsFromEnvironment(std::move(backend), &error);
+  if (wrapped) return wrapped;
+  // UnavailableBackend prints "rpma-harness: no NIC is available: <error>"
+  // on stderr at the first call.
+  return std::make_shared<UnavailableBackend>(error);
+}
+
+}  // namespace
+
 std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
   if (value != nullptr && std::strcmp(value, "rdma-core") == 0) {
-    return std::make_shared<RdmaCoreBackend>();
+    // Over a real NIC only the faults that act on a call can be hosted
+    // (FaultNeedsFakeNic); the others make the backend unavailable.
+    return WithFaultsFromEnvironment(std::make_shared<RdmaCoreBackend>());
   }
   if (value == nullptr || std::strcmp(value, "fake") == 0) {
     // A program written like a real librpma client or server blocks in
@@ -47,7 +70,7 @@ std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
     }
     auto nic = std::make_shared<FakeNic>(std::move(config));
     nic->StartBackgroundProgress();
-    return nic;
+    return WithFaultsFromEnvironment(std::move(nic));
   }
   return std::make_shared<UnavailableBackend>(
       std::string("RPMA_HARNESS_BACKEND='") + value +

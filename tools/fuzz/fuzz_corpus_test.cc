@@ -61,6 +61,8 @@ TEST(FuzzCorpusTest, MrDescriptor) {
 
 TEST(FuzzCorpusTest, RpmaApi) { Replay("rpma_api", FuzzRpmaApi); }
 
+TEST(FuzzCorpusTest, FaultFile) { Replay("fault_file", FuzzFaultFile); }
+
 TEST(FuzzCorpusTest, ScenarioParser) {
   Replay("scenario_parser", FuzzScenarioParser);
 }

@@ -23,6 +23,8 @@ int FuzzMrDescriptor(const uint8_t* data, size_t size);
 int FuzzRpmaApi(const uint8_t* data, size_t size);
 // Arbitrary text through the scenario parser (tools/scenario).
 int FuzzScenarioParser(const uint8_t* data, size_t size);
+// fault_file_fuzz.cc: text through ParseFaultFileText (RPMA_HARNESS_FAULTS).
+int FuzzFaultFile(const uint8_t* data, size_t size);
 
 }  // namespace rpma_harness
 

@@ -33,6 +33,7 @@ declare -A ENTRY=(
   [fake_nic_wr]=FuzzFakeNicWr
   [mr_descriptor]=FuzzMrDescriptor
   [rpma_api]=FuzzRpmaApi
+  [fault_file]=FuzzFaultFile
 )
 declare -A LIBS=()
 # Memory limits per target (libFuzzer flags). The scenario parser must stay
@@ -42,6 +43,7 @@ declare -A LIBS=()
 # ASan's quarantine (16 MB here) included, stays under 512 MB.
 declare -A LIMITS=(
   [scenario_parser]="-rss_limit_mb=512 -malloc_limit_mb=64 -max_len=70000"
+  [fault_file]="-rss_limit_mb=512 -max_len=70000"
 )
 declare -A TARGET_ASAN=(
   [scenario_parser]="quarantine_size_mb=16"
@@ -50,6 +52,7 @@ declare -A SOURCES=(
   [fake_nic_wr]="tools/fuzz/fake_nic_wr_fuzz.cc tests/connected_qps.cc"
   [mr_descriptor]="tools/fuzz/mr_descriptor_fuzz.cc"
   [rpma_api]="tools/fuzz/rpma_api_fuzz.cc"
+  [fault_file]="tools/fuzz/fault_file_fuzz.cc"
 )
 if [ -f tools/scenario/scenario_parser.cc ]; then
   ENTRY[scenario_parser]=FuzzScenarioParser
@@ -59,7 +62,7 @@ fi
 
 # What every target links: the fake NIC, the rpma layer, the backends.
 common_sources() {
-  ls mock/fake_nic*.cc mock/fault_injection.cc rpma/*.cc verbs_backend/*.cc \
+  ls mock/fake_nic*.cc mock/fault_injection.cc mock/fault_file.cc mock/fault_rule_text.cc rpma/*.cc verbs_backend/*.cc \
     check/checking_backend.cc \
     2>/dev/null | grep -v '_test\.cc$'
 }

@@ -35,7 +35,7 @@ here="$PWD/tools/install"
 
 # What goes into each archive: Bazel's own .a / .lo of each library (all
 # linkstatic, see copts.bzl).
-core=(//rpma:rpma //rpma:mr_descriptor //check:checking_backend //mock:fake_nic //mock:fault_injection
+core=(//rpma:rpma //rpma:mr_descriptor //check:checking_backend //mock:fake_nic //mock:fault_injection //mock:fault_file
       //verbs_backend:rdma_core_backend //verbs_backend:unavailable_backend)
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend)

@@ -10,6 +10,7 @@ processes on one fresh fake-NIC fabric, as a test.
         clients = [":my_client"],              # one label per client process
         client_args = ["127.0.0.1", "7000"],   # "%i": the client's index
         scenario = "kill_client.faults",       # optional: kill rules
+        faults = {"server": "deny.yaml"},      # optional: NIC-level faults
     )
 
 It runs //tools/multiprocess:multiprocess (launcher.h): each process gets
@@ -20,7 +21,9 @@ server's listener appears on the fabric (ready = "listen"; or "line:REGEX",
 exit 0, unless `expect` ({"client0": "nonzero"}) says otherwise or a kill
 rule of `scenario` killed it. `scenario` is a file of kill rules, one a line:
 `kill LABEL@MS` or `kill LABEL@/REGEX/` (REGEX on any "[label] line" of
-output), or `kill LABEL@step:N` with `sequence`. `sequence` (a seed) runs
+output), or `kill LABEL@step:N` with `sequence`. `faults` maps a process label to a faults file (a scenario's `faults:`
+list): that process alone gets RPMA_HARNESS_FAULTS (launcher
+--faults LABEL=FILE). `sequence` (a seed) runs
 the fabric sequenced (launcher --sequence: every NIC step of every process
 in the seed's order). `launcher_args` go to the launcher as they are
 (--grace, --env, --trace, ...).
@@ -41,6 +44,7 @@ def rpma_multiprocess_test(
         expect = {},
         timeout_s = 45,
         sequence = None,
+        faults = {},
         launcher_args = [],
         **kwargs):
     launcher = Label("//tools/multiprocess:multiprocess")
@@ -53,6 +57,10 @@ def rpma_multiprocess_test(
     if scenario:
         data.append(scenario)
         args += ["--faults", "$(location %s)" % scenario]
+    for label, file in faults.items():
+        if file not in data:
+            data.append(file)
+        args += ["--faults", "%s=$(location %s)" % (label, file)]
     if sequence != None:
         args += ["--sequence", str(sequence)]
     for label, want in expect.items():

@@ -383,6 +383,11 @@ class Run {
       for (const auto& kv : o_.process_env) {
         setenv(kv.first.c_str(), kv.second.c_str(), 1);
       }
+      for (const auto& [label, kv] : o_.label_env) {
+        if (label == spec.label) {
+          setenv(kv.first.c_str(), kv.second.c_str(), 1);
+        }
+      }
       if (o_.sequenced) {
         setenv("RPMA_HARNESS_FABRIC_SEQUENCE",
                std::to_string(o_.sequence_seed).c_str(), 1);

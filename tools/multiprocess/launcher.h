@@ -82,6 +82,10 @@ struct LaunchOptions {
   std::string tmp_root = "/tmp";  // sun_path limit: keep it short
   bool keep_dir = false;
   std::vector<std::pair<std::string, std::string>> process_env;
+  // One process's own environment, set after process_env: (label, K, V)
+  // (the launcher's --faults LABEL=FILE: RPMA_HARNESS_FAULTS=FILE).
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>>
+      label_env;
   // The fabric's sequenced mode (mock/fake_nic_fabric_sequence.h): the
   // launcher runs the Sequencer with this seed, every process gets
   // RPMA_HARNESS_FABRIC_SEQUENCE=<seed> and runs without address-space

@@ -22,6 +22,9 @@
 //                       steps and LABEL waits (needs --sequence; the same
 //                       point of every run)
 //   --faults FILE       more kill rules, one "kill RULE" a line (# comments)
+//   --faults LABEL=FILE LABEL's NIC-level faults: the process gets
+//                       RPMA_HARNESS_FAULTS=FILE (a scenario's faults:
+//                       list, mock/fault_file.h); repeatable, one per label
 //   --expect LABEL=W    W: 0 (default), a code, nonzero, any
 //   --trace FILE        the merged trace of every process (and the
 //                       launcher's start/ready/kill/exit lines)
@@ -39,6 +42,7 @@
 // ignored), the run goes on unprinted, its processes end or are killed as
 // usual, and the exit status is 1.
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "mock/fault_file.h"
 #include "tools/multiprocess/launcher.h"
 #include "tools/multiprocess/trace_merge.h"
 
@@ -57,10 +62,22 @@ int Usage(const std::string& why) {
       << "multiprocess: " << why << "\n"
       << "usage: multiprocess [--clients N] [--timeout S] [--grace S] "
          "[--ready listen|line:REGEX|delay:MS|none] [--kill RULE]... "
-         "[--faults FILE] [--expect LABEL=W]... [--trace FILE] "
+         "[--faults FILE] [--faults LABEL=FILE]... [--expect LABEL=W]... "
+         "[--trace FILE] "
          "[--timeline FILE.svg] [--env K=V]... [--sequence SEED] [--keep] "
          "SERVER [ARG...] [-- CLIENT [ARG...]]...\n";
   return 2;
+}
+
+// "server=f.yaml", "client0=f.yaml": a label (letters, digits) before '='.
+// Anything else is the kill-rule file's path.
+bool IsLabelAssignment(const std::string& v) {
+  const size_t eq = v.find('=');
+  if (eq == 0 || eq == std::string::npos) return false;
+  for (size_t k = 0; k < eq; ++k) {
+    if (!std::isalnum(static_cast<unsigned char>(v[k]))) return false;
+  }
+  return true;
 }
 
 bool ParseSeconds(const std::string& text, int* ms) {
@@ -92,6 +109,7 @@ int main(int argc, char** argv) {
   using namespace rpma_harness;
   LaunchOptions o;
   std::string trace_file, timeline_file;
+  std::vector<std::pair<std::string, std::string>> process_faults;
   int nclients = -1;
   int i = 1;
   for (; i < argc; ++i) {
@@ -152,6 +170,21 @@ int main(int argc, char** argv) {
       std::string error;
       if (!ParseKillRule(v, &rule, &error)) return Usage(error);
       o.kills.push_back(rule);
+    } else if (a == "--faults" && IsLabelAssignment(v)) {
+      // --faults LABEL=FILE: that process's NIC-level faults (its default
+      // backend reads RPMA_HARNESS_FAULTS, mock/fault_file.h). Read here
+      // too, so a bad file fails the run before anything starts.
+      const size_t eq = v.find('=');
+      const std::string path = v.substr(eq + 1);
+      FaultFile file;
+      std::string error;
+      if (!ReadFaultFile(path, &file, &error)) {
+        return Usage("--faults " + v.substr(0, eq) + "=...: " + error);
+      }
+      char* absolute = realpath(path.c_str(), nullptr);
+      process_faults.emplace_back(v.substr(0, eq),
+                                  absolute != nullptr ? absolute : path);
+      free(absolute);
     } else if (a == "--faults") {
       std::ifstream in(v);
       if (!in) return Usage("cannot read --faults " + v);
@@ -240,6 +273,12 @@ int main(int argc, char** argv) {
       p.argv.push_back(Substitute(a, static_cast<int>(k)));
     }
     o.processes.push_back(p);
+  }
+  for (const auto& [label, path] : process_faults) {
+    bool known = false;
+    for (const ProcessSpec& p : o.processes) known |= p.label == label;
+    o.label_env.push_back({label, {"RPMA_HARNESS_FAULTS", path}});
+    if (!known) return Usage("--faults " + label + "=...: no such process");
   }
   for (const KillRule& k : o.kills) {
     bool known = false;

@@ -122,46 +122,9 @@ T OneOf(const YAML::Node& node, const std::string& what,
                  "' (expected one of: " + Join(names) + ")");
 }
 
+// The names are shared with the faults file (mock/fault_rule_text.h).
 const std::vector<std::pair<std::string, ibv_wc_status>>& StatusNames() {
-  static const auto* names =
-      new std::vector<std::pair<std::string, ibv_wc_status>>{
-          {"SUCCESS", IBV_WC_SUCCESS},
-          {"LOC_LEN_ERR", IBV_WC_LOC_LEN_ERR},
-          {"LOC_QP_OP_ERR", IBV_WC_LOC_QP_OP_ERR},
-          {"LOC_PROT_ERR", IBV_WC_LOC_PROT_ERR},
-          {"WR_FLUSH_ERR", IBV_WC_WR_FLUSH_ERR},
-          {"BAD_RESP_ERR", IBV_WC_BAD_RESP_ERR},
-          {"LOC_ACCESS_ERR", IBV_WC_LOC_ACCESS_ERR},
-          {"REM_INV_REQ_ERR", IBV_WC_REM_INV_REQ_ERR},
-          {"REM_ACCESS_ERR", IBV_WC_REM_ACCESS_ERR},
-          {"REM_OP_ERR", IBV_WC_REM_OP_ERR},
-          {"RETRY_EXC_ERR", IBV_WC_RETRY_EXC_ERR},
-          {"RNR_RETRY_EXC_ERR", IBV_WC_RNR_RETRY_EXC_ERR},
-          {"REM_ABORT_ERR", IBV_WC_REM_ABORT_ERR},
-          {"FATAL_ERR", IBV_WC_FATAL_ERR},
-          {"RESP_TIMEOUT_ERR", IBV_WC_RESP_TIMEOUT_ERR},
-          {"GENERAL_ERR", IBV_WC_GENERAL_ERR},
-      };
-  return *names;
-}
-
-int Errno(const YAML::Node& node, const std::string& what) {
-  static const std::vector<std::pair<std::string, int>> names = {
-      {"EPERM", EPERM},           {"EIO", EIO},
-      {"EAGAIN", EAGAIN},         {"ENOMEM", ENOMEM},
-      {"EACCES", EACCES},         {"EFAULT", EFAULT},
-      {"EBUSY", EBUSY},           {"EINVAL", EINVAL},
-      {"ENOSPC", ENOSPC},         {"ENODEV", ENODEV},
-      {"ENOSYS", ENOSYS},         {"EOPNOTSUPP", EOPNOTSUPP},
-      {"ETIMEDOUT", ETIMEDOUT},   {"ECONNREFUSED", ECONNREFUSED},
-      {"ECONNRESET", ECONNRESET}, {"EHOSTUNREACH", EHOSTUNREACH},
-  };
-  const std::string text = Text(node, what);
-  if (!text.empty() && std::isdigit(static_cast<unsigned char>(text[0]))) {
-    return static_cast<int>(
-        Positive(node, what, 4095, "errno 0 is success, not a failure"));
-  }
-  return OneOf(node, what, names);
+  return WcStatusNames();
 }
 
 void Remember(const YAML::Node& node, const std::string& key, Scenario* s) {
@@ -273,158 +236,46 @@ WriteOp ParseWrite(const YAML::Node& item, const YAML::Node& node,
   return op;
 }
 
+TextPosition At(const YAML::Mark& mark) {
+  // yaml-cpp has no position for some nodes: 1:1 (as Position() below).
+  TextPosition at;
+  at.line = mark.line < 0 ? 1 : mark.line + 1;
+  at.column = mark.line < 0 || mark.column < 0 ? 1 : mark.column + 1;
+  return at;
+}
+
+// The YAML side of a fault: the entry's keys and values with their
+// positions; the checks and messages are mock/fault_rule_text.h's, shared
+// with the per-process faults file (RPMA_HARNESS_FAULTS).
 void ParseFault(const YAML::Node& node, size_t index, Scenario* s) {
   const std::string where = "faults[" + std::to_string(index) + "]";
-  CheckKeys(node, where,
-            {"name", "on", "side", "connection", "opcode", "nth", "every",
-             "probability", "max_fires", "min_length", "max_length", "imm",
-             "action", "errno", "status", "steps", "bytes"});
-  FaultRule rule;
-  if (!node["name"]) Fail(node, where + ": every fault needs a name");
-  rule.name = Text(node["name"], where + ".name");
-  const std::string named = "fault '" + rule.name + "'";
-  if (!node["on"]) Fail(node, named + ": missing 'on' (which call or execute)");
-  rule.call = OneOf<FaultCall>(node["on"], named + ".on",
-                               {{"post_send", FaultCall::kPostSend},
-                                {"post_recv", FaultCall::kPostRecv},
-                                {"poll_cq", FaultCall::kPollCq},
-                                {"reg_mr", FaultCall::kRegMr},
-                                {"create_qp", FaultCall::kCreateQp},
-                                {"connect", FaultCall::kConnect},
-                                {"accept", FaultCall::kAccept},
-                                {"cm_event", FaultCall::kCmEvent},
-                                {"execute", FaultCall::kExecute}});
-  if (!node["action"]) Fail(node, named + ": missing 'action'");
-  rule.action =
-      OneOf<FaultAction>(node["action"], named + ".action",
-                         {{"fail", FaultAction::kFailCall},
-                          {"complete", FaultAction::kCompleteWithStatus},
-                          {"delay", FaultAction::kDelay},
-                          {"lose_connection", FaultAction::kLoseConnection},
-                          {"overflow_cq", FaultAction::kOverflowCq},
-                          {"tear", FaultAction::kTearWrite}});
-  std::string side;
-  if (node["side"]) {
-    side = OneOf<std::string>(
-        node["side"], named + ".side",
-        {{"client", "client"}, {"server", "server"}, {"any", ""}});
-    const bool has_qp = rule.call == FaultCall::kPostSend ||
-                        rule.call == FaultCall::kPostRecv ||
-                        rule.call == FaultCall::kExecute ||
-                        rule.call == FaultCall::kCmEvent ||
-                        // a rewritten completion belongs to one QP
-                        (rule.call == FaultCall::kPollCq &&
-                         rule.action == FaultAction::kCompleteWithStatus);
-    if (!has_qp && !side.empty()) {
-      Fail(node["side"],
-           named + ": 'side' does not apply to '" + ToString(rule.call) + "'");
-    }
+  if (!node.IsMap()) Fail(node, where + ": expected a mapping of keys");
+  FaultFields item;
+  item.at = At(node.Mark());
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) Fail(entry.first, where + ": keys are names");
+    FaultField field;
+    field.key = entry.first.Scalar();
+    field.key_at = At(entry.first.Mark());
+    field.kind = entry.second.IsNull()     ? FaultField::kNull
+                 : entry.second.IsScalar() ? FaultField::kScalar
+                                           : FaultField::kOther;
+    if (field.kind == FaultField::kScalar) field.value = entry.second.Scalar();
+    field.value_at = At(entry.second.Mark());
+    item.fields.push_back(std::move(field));
   }
-  uint32_t connection = 0;
-  if (node["connection"]) {
-    connection = Positive(node["connection"], named + ".connection", 1 << 16,
-                          "connections count from 1");
-    if (connection > s->connections) {
-      Fail(node["connection"],
-           named + ".connection: " + std::to_string(connection) +
-               " is beyond the scenario's " + std::to_string(s->connections) +
-               " connection" + (s->connections == 1 ? "" : "s") +
-               " (connections:)");
-    }
-    if (side.empty()) {
-      Fail(node["connection"],
-           named +
-               ".connection: needs 'side' (client or server): it picks "
-               "that side's QP of the connection");
-    }
+  FaultRuleText out;
+  FaultTextError error;
+  if (!FaultRuleFromFields(item, index, s->faults, s->connections, &out,
+                           &error)) {
+    YAML::Mark mark;
+    mark.line = error.at.line - 1;
+    mark.column = error.at.column - 1;
+    throw ParseError{mark, error.message};
   }
-  if (node["opcode"]) {
-    if (rule.call == FaultCall::kCmEvent) {
-      rule.opcode =
-          OneOf<int>(node["opcode"], named + ".opcode",
-                     {{"established", RDMA_CM_EVENT_ESTABLISHED},
-                      {"disconnected", RDMA_CM_EVENT_DISCONNECTED},
-                      {"connect_request", RDMA_CM_EVENT_CONNECT_REQUEST},
-                      {"rejected", RDMA_CM_EVENT_REJECTED}});
-    } else {
-      rule.opcode = OneOf<int>(node["opcode"], named + ".opcode",
-                               {{"write", IBV_WR_RDMA_WRITE},
-                                {"write_with_imm", IBV_WR_RDMA_WRITE_WITH_IMM},
-                                {"send", IBV_WR_SEND},
-                                {"send_with_imm", IBV_WR_SEND_WITH_IMM},
-                                {"read", IBV_WR_RDMA_READ}});
-    }
-  }
-  if (node["nth"]) {
-    rule.nth = Positive(node["nth"], named + ".nth", UINT64_MAX,
-                        "matches count from 1");
-  }
-  if (node["every"]) {
-    rule.every = Positive(node["every"], named + ".every", UINT64_MAX,
-                          "every 1 is each match");
-  }
-  if (node["max_fires"]) {
-    rule.max_fires = Positive(node["max_fires"], named + ".max_fires",
-                              UINT64_MAX, "a fault that may never fire");
-  }
-  if (node["probability"]) {
-    NeedValue(node["probability"], named + ".probability",
-              "a number from 0 to 1");
-    std::string why;
-    if (!ParseProbability(node["probability"].Scalar(), &rule.probability,
-                          &why)) {
-      Fail(node["probability"], named + ".probability: " + why);
-    }
-  }
-  if (node["min_length"]) {
-    rule.min_length = Unsigned(node["min_length"], named + ".min_length");
-  }
-  if (node["max_length"]) {
-    rule.max_length = Unsigned(node["max_length"], named + ".max_length");
-  }
-  if (node["imm"]) {
-    rule.imm = static_cast<uint32_t>(
-        Unsigned(node["imm"], named + ".imm", UINT32_MAX));
-  }
-  if (node["errno"]) rule.error = Errno(node["errno"], named + ".errno");
-  if (node["status"]) {
-    rule.status = OneOf(node["status"], named + ".status", StatusNames());
-  }
-  if (node["steps"]) {
-    rule.delay_steps = Positive(node["steps"], named + ".steps", 1 << 20,
-                                "a delay of 0 steps delays nothing");
-  }
-  if (node["bytes"])
-    rule.torn_bytes = Unsigned(node["bytes"], named + ".bytes");
-  if (rule.min_length && rule.max_length &&
-      *rule.min_length > *rule.max_length) {
-    Fail(node["max_length"],
-         named + ": max_length " + std::to_string(*rule.max_length) +
-             " is below min_length " + std::to_string(*rule.min_length) +
-             " (nothing would match)");
-  }
-  // What each action needs.
-  if (rule.action == FaultAction::kFailCall && !node["errno"]) {
-    Fail(node, named + ": action 'fail' needs 'errno' (e.g. ENOMEM)");
-  }
-  if (rule.action == FaultAction::kCompleteWithStatus && !node["status"]) {
-    Fail(node,
-         named + ": action 'complete' needs 'status' (e.g. REM_ACCESS_ERR)");
-  }
-  if (rule.action == FaultAction::kTearWrite && !node["bytes"]) {
-    Fail(node, named + ": action 'tear' needs 'bytes' (how many land)");
-  }
-  for (const FaultRule& other : s->faults) {
-    if (other.name == rule.name) {
-      Fail(node["name"], named + ": two faults have this name");
-    }
-  }
-  // The injector's own consistency rules (action vs. call).
-  std::string why;
-  if (!FaultInjector::Validate(rule, &why)) Fail(node, named + ": " + why);
-  s->faults.push_back(rule);
-  s->fault_sides.push_back(side);
-  s->fault_connections.push_back(connection);
+  s->faults.push_back(out.rule);
+  s->fault_sides.push_back(out.side);
+  s->fault_connections.push_back(out.connection);
 }
 
 CompletionCounts ParseCounts(const YAML::Node& node, const std::string& where) {
@@ -666,85 +517,6 @@ std::string Position(const std::string& file, const YAML::Mark& mark) {
 }
 
 }  // namespace
-
-bool ParseUnsignedNumber(const std::string& text, uint64_t max, uint64_t* value,
-                         std::string* why) {
-  const char* kForms = "decimal without leading zeros, or hex as 0x...";
-  if (text.empty()) {
-    *why = std::string("expected an unsigned number (") + kForms +
-           "), got an empty value";
-    return false;
-  }
-  const bool hex =
-      text.size() >= 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
-  const size_t first = hex ? 2 : 0;
-  bool digits_ok = text.size() > first;
-  for (size_t i = first; i < text.size() && digits_ok; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    digits_ok = hex ? std::isxdigit(c) != 0 : std::isdigit(c) != 0;
-  }
-  if (!digits_ok) {
-    *why = std::string("expected an unsigned number (") + kForms + "), got '" +
-           text + "'";
-    return false;
-  }
-  if (!hex && text.size() > 1 && text[0] == '0') {
-    // YAML 1.1 would read 010 as octal 8 and 08 as a string; neither is
-    // what a person means, so a leading zero is an error either way.
-    *why = "'" + text +
-           "': a leading zero is not allowed (write decimal without leading "
-           "zeros, or hex as 0x...; octal is not supported)";
-    return false;
-  }
-  uint64_t v = 0;
-  const uint64_t base = hex ? 16 : 10;
-  for (size_t i = first; i < text.size(); ++i) {
-    const char c = text[i];
-    const uint64_t d = std::isdigit(static_cast<unsigned char>(c))
-                           ? static_cast<uint64_t>(c - '0')
-                           : static_cast<uint64_t>(std::tolower(c) - 'a' + 10);
-    if (v > (UINT64_MAX - d) / base) {
-      *why = text + " is larger than " + std::to_string(max);
-      return false;
-    }
-    v = v * base + d;
-  }
-  if (v > max) {
-    *why = text + " is larger than " + std::to_string(max);
-    return false;
-  }
-  *value = v;
-  return true;
-}
-
-bool ParseProbability(const std::string& text, double* value,
-                      std::string* why) {
-  // Plain decimals only: no sign, exponent, hex float, nan or inf.
-  bool ok = !text.empty() && text.size() <= 32;
-  int dots = 0, digits = 0;
-  for (char c : text) {
-    if (c == '.') {
-      ++dots;
-    } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      ++digits;
-    } else {
-      ok = false;
-    }
-  }
-  ok = ok && dots <= 1 && digits > 0;
-  double p = ok ? std::strtod(text.c_str(), nullptr) : 0;
-  if (!ok || !std::isfinite(p) || p > 1) {
-    *why =
-        "expected a decimal number from 0 to 1 (e.g. 0.25), got '" + text + "'";
-    return false;
-  }
-  if (p == 0) {
-    *why = "probability 0 never fires (remove the fault instead)";
-    return false;
-  }
-  *value = p;
-  return true;
-}
 
 bool ParseScenarioText(const std::string& text, const std::string& file_name,
                        Scenario* scenario, std::string* error) {

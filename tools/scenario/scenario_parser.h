@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mock/fault_rule_text.h"
 #include "tools/scenario/scenario.h"
 
 namespace rpma_harness {
@@ -25,7 +26,7 @@ namespace rpma_harness {
 // 1 KiB; 64 KiB of YAML parses in a few MB of yaml-cpp nodes.
 constexpr size_t kMaxScenarioFileBytes = 64 * 1024;
 constexpr size_t kMaxWorkloadItems = 256;  // `count:` repeats a write
-constexpr size_t kMaxFaults = 256;
+// kMaxFaults: mock/fault_rule_text.h.
 
 // Parses `text` (the contents of `file_name`). On failure returns false and
 // sets *error to "file:line:col: message".
@@ -37,14 +38,7 @@ bool ParseScenarioText(const std::string& text, const std::string& file_name,
 bool ParseScenarioFile(const std::string& path, Scenario* scenario,
                        std::string* error);
 
-// The number forms of scenario files, also used for command-line values:
-// decimal without leading zeros ("0" itself is fine) or hex as 0x...; no
-// sign, no octal, no empty value, at most `max`. On failure *why says what
-// was expected.
-bool ParseUnsignedNumber(const std::string& text, uint64_t max, uint64_t* value,
-                         std::string* why);
-// A probability: a plain decimal in (0, 1] (no nan, inf, exponent, sign).
-bool ParseProbability(const std::string& text, double* value, std::string* why);
+// ParseUnsignedNumber, ParseProbability: mock/fault_rule_text.h.
 
 // Reads the whole of `path` if it is at most `max_bytes`; false with
 // "path: message" for a missing, unreadable or larger file or a directory
