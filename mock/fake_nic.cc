@@ -151,6 +151,7 @@ FakeNic::FakeNic(FakeNicConfig config)
       };
       hooks.release = [this] { OnSequencerRelease(); };
       hooks.local_pending = [this] { return SequencerLocalPending(); };
+      hooks.lost = [this] { OnSequencerLost(); };
       sequenced_ =
           fabric_->JoinSequencer(config_.process_label, std::move(hooks)) == 0;
     }
@@ -838,7 +839,16 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
   const auto bg_deadline = std::chrono::steady_clock::now() +
                            std::chrono::milliseconds(bg_timeout_ms);
   if (sequenced_) {
-    while (!ready()) SequencedWait(lock, &ready, what, false);
+    while (!ready()) {
+      if (SequencedWait(lock, &ready, what, false) < 0) {
+        fprintf(stderr,
+                "fake_nic: %s cannot wait: the fabric's sequencer is gone; "
+                "failing with EIO\n",
+                what);
+        errno = EIO;
+        return -1;
+      }
+    }
     return 0;
   }
   while (!ready()) {

@@ -57,6 +57,8 @@ void Fabric::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  // A ReportWait waiting for a flush the stopped thread will never do.
+  flushed_cv_.notify_all();
   Wake();
   if (thread_.joinable()) thread_.join();
 }
@@ -485,13 +487,19 @@ bool Fabric::AllFlushedLocked() const {
 }
 
 void Fabric::ReportWait(const char* where, bool releasable) {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!AllFlushedLocked()) {
-      Wake();
-      flushed_cv_.wait(lock, [this] { return AllFlushedLocked() || stop_; });
-    }
+  WaitFlushed();
+  SendWait(where, releasable);
+}
+
+void Fabric::WaitFlushed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!AllFlushedLocked()) {
+    Wake();
+    flushed_cv_.wait(lock, [this] { return AllFlushedLocked() || stop_; });
   }
+}
+
+void Fabric::SendWait(const char* where, bool releasable) {
   SendToSequencer(SequenceMessage::kWait, releasable ? 1 : 0, 0, 0, where);
 }
 
@@ -554,9 +562,10 @@ void Fabric::OnSequencerReadable() {
   if (n <= 0) {
     // The launcher is gone: nobody grants steps any more.
     fprintf(stderr,
-            "fake_nic fabric: the sequencer went away; this process's "
-            "waits on the fabric will not end\n");
+            "fake_nic fabric: the sequencer went away (its launcher "
+            "ended?); this process's waits on the fabric end with EIO\n");
     seq_lost_ = true;  // keep polling the rest, not this fd
+    if (seq_hooks_.lost) seq_hooks_.lost();
     return;
   }
   seq_in_.append(buffer, static_cast<size_t>(n));
