@@ -88,8 +88,9 @@ inline std::string SequencerPath(const std::string& fabric_dir) {
 
 class Sequencer {
  public:
-  // Consecutive releases with no step in between before an all-waiting
-  // fabric counts as deadlocked (a busy-poll loop with nothing to come).
+  // Consecutive releases with no step granted and no kRun in between
+  // before an all-waiting fabric counts as deadlocked (a busy-poll loop with
+  // nothing to come).
   static constexpr int kMaxReleases = 1000;
 
   // `labels`: every process that will join (RPMA_HARNESS_PROCESS_NAME); each
@@ -135,6 +136,8 @@ class Sequencer {
   void Advance();
   void SendTo(Process* p, const fake_nic_internal::SequenceMessage& m);
   Process* ByFd(int fd);
+  void CloseInPass(int fd);
+  bool ClosedThisPass(int fd) const;
   uint64_t NextRandom();
 
   const std::string path_;
@@ -166,7 +169,8 @@ class Sequencer {
   Phase phase_ = Phase::kIdle;
   uint32_t round_ = 0;
   Process* stepping_ = nullptr;
-  int releases_in_a_row_ = 0;
+  int releases_in_a_row_ = 0;          // reset by a grant or any process's kRun
+  std::vector<int> closed_this_pass_;  // fds closed in this poll pass
 };
 
 }  // namespace rpma_harness
