@@ -511,6 +511,9 @@ class FakeNic final : public VerbsBackend {
   // A human-readable snapshot for a hung test: every QP (state, queue
   // occupancy, peer), CQ occupancy, pending CM work and queued CM events.
   std::string DebugString();
+  // Sequenced mode: how many application threads wait on the fabric now
+  // (for tests that must know a thread is parked before they go on).
+  int SequencedWaiters();
   // How many objects of each kind the NIC holds now (a leak check: after a
   // program deleted everything it made, every count but devices is 0).
   struct Holdings {

@@ -801,6 +801,11 @@ int FakeNic::SequencedWait(std::unique_lock<std::mutex>& lock,
   return w.released ? 1 : 0;
 }
 
+int FakeNic::SequencedWaiters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(seq_waiters_.size());
+}
+
 void FakeNic::SequencerWaitLocked(std::string* where, bool* releasable) const {
   where->clear();
   *releasable = false;
