@@ -453,9 +453,38 @@ int Fabric::JoinSequencer(const std::string& label, SequenceHooks hooks) {
     return err;
   }
   seq_fd_ = fd;
-  seq_hooks_ = std::move(hooks);
   SendToSequencer(SequenceMessage::kHello, static_cast<uint32_t>(getpid()), 0,
                   0, label);
+  // The Sequencer answers kHello at once (its thread does nothing else
+  // long); a refused or silent join runs unsequenced, said on one line. The
+  // 10 s bound is for a sequencer that is stuck, not a timing assumption.
+  SequenceMessage answer;
+  size_t got = 0;
+  while (got < sizeof(answer)) {
+    pollfd p = {fd, POLLIN, 0};
+    const int ready = poll(&p, 1, 10000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    const ssize_t n = recv(fd, reinterpret_cast<char*>(&answer) + got,
+                           sizeof(answer) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof(answer) || answer.type != SequenceMessage::kWelcome) {
+    const bool refused =
+        got == sizeof(answer) && answer.type == SequenceMessage::kRefused;
+    fprintf(stderr,
+            "fake_nic fabric: the sequencer at %s %s '%s' "
+            "(RPMA_HARNESS_PROCESS_NAME must be one of the launcher's "
+            "labels, once); running unsequenced\n",
+            path.c_str(), refused ? "refused" : "did not answer",
+            label.c_str());
+    close(fd);
+    seq_fd_ = -1;
+    return refused ? ECONNREFUSED : ETIMEDOUT;
+  }
+  seq_hooks_ = std::move(hooks);
   return 0;
 }
 

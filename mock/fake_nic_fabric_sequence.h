@@ -11,7 +11,8 @@
 // on a Unix-domain stream socket <fabric dir>/sequencer:
 //
 //   NIC -> Sequencer                      Sequencer -> NIC
-//   kHello  (label, pid)                  kSync   (round)
+//   kHello  (label, pid)                  kWelcome / kRefused (to kHello)
+//                                         kSync   (round)
 //   kWait   (where; releasable)           kGrant  (kind, step number)
 //   kRun                                  kRelease
 //   kSyncReply (round, local, frames)
@@ -68,6 +69,8 @@ struct SequenceMessage {
     kSync = 11,
     kGrant = 12,
     kRelease = 13,
+    kWelcome = 14,  // the answer to kHello: joined
+    kRefused = 15,  // the answer to kHello: not of this run; then EOF
   };
   enum GrantKind : uint32_t { kLocal = 0, kFrame = 1 };
   uint32_t type = 0;

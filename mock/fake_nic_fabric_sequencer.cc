@@ -369,11 +369,21 @@ void Sequencer::Run() {
             }
           }
           if (slot == nullptr) {
+            // Told, so that its NIC runs unsequenced instead of waiting for
+            // grants that never come.
+            SequenceMessage refused;
+            refused.type = SequenceMessage::kRefused;
+            Process stranger;
+            stranger.fd = f.fd;
+            SendTo(&stranger, refused);
             CloseInPass(f.fd);
             unjoined_in_.erase(f.fd);
             continue;
           }
           slot->fd = f.fd;
+          SequenceMessage welcome;
+          welcome.type = SequenceMessage::kWelcome;
+          SendTo(slot, welcome);
           slot->in = in.substr(sizeof(SequenceMessage));
           unjoined_in_.erase(f.fd);
           p = slot;
