@@ -144,7 +144,10 @@ FakeNic::FakeNic(FakeNicConfig config)
           OnFabricFrame(link, frame);
         },
         [this](uint64_t link) { OnLinkClosed(link); });
-    if (config_.fabric_sequenced) {
+    // Joined only once the fabric is ready: a NIC that joined and then
+    // failed would look to the Sequencer like a process dying while it runs.
+    const bool prepared = fabric_->Prepare() == 0;
+    if (prepared && config_.fabric_sequenced) {
       fake_nic_internal::Fabric::SequenceHooks hooks;
       hooks.grant = [this](uint32_t kind, uint64_t step) {
         OnSequencerGrant(kind, step);
@@ -155,7 +158,9 @@ FakeNic::FakeNic(FakeNicConfig config)
       sequenced_ =
           fabric_->JoinSequencer(config_.process_label, std::move(hooks)) == 0;
     }
-    if (fabric_->Start() != 0) {
+    if (prepared) {
+      fabric_->StartThread();
+    } else {
       fprintf(stderr, "fake_nic: cannot join the fabric at %s\n",
               config_.fabric_dir.c_str());
       // (Stop before reset: a handler running meanwhile still uses fabric_.)

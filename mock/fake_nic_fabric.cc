@@ -81,6 +81,17 @@ std::string Fabric::ListenerPath(const std::string& dir,
 }
 
 int Fabric::Start() {
+  const int err = Prepare();
+  if (err != 0) return err;
+  StartThread();
+  return 0;
+}
+
+void Fabric::StartThread() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+int Fabric::Prepare() {
   if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     const int err = errno;
     fprintf(stderr, "fake_nic fabric: cannot create %s: %s\n", dir_.c_str(),
@@ -89,7 +100,6 @@ int Fabric::Start() {
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return errno;
-  thread_ = std::thread([this] { Run(); });
   return 0;
 }
 

@@ -140,6 +140,11 @@ class Fabric {
   // Creates the directory (mode 0700) if missing and starts the thread.
   // Returns 0 or a positive errno (with a message on stderr).
   int Start();
+  // Start() in two halves, so that a sequenced NIC joins its Sequencer
+  // only once nothing can fail any more: Prepare (the directory, the
+  // wake-up fd; 0 or an errno), then JoinSequencer, then StartThread.
+  int Prepare();
+  void StartThread();
   // Joins the thread: no frame handler runs after it returns.
   void Stop();
   // Publishes the listener <addr>:<port>. EADDRINUSE when a live process
