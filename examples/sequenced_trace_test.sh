@@ -32,15 +32,19 @@ pair_wi=("$wi_server" 192.168.0.1 7401 -- "$wi_client" 192.168.0.1 7401
 pair_pp=("$pp_server" 192.168.0.1 7402 7 3 -- "$pp_client" 192.168.0.1 7402
          7 3)
 
+# Same seed: three runs of one pair, two of the other (a third run of the
+# second pair found nothing the first pair's third run does not).
 for name in wi pp; do
   declare -n pair="pair_$name"
-  for i in 1 2 3; do
+  repeats=3
+  [ "$name" = pp ] && repeats=2
+  for i in $(seq 1 "$repeats"); do
     run "$name" 1 "${pair[@]}"
     [ "$status" -eq 0 ] || fail "$name seed 1 run $i: exit $status: $(cat "$last.log")"
   done
   first="$tmp/$name.1.0"
   [ -s "$first" ] || fail "$name: empty trace"
-  for i in 1 2; do
+  for i in $(seq 1 $((repeats - 1))); do
     cmp -s "$first" "$tmp/$name.1.$i" ||
       fail "$name: seed 1 run $((i + 1)) differs: $(diff "$first" "$tmp/$name.1.$i" | head -5)"
   done

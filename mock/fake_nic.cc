@@ -144,17 +144,23 @@ FakeNic::FakeNic(FakeNicConfig config)
           OnFabricFrame(link, frame);
         },
         [this](uint64_t link) { OnLinkClosed(link); });
-    if (config_.fabric_sequenced) {
+    // Joined only once the fabric is ready: a NIC that joined and then
+    // failed would look to the Sequencer like a process dying while it runs.
+    const bool prepared = fabric_->Prepare() == 0;
+    if (prepared && config_.fabric_sequenced) {
       fake_nic_internal::Fabric::SequenceHooks hooks;
       hooks.grant = [this](uint32_t kind, uint64_t step) {
         OnSequencerGrant(kind, step);
       };
       hooks.release = [this] { OnSequencerRelease(); };
       hooks.local_pending = [this] { return SequencerLocalPending(); };
+      hooks.lost = [this] { OnSequencerLost(); };
       sequenced_ =
           fabric_->JoinSequencer(config_.process_label, std::move(hooks)) == 0;
     }
-    if (fabric_->Start() != 0) {
+    if (prepared) {
+      fabric_->StartThread();
+    } else {
       fprintf(stderr, "fake_nic: cannot join the fabric at %s\n",
               config_.fabric_dir.c_str());
       // (Stop before reset: a handler running meanwhile still uses fabric_.)
@@ -894,7 +900,16 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
   const auto bg_deadline = std::chrono::steady_clock::now() +
                            std::chrono::milliseconds(bg_timeout_ms);
   if (sequenced_) {
-    while (!ready()) SequencedWait(lock, &ready, what, false);
+    while (!ready()) {
+      if (SequencedWait(lock, &ready, what, false) < 0) {
+        fprintf(stderr,
+                "fake_nic: %s cannot wait: the fabric's sequencer is gone; "
+                "failing with EIO\n",
+                what);
+        errno = EIO;
+        return -1;
+      }
+    }
     return 0;
   }
   while (!ready()) {

@@ -79,6 +79,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -510,6 +511,9 @@ class FakeNic final : public VerbsBackend {
   // A human-readable snapshot for a hung test: every QP (state, queue
   // occupancy, peer), CQ occupancy, pending CM work and queued CM events.
   std::string DebugString();
+  // Sequenced mode: how many application threads wait on the fabric now
+  // (for tests that must know a thread is parked before they go on).
+  int SequencedWaiters();
   // How many objects of each kind the NIC holds now (a leak check: after a
   // program deleted everything it made, every count but devices is 0).
   struct Holdings {
@@ -855,13 +859,20 @@ class FakeNic final : public VerbsBackend {
   // The application thread waits on the fabric: reports it, then blocks
   // until a granted step ends the wait (`ready` holds, or any step of this
   // process when `ready` is null) or the Sequencer releases it (`releasable`
-  // only). Returns 1 when released, else 0. REQUIRES sequenced_.
+  // only). Returns 1 when released, -1 when the Sequencer is gone (errno
+  // EIO), else 0. Several threads may wait at once; the process reports
+  // kWait when its first waiter comes and no other thread of it was told to
+  // go and is still leaving, kRun when a step ends any wait. REQUIRES
+  // sequenced_.
   int SequencedWait(std::unique_lock<std::mutex>& lock,
                     const std::function<bool()>* ready, const char* what,
                     bool releasable);
   void OnSequencerGrant(uint32_t kind, uint64_t step);  // fabric thread
   void OnSequencerRelease();                            // fabric thread
   uint64_t SequencerLocalPending();                     // fabric thread
+  void OnSequencerLost();                               // fabric thread
+  // kWait's text and flag for all current waiters. REQUIRES mu_ held.
+  void SequencerWaitLocked(std::string* where, bool* releasable) const;
 
   // True when someone looks at FakeNicEvent records (an observer, the
   // RPMA_HARNESS_LOG log or a trace file): only then are their address
@@ -953,10 +964,21 @@ class FakeNic final : public VerbsBackend {
   // Sequenced mode (guarded by mu_ once threads run).
   bool sequenced_ = false;
   uint64_t seq_step_ = 0;  // the last step granted to this process
-  bool seq_waiting_ = false;
-  const std::function<bool()>* seq_ready_ = nullptr;
-  bool seq_go_ = false;
-  bool seq_released_ = false;
+  // Every application thread waiting on the fabric, each with its own
+  // predicate and go flag; all are re-tested after every granted step.
+  struct SeqWaiter {
+    const std::function<bool()>* ready = nullptr;
+    std::string where;
+    bool releasable = false;
+    bool go = false;
+    bool released = false;
+  };
+  std::list<SeqWaiter*> seq_waiters_;
+  // Waiters told to go that have not left SequencedWait yet: they run
+  // (the Sequencer was told kRun), so a new waiter does not report kWait.
+  int seq_leaving_ = 0;
+  bool seq_reported_wait_ = false;  // kWait sent, no kRun / kRelease since
+  bool seq_lost_ = false;           // the Sequencer went away
 };
 
 }  // namespace rpma_harness

@@ -57,6 +57,8 @@ void Fabric::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  // A ReportWait waiting for a flush the stopped thread will never do.
+  flushed_cv_.notify_all();
   Wake();
   if (thread_.joinable()) thread_.join();
 }
@@ -79,6 +81,17 @@ std::string Fabric::ListenerPath(const std::string& dir,
 }
 
 int Fabric::Start() {
+  const int err = Prepare();
+  if (err != 0) return err;
+  StartThread();
+  return 0;
+}
+
+void Fabric::StartThread() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+int Fabric::Prepare() {
   if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     const int err = errno;
     fprintf(stderr, "fake_nic fabric: cannot create %s: %s\n", dir_.c_str(),
@@ -87,7 +100,6 @@ int Fabric::Start() {
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return errno;
-  thread_ = std::thread([this] { Run(); });
   return 0;
 }
 
@@ -451,9 +463,38 @@ int Fabric::JoinSequencer(const std::string& label, SequenceHooks hooks) {
     return err;
   }
   seq_fd_ = fd;
-  seq_hooks_ = std::move(hooks);
   SendToSequencer(SequenceMessage::kHello, static_cast<uint32_t>(getpid()), 0,
                   0, label);
+  // The Sequencer answers kHello at once (its thread does nothing else
+  // long); a refused or silent join runs unsequenced, said on one line. The
+  // 10 s bound is for a sequencer that is stuck, not a timing assumption.
+  SequenceMessage answer;
+  size_t got = 0;
+  while (got < sizeof(answer)) {
+    pollfd p = {fd, POLLIN, 0};
+    const int ready = poll(&p, 1, 10000);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    const ssize_t n = recv(fd, reinterpret_cast<char*>(&answer) + got,
+                           sizeof(answer) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof(answer) || answer.type != SequenceMessage::kWelcome) {
+    const bool refused =
+        got == sizeof(answer) && answer.type == SequenceMessage::kRefused;
+    fprintf(stderr,
+            "fake_nic fabric: the sequencer at %s %s '%s' "
+            "(RPMA_HARNESS_PROCESS_NAME must be one of the launcher's "
+            "labels, once); running unsequenced\n",
+            path.c_str(), refused ? "refused" : "did not answer",
+            label.c_str());
+    close(fd);
+    seq_fd_ = -1;
+    return refused ? ECONNREFUSED : ETIMEDOUT;
+  }
+  seq_hooks_ = std::move(hooks);
   return 0;
 }
 
@@ -485,13 +526,19 @@ bool Fabric::AllFlushedLocked() const {
 }
 
 void Fabric::ReportWait(const char* where, bool releasable) {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!AllFlushedLocked()) {
-      Wake();
-      flushed_cv_.wait(lock, [this] { return AllFlushedLocked() || stop_; });
-    }
+  WaitFlushed();
+  SendWait(where, releasable);
+}
+
+void Fabric::WaitFlushed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!AllFlushedLocked()) {
+    Wake();
+    flushed_cv_.wait(lock, [this] { return AllFlushedLocked() || stop_; });
   }
+}
+
+void Fabric::SendWait(const char* where, bool releasable) {
   SendToSequencer(SequenceMessage::kWait, releasable ? 1 : 0, 0, 0, where);
 }
 
@@ -554,9 +601,10 @@ void Fabric::OnSequencerReadable() {
   if (n <= 0) {
     // The launcher is gone: nobody grants steps any more.
     fprintf(stderr,
-            "fake_nic fabric: the sequencer went away; this process's "
-            "waits on the fabric will not end\n");
+            "fake_nic fabric: the sequencer went away (its launcher "
+            "ended?); this process's waits on the fabric end with EIO\n");
     seq_lost_ = true;  // keep polling the rest, not this fd
+    if (seq_hooks_.lost) seq_hooks_.lost();
     return;
   }
   seq_in_.append(buffer, static_cast<size_t>(n));

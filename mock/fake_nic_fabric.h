@@ -140,6 +140,11 @@ class Fabric {
   // Creates the directory (mode 0700) if missing and starts the thread.
   // Returns 0 or a positive errno (with a message on stderr).
   int Start();
+  // Start() in two halves, so that a sequenced NIC joins its Sequencer
+  // only once nothing can fail any more: Prepare (the directory, the
+  // wake-up fd; 0 or an errno), then JoinSequencer, then StartThread.
+  int Prepare();
+  void StartThread();
   // Joins the thread: no frame handler runs after it returns.
   void Stop();
   // Publishes the listener <addr>:<port>. EADDRINUSE when a live process
@@ -166,6 +171,9 @@ class Fabric {
     std::function<void(uint32_t kind, uint64_t step)> grant;
     std::function<void()> release;            // a releasable wait ends empty
     std::function<uint64_t()> local_pending;  // NIC steps ready (0 / 1)
+    // The sequencer went away: nobody grants steps any more; every wait on
+    // the fabric must end (may be empty).
+    std::function<void()> lost;
   };
   // Before Start(): connects to <dir>/sequencer and joins as `label`. From
   // then on frames and link ends are queued as pending steps instead of
@@ -175,6 +183,11 @@ class Fabric {
   // From the application thread (no NIC lock held): waits until what this
   // process sent is written to its peers, then reports the wait.
   void ReportWait(const char* where, bool releasable);
+  // The two halves of ReportWait, for a NIC that decides under its own lock
+  // whether to report: WaitFlushed from the application thread with no NIC
+  // lock held; SendWait with or without it (it takes only the send lock).
+  void WaitFlushed();
+  void SendWait(const char* where, bool releasable);
   // From the grant hook: the step ended the application thread's wait.
   void ReportRun();
   // The oldest pending frame step, lowest link first: a frame, or the

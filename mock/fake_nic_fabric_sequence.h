@@ -11,7 +11,8 @@
 // on a Unix-domain stream socket <fabric dir>/sequencer:
 //
 //   NIC -> Sequencer                      Sequencer -> NIC
-//   kHello  (label, pid)                  kSync   (round)
+//   kHello  (label, pid)                  kWelcome / kRefused (to kHello)
+//                                         kSync   (round)
 //   kWait   (where; releasable)           kGrant  (kind, step number)
 //   kRun                                  kRelease
 //   kSyncReply (round, local, frames)
@@ -68,6 +69,8 @@ struct SequenceMessage {
     kSync = 11,
     kGrant = 12,
     kRelease = 13,
+    kWelcome = 14,  // the answer to kHello: joined
+    kRefused = 15,  // the answer to kHello: not of this run; then EOF
   };
   enum GrantKind : uint32_t { kLocal = 0, kFrame = 1 };
   uint32_t type = 0;
@@ -88,8 +91,9 @@ inline std::string SequencerPath(const std::string& fabric_dir) {
 
 class Sequencer {
  public:
-  // Consecutive releases with no step in between before an all-waiting
-  // fabric counts as deadlocked (a busy-poll loop with nothing to come).
+  // Consecutive releases with no step granted and no kRun in between
+  // before an all-waiting fabric counts as deadlocked (a busy-poll loop with
+  // nothing to come).
   static constexpr int kMaxReleases = 1000;
 
   // `labels`: every process that will join (RPMA_HARNESS_PROCESS_NAME); each
@@ -135,6 +139,8 @@ class Sequencer {
   void Advance();
   void SendTo(Process* p, const fake_nic_internal::SequenceMessage& m);
   Process* ByFd(int fd);
+  void CloseInPass(int fd);
+  bool ClosedThisPass(int fd) const;
   uint64_t NextRandom();
 
   const std::string path_;
@@ -166,7 +172,8 @@ class Sequencer {
   Phase phase_ = Phase::kIdle;
   uint32_t round_ = 0;
   Process* stepping_ = nullptr;
-  int releases_in_a_row_ = 0;
+  int releases_in_a_row_ = 0;          // reset by a grant or any process's kRun
+  std::vector<int> closed_this_pass_;  // fds closed in this poll pass
 };
 
 }  // namespace rpma_harness

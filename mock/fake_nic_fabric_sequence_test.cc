@@ -42,7 +42,9 @@ class FakeMember {
     snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
     connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
     Send(SequenceMessage::kHello, 1, 0, 0, label);
+    answer_ = Next().type;  // kWelcome or kRefused, before anything else
   }
+  uint32_t answer() const { return answer_; }
   ~FakeMember() { Close(); }
   void Close() {
     if (fd_ >= 0) close(fd_);
@@ -89,6 +91,7 @@ class FakeMember {
  private:
   int fd_ = -1;
   bool connected_ = false;
+  uint32_t answer_ = 0;
 };
 
 struct SocketDir {
@@ -220,7 +223,12 @@ TEST(Sequencer, RefusesAProcessThatIsNotOfTheRun) {
   std::string error;
   ASSERT_EQ(s.Start(&error), 0) << error;
   FakeMember stranger(run.path, "intruder");
+  EXPECT_EQ(stranger.answer(), SequenceMessage::kRefused);
   EXPECT_EQ(stranger.Next().type, 0u) << "not closed";
+  FakeMember server(run.path, "server");
+  EXPECT_EQ(server.answer(), SequenceMessage::kWelcome);
+  FakeMember twice(run.path, "server");
+  EXPECT_EQ(twice.answer(), SequenceMessage::kRefused) << "joined twice";
 }
 
 }  // namespace

@@ -118,6 +118,18 @@ bool Sequencer::TakeKill(std::string* label) {
   return true;
 }
 
+void Sequencer::CloseInPass(int fd) {
+  close(fd);
+  closed_this_pass_.push_back(fd);
+}
+
+bool Sequencer::ClosedThisPass(int fd) const {
+  for (int closed : closed_this_pass_) {
+    if (closed == fd) return true;
+  }
+  return false;
+}
+
 Sequencer::Process* Sequencer::ByFd(int fd) {
   for (Process& p : processes_) {
     if (p.fd == fd) return &p;
@@ -148,6 +160,8 @@ void Sequencer::Handle(Process* p, const SequenceMessage& m) {
       break;
     case SequenceMessage::kRun:
       if (p->state == State::kWaiting) p->state = State::kRunning;
+      // A step ended a wait: the empty polls before it were progress.
+      releases_in_a_row_ = 0;
       break;
     case SequenceMessage::kSyncReply:
       if (phase_ == Phase::kSyncing && m.a == round_) {
@@ -282,8 +296,13 @@ void Sequencer::Run() {
     }
     if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
     if (stop_) return;
+    // An fd closed earlier in this pass may have stale revents, and its
+    // number may already be reused (an accept below, or the launcher's
+    // pipes and trace files): such entries are skipped.
+    closed_this_pass_.clear();
     for (const pollfd& f : fds) {
       if (f.revents == 0) continue;
+      if (ClosedThisPass(f.fd)) continue;
       if (f.fd == wake_fd_) {
         uint64_t count;
         (void)!read(wake_fd_, &count, sizeof(count));
@@ -300,7 +319,7 @@ void Sequencer::Run() {
               stepping_ = nullptr;
               phase_ = Phase::kIdle;
             }
-            if (p.fd >= 0) close(p.fd);
+            if (p.fd >= 0) CloseInPass(p.fd);
             p.fd = -1;
           }
         }
@@ -350,11 +369,21 @@ void Sequencer::Run() {
             }
           }
           if (slot == nullptr) {
-            close(f.fd);
+            // Told, so that its NIC runs unsequenced instead of waiting for
+            // grants that never come.
+            SequenceMessage refused;
+            refused.type = SequenceMessage::kRefused;
+            Process stranger;
+            stranger.fd = f.fd;
+            SendTo(&stranger, refused);
+            CloseInPass(f.fd);
             unjoined_in_.erase(f.fd);
             continue;
           }
           slot->fd = f.fd;
+          SequenceMessage welcome;
+          welcome.type = SequenceMessage::kWelcome;
+          SendTo(slot, welcome);
           slot->in = in.substr(sizeof(SequenceMessage));
           unjoined_in_.erase(f.fd);
           p = slot;
@@ -374,7 +403,7 @@ void Sequencer::Run() {
         // Its NIC is gone (exit or kill); it counts as running until the
         // launcher reaps it, so that every survivor sees its links end at
         // the next sync.
-        close(p->fd);
+        CloseInPass(p->fd);
         p->fd = -1;
         if (p->state != State::kGone) p->state = State::kDying;
         if (stepping_ == p) {

@@ -760,32 +760,67 @@ void FakeNic::TellRemoteReceivePosted(Qp* qp) {
 int FakeNic::SequencedWait(std::unique_lock<std::mutex>& lock,
                            const std::function<bool()>* ready, const char* what,
                            bool releasable) {
-  seq_ready_ = ready;
-  seq_go_ = false;
-  seq_released_ = false;
-  seq_waiting_ = true;
-  // Unlocked: the fabric thread may need mu_ to flush what this thread sent
-  // (no step is granted to a process that runs, so nothing changes here).
+  if (seq_lost_) {
+    errno = EIO;
+    return -1;
+  }
   // The deadlock report names the call the program is in.
-  const std::string where =
-      strcmp(what, "GetCmEvent") == 0   ? "rdma_get_cm_event"
-      : strcmp(what, "GetCqEvent") == 0 ? "ibv_get_cq_event"
-                                        : what;
+  SeqWaiter w;
+  w.ready = ready;
+  w.releasable = releasable;
+  w.where = strcmp(what, "GetCmEvent") == 0   ? "rdma_get_cm_event"
+            : strcmp(what, "GetCqEvent") == 0 ? "ibv_get_cq_event"
+                                              : what;
+  seq_waiters_.push_back(&w);
+  // Unlocked: the fabric thread may need mu_ to flush what this thread sent.
+  // No step is granted to a process that runs; a process already reported
+  // waiting may get a step meanwhile, which then tests this waiter too.
   lock.unlock();
-  fabric_->ReportWait(where.c_str(), releasable);
+  fabric_->WaitFlushed();
   lock.lock();
+  // Under mu_, so that kWait and the grant hook's kRun (also sent under
+  // mu_) reach the Sequencer in the order they were decided in.
+  if (!w.go && !seq_lost_ && seq_leaving_ == 0) {
+    // The first waiter reports the process waiting; a later one updates
+    // where it waits and whether an empty release would help.
+    std::string where;
+    bool any_releasable = false;
+    SequencerWaitLocked(&where, &any_releasable);
+    fabric_->SendWait(where.c_str(), any_releasable);
+    seq_reported_wait_ = true;
+  }
   event_waiters_++;
-  while (!seq_go_) event_cv_.wait(lock);
+  while (!w.go) event_cv_.wait(lock);
   event_waiters_--;
-  seq_waiting_ = false;
-  seq_ready_ = nullptr;
-  return seq_released_ ? 1 : 0;
+  seq_waiters_.remove(&w);
+  if (seq_leaving_ > 0) seq_leaving_--;
+  if (seq_lost_ && !w.released) {
+    errno = EIO;
+    return -1;
+  }
+  return w.released ? 1 : 0;
+}
+
+int FakeNic::SequencedWaiters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(seq_waiters_.size());
+}
+
+void FakeNic::SequencerWaitLocked(std::string* where, bool* releasable) const {
+  where->clear();
+  *releasable = false;
+  for (const SeqWaiter* w : seq_waiters_) {
+    if (w->go) continue;
+    if (!where->empty()) *where += " and ";
+    *where += w->where;
+    *releasable = *releasable || w->releasable;
+  }
 }
 
 // One granted step on the fabric thread: a unit of local NIC work
 // (StepLocked: a WR, CM work) or the oldest frame / link end that came in.
-// Then, before the waiting application thread can go on, kRun if the step
-// ended its wait.
+// Then, before any waiting application thread can go on, kRun if the step
+// ended a wait: every waiter's predicate is tested.
 void FakeNic::OnSequencerGrant(uint32_t kind, uint64_t step) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -805,18 +840,54 @@ void FakeNic::OnSequencerGrant(uint32_t kind, uint64_t step) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (seq_waiting_ && !seq_go_ && (seq_ready_ == nullptr || (*seq_ready_)())) {
-    fabric_->ReportRun();
-    seq_go_ = true;
-    event_cv_.notify_all();
+  int woken = 0;
+  for (SeqWaiter* w : seq_waiters_) {
+    if (w->go) continue;
+    if (w->ready == nullptr || (*w->ready)()) {
+      w->go = true;
+      ++woken;
+    }
   }
+  if (woken == 0) return;
+  seq_leaving_ += woken;
+  if (seq_reported_wait_) {
+    fabric_->ReportRun();
+    seq_reported_wait_ = false;
+  }
+  event_cv_.notify_all();
 }
 
 void FakeNic::OnSequencerRelease() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!seq_waiting_ || seq_go_) return;
-  seq_released_ = true;
-  seq_go_ = true;
+  // The Sequencer now counts this process as running.
+  seq_reported_wait_ = false;
+  int woken = 0;
+  for (SeqWaiter* w : seq_waiters_) {
+    if (w->go || !w->releasable) continue;
+    w->go = true;
+    w->released = true;
+    ++woken;
+  }
+  seq_leaving_ += woken;
+  if (woken > 0) {
+    event_cv_.notify_all();
+    return;
+  }
+  // Nobody to release (the releasable waiter was woken by a step in
+  // between): the threads still waiting report the process waiting again.
+  std::string where;
+  bool releasable = false;
+  SequencerWaitLocked(&where, &releasable);
+  if (!where.empty() && seq_leaving_ == 0) {
+    fabric_->SendWait(where.c_str(), releasable);
+    seq_reported_wait_ = true;
+  }
+}
+
+void FakeNic::OnSequencerLost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  seq_lost_ = true;
+  for (SeqWaiter* w : seq_waiters_) w->go = true;
   event_cv_.notify_all();
 }
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/personality.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -177,6 +178,11 @@ class Run {
         return r;
       }
       Say("sequenced, seed " + std::to_string(o_.sequence_seed));
+      if (!AddressRandomizationCanBeOff()) {
+        Say("warning: personality(ADDR_NO_RANDOMIZE) does not take here "
+            "(seccomp, a container?): addresses may differ between runs, "
+            "and so may the sequenced trace");
+      }
     }
 
     children_.resize(o_.processes.size());
@@ -316,6 +322,21 @@ class Run {
   }
 
   void Say(const std::string& text) { Print("launcher: " + text); }
+  // Whether this process may run with ADDR_NO_RANDOMIZE added to its
+  // persona (personality(2); seccomp may refuse it): tried here and
+  // undone, so the launcher's own persona is unchanged.
+  static bool AddressRandomizationCanBeOff() {
+    const int persona = personality(0xffffffff);
+    if (persona == -1) return false;
+    if (persona & ADDR_NO_RANDOMIZE) return true;
+    if (personality(static_cast<unsigned long>(persona) | ADDR_NO_RANDOMIZE) ==
+        -1) {
+      return false;
+    }
+    const int now = personality(0xffffffff);
+    (void)personality(static_cast<unsigned long>(persona));
+    return now != -1 && (now & ADDR_NO_RANDOMIZE) != 0;
+  }
 
   // Once `out_` fails (EPIPE: its reader went away) nothing more is printed;
   // the processes still run, are judged and reaped, and the run fails.
@@ -355,6 +376,7 @@ class Run {
     // Blocked from before the fork until the new group is recorded: a stop
     // signal in between would otherwise leave this child running.
     StopSignalsBlocked blocked;
+    const pid_t launcher_pid = getpid();
     pid_t pid = -1;
     errno = EAGAIN;
     if (spec.label != o_.fail_fork_for) pid = fork();
@@ -370,6 +392,11 @@ class Run {
       // launcher got it.
       for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) signal(sig, SIG_DFL);
       blocked.Unblock();
+      // A killed launcher takes its children with it (prctl(2)
+      // PR_SET_PDEATHSIG; the launcher forks from its main thread): none
+      // outlives it waiting on a fabric nobody sequences any more.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher_pid) _exit(127);  // it died before prctl
       setpgid(0, 0);
       dup2(fds[1], 1);
       dup2(fds[1], 2);
@@ -393,7 +420,10 @@ class Run {
                std::to_string(o_.sequence_seed).c_str(), 1);
         // The same addresses every run (wr_ids that are pointers, mapped
         // regions): a sequenced trace is byte-identical only then.
-        personality(ADDR_NO_RANDOMIZE);
+        // (Added to the current persona, not replacing it; checked once in
+        // the launcher: AddressRandomizationCanBeOff.)
+        const int persona = personality(0xffffffff);
+        if (persona != -1) (void)personality(persona | ADDR_NO_RANDOMIZE);
       } else {
         unsetenv("RPMA_HARNESS_FABRIC_SEQUENCE");
       }
