@@ -710,16 +710,18 @@ ibv_wc* FakeNic::CqeSlot(Cq* cq) {
   return &cq->entries.emplace_back();
 }
 
-void FakeNic::CommitCqe(Cq* cq, ibv_wc& wc, bool solicited) {
-  if (wc.status != IBV_WC_SUCCESS &&
-      config_.personality.error_cqe_opcode_zero) {
-    // See Personality::error_cqe_opcode_zero (rxe fills these on success
-    // only).
+// See Personality::error_cqe_opcode_zero (rxe fills these on success only).
+static void ApplyErrorCqeFields(const Personality& personality, ibv_wc& wc) {
+  if (wc.status != IBV_WC_SUCCESS && personality.error_cqe_opcode_zero) {
     wc.opcode = IBV_WC_SEND;
     wc.byte_len = 0;
     wc.wc_flags = 0;
     wc.imm_data = 0;
   }
+}
+
+void FakeNic::CommitCqe(Cq* cq, ibv_wc& wc, bool solicited) {
+  ApplyErrorCqeFields(config_.personality, wc);
   RecordLazily([&](FakeNicEvent* event) {
     event->qp_num = wc.qp_num;
     event->wr_id = wc.wr_id;
@@ -746,14 +748,7 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
     return;
   }
   ibv_wc wc = built;
-  if (wc.status != IBV_WC_SUCCESS &&
-      config_.personality.error_cqe_opcode_zero) {
-    // As in CommitCqe.
-    wc.opcode = IBV_WC_SEND;
-    wc.byte_len = 0;
-    wc.wc_flags = 0;
-    wc.imm_data = 0;
-  }
+  ApplyErrorCqeFields(config_.personality, wc);
   if (!cq->overrun) {
     fprintf(stderr,
             "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
