@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -106,7 +107,34 @@ class StopSignalsBlocked {
   sigset_t before_;
 };
 
-void InstallStopHandlers() {
+// The stop handlers for one Launch(), and the caller's dispositions of the
+// same signals put back when it returns: a program (or test) that calls
+// Launch() keeps its own SIGTERM / SIGINT / SIGHUP / SIGPIPE handling.
+class StopHandlers {
+ public:
+  StopHandlers() {
+    for (size_t k = 0; k < kSignals.size(); ++k) {
+      sigaction(kSignals[k], nullptr, &before_[k]);
+    }
+    InstallStopHandlers();
+  }
+  ~StopHandlers() {
+    for (size_t k = 0; k < kSignals.size(); ++k) {
+      sigaction(kSignals[k], &before_[k], nullptr);
+    }
+  }
+  StopHandlers(const StopHandlers&) = delete;
+  StopHandlers& operator=(const StopHandlers&) = delete;
+
+  static constexpr std::array<int, 4> kSignals = {SIGTERM, SIGINT, SIGHUP,
+                                                  SIGPIPE};
+
+ private:
+  static void InstallStopHandlers();
+  std::array<struct sigaction, 4> before_;
+};
+
+void StopHandlers::InstallStopHandlers() {
   struct sigaction sa = {};
   sa.sa_handler = KillGroups;
   sigemptyset(&sa.sa_mask);
@@ -863,7 +891,7 @@ LaunchResult Launch(const LaunchOptions& options, std::ostream& out) {
     g_ngroups = 0;
   }
   g_stop_signal = 0;
-  InstallStopHandlers();
+  StopHandlers handlers;
   Run run(options, out);
   return run.Go();
 }

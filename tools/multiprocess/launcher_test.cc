@@ -193,6 +193,35 @@ TEST(Launcher, AClientThatCannotBeStartedFailsTheRun) {
   EXPECT_THAT(r.outcomes[1].verdict, HasSubstr("not started"));
 }
 
+// A program that calls Launch() keeps its own signal handling: the stop
+// handlers live only as long as the run.
+int g_callers_sigterms = 0;
+void CallersSigterm(int) { ++g_callers_sigterms; }
+
+TEST(Launcher, LaunchPutsBackTheCallersSignalDispositions) {
+  struct sigaction mine = {};
+  mine.sa_handler = CallersSigterm;
+  sigemptyset(&mine.sa_mask);
+  struct sigaction before_term, before_pipe;
+  ASSERT_EQ(sigaction(SIGTERM, &mine, &before_term), 0);
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &before_pipe), 0);
+  LaunchOptions o;
+  o.processes = {{"server", {kStandin, "exit", "0"}}};
+  o.ready = ReadyRule::kNone;
+  o.timeout_ms = 20000;
+  std::ostringstream s;
+  const LaunchResult r = Launch(o, s);
+  EXPECT_TRUE(r.pass) << s.str();
+  struct sigaction now_term, now_pipe;
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &now_term), 0);
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now_pipe), 0);
+  EXPECT_EQ(now_term.sa_handler, &CallersSigterm);
+  EXPECT_EQ(now_pipe.sa_handler, before_pipe.sa_handler);
+  raise(SIGTERM);  // ours, not the launcher's KillGroups
+  EXPECT_EQ(g_callers_sigterms, 1);
+  sigaction(SIGTERM, &before_term, nullptr);
+}
+
 TEST(Launcher, AServerThatCannotBeStartedFailsAtOnce) {
   std::string out;
   const auto begin = std::chrono::steady_clock::now();
