@@ -5,12 +5,34 @@
 # small programs with the system C/C++ compiler under the include orders
 # builds use. Debian's real header is used when installed; a stand-in with
 # its include guard (LIBRPMA_H) always is.
+#
+# The compiles run at build time (the genrule :header_mixup_results in
+# tests/BUILD: `header_mixup_test.sh --record OUT`, from the execution root,
+# every outcome and the summary into OUT, exit 0); the test
+# (`header_mixup_test.sh --report OUT`) prints them and fails unless every
+# expectation held. Without an argument it compiles and checks at once, from
+# a Bazel test's runfiles.
 set -uo pipefail
 
-root="${TEST_SRCDIR:?run with bazel test}/${TEST_WORKSPACE:?}"
+case "${1:-}" in
+  --report)
+    cat "$2"
+    tail -n 1 "$2" | grep -qE '^header mix-up: [1-9][0-9]* passed, 0 failed$'
+    exit
+    ;;
+  --record)
+    root="$PWD"
+    exec >"$2" 2>&1
+    record=1
+    ;;
+  *)
+    root="${TEST_SRCDIR:?run with bazel test}/${TEST_WORKSPACE:?}"
+    record=0
+    ;;
+esac
 cc="${CC:-cc}"
 cxx="${CXX:-c++}"
-work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/mixup.XXXXXX")"
+work="$(mktemp -d "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/mixup.XXXXXX")"
 passed=0
 failed=0
 
@@ -97,4 +119,4 @@ done
 
 rm -rf "$work"
 echo "header mix-up: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$record" -eq 1 ] || [ "$failed" -eq 0 ]

@@ -3,20 +3,26 @@
 # librpma0 for programs built against Debian's librpma-dev, and those programs
 # then run on the harness's fake NIC.
 #
+# The programs are built at Bazel build time by debian_build.sh (genrules in
+# BUILD), the way a user builds them; this script checks how they were built
+# (their build logs: gcc -H's include list) and runs them.
+#
 # Each check is one test case in $XML_OUTPUT_FILE (so .ci/run counts them);
 # the script exits 1 if any fails. Needs Debian's librpma-dev and librpma0
 # (tools/harness installs them), gcc, pkg-config, make and cmake.
 #
-#   dropin_test.sh PREFIX_LIB_SO SYMBOLS_TXT PAIRS_TXT EXAMPLES_DIR
+#   dropin_test.sh PREFIX_LIB_SO SYMBOLS_TXT PAIRS_TXT BUILT_PROG_LOG
+#
+# BUILT_PROG_LOG: debian_built/prog.log; its directory holds every program
+# debian_build.sh built and its log.
 set -uo pipefail
 
 ours_so=$(realpath "$1")
 symbols_txt=$(realpath "$2")
 pairs_txt=$(realpath "$3")
-examples=$(realpath "$4")
+built=$(dirname "$4")
 ours_lib=$(dirname "$ours_so")
 ours_prefix=$(dirname "$ours_lib")
-testdata=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/testdata
 work=${TEST_TMPDIR:-$(mktemp -d)}/dropin
 rm -rf "$work" && mkdir -p "$work"
 deb_lib=/usr/lib/x86_64-linux-gnu/librpma.so.0
@@ -66,6 +72,15 @@ write_xml() {
   } >"${XML_OUTPUT_FILE:-$work/test.xml}"
   echo "dropin: $((n - f)) passed, $f failed"
   [[ $f == 0 ]]
+}
+
+# built LOG: the build debian_build.sh ran succeeded (else its log says why).
+built_ok() {
+  [[ -f $1 ]] || { echo "$1 is missing"; return 1; }
+  tail -n 1 "$1" | grep -q '^debian_build: ok$' && return 0
+  echo "the build failed:"
+  tail -n 30 "$1"
+  return 1
 }
 
 need() {
@@ -128,9 +143,11 @@ check ExportsNothingButLibrpma no_cxx_symbols_exported
 # --- a program built against Debian's package -----------------------------------
 
 build_against_debian() {
-  # Plain gcc, Debian's header (the default include path) and library.
-  (cd "$work" && gcc -H -o prog "$testdata/prog.c" -lrpma 2>"$work/prog.H") || { cat "$work/prog.H"; return 1; }
-  grep -q "^\. $deb_hdr\$" "$work/prog.H" || { echo "did not include $deb_hdr:"; grep librpma "$work/prog.H"; return 1; }
+  # Plain gcc, Debian's header (the default include path) and library
+  # (debian_build.sh prog: gcc -H -o prog prog.c -lrpma).
+  built_ok "$built/prog.log" || return 1
+  cp "$built/prog" "$work/prog"
+  grep -q "^\. $deb_hdr\$" "$built/prog.log" || { echo "did not include $deb_hdr:"; grep librpma "$built/prog.log"; return 1; }
   readelf -d "$work/prog" | grep -q 'NEEDED.*\[librpma.so.0\]' || { echo "prog does not record librpma.so.0"; return 1; }
   nm -D "$work/prog" | grep -q 'rpma_peer_new@LIBRPMA_1.0' || { echo "prog's references are not versioned LIBRPMA_1.0"; nm -D "$work/prog" | grep rpma_; return 1; }
 }
@@ -162,7 +179,7 @@ check LoaderTakesOursWithLdLibraryPath loader_takes_ours
 runs_on_the_fake() { # runs_on_the_fake LOG CMD...: exit 0, no loader warning, the fake's trace
   local log=$1
   shift
-  if ! LD_PRELOAD=$preload LD_LIBRARY_PATH=$ours_lib RPMA_HARNESS_LOG=1 RPMA_HARNESS_BACKEND=fake \
+  if ! LD_PRELOAD=$preload LD_LIBRARY_PATH=${library_path-$ours_lib} RPMA_HARNESS_LOG=1 RPMA_HARNESS_BACKEND=fake \
     timeout 120 "$@" >"$log" 2>&1; then
     echo "exited non-zero:"
     tail -n 30 "$log"
@@ -175,6 +192,8 @@ runs_on_the_fake() { # runs_on_the_fake LOG CMD...: exit 0, no loader warning, t
   # The harness's own trace (RPMA_HARNESS_LOG): fake_nic event records.
   grep -q '^fake_nic: #[0-9]* ' "$log" || { echo "no fake_nic trace in the output:"; tail -n 20 "$log"; return 1; }
 }
+# The same, with LD_LIBRARY_PATH empty: the program's RUNPATH finds the drop-in.
+runs_on_the_fake_without_library_path() { library_path="" runs_on_the_fake "$@"; }
 prog_runs_on_fake() {
   runs_on_the_fake "$work/prog.out" "$work/prog" 192.168.0.1 7391 || return 1
   grep -q '^prog: ok' "$work/prog.out" || return 1
@@ -217,56 +236,44 @@ pc_points_at_ours() {
 check PkgConfigPointsAtTheDropin pc_points_at_ours
 
 make_project() {
-  mkdir -p "$work/make" && cp "$testdata/prog.c" "$testdata/Makefile" "$work/make/"
-  (cd "$work/make" && CFLAGS=-H PKG_CONFIG_PATH=$ours_lib/pkgconfig make -s 2>"$work/make.H") || { cat "$work/make.H"; return 1; }
+  # debian_build.sh make: CFLAGS=-H PKG_CONFIG_PATH=<the drop-in's> make.
+  built_ok "$built/make.log" || return 1
   # Our header, not Debian's, on that include path.
-  grep -q "^\. .*/include/librpma.h\$" "$work/make.H" && ! grep -q "^\. $deb_hdr\$" "$work/make.H" ||
-    { echo "wrong librpma.h:"; grep librpma "$work/make.H"; return 1; }
-  runs_on_the_fake "$work/make.out" "$work/make/prog" 192.168.0.1 7392
+  grep -q "^\. .*/include/librpma.h\$" "$built/make.log" && ! grep -q "^\. $deb_hdr\$" "$built/make.log" ||
+    { echo "wrong librpma.h:"; grep librpma "$built/make.log"; return 1; }
+  runs_on_the_fake "$work/make.out" "$built/make/prog" 192.168.0.1 7392
 }
 check MakeProjectLinksThroughPkgConfig make_project
 
 cmake_project() {
-  if ! command -v cmake >/dev/null; then echo "cmake is not installed"; return 1; fi
-  mkdir -p "$work/cmake/src" && cp "$testdata/prog.c" "$testdata/CMakeLists.txt" "$work/cmake/src/"
-  (cd "$work/cmake" && PKG_CONFIG_PATH=$ours_lib/pkgconfig cmake -S src -B build >cmake.log 2>&1 &&
-    cmake --build build >>cmake.log 2>&1) || { tail -n 20 "$work/cmake/cmake.log"; return 1; }
-  # pkg-config's -L went into the link as an rpath: ours without LD_LIBRARY_PATH.
-  runs_on_the_fake "$work/cmake.out" "$work/cmake/build/prog" 192.168.0.1 7393
+  # debian_build.sh cmake: PKG_CONFIG_PATH=<the drop-in's> cmake; cmake --build.
+  built_ok "$built/cmake.log" || return 1
+  # pkg-config's -L went into the link as a RUNPATH that names the drop-in
+  # (this very file, symlinks resolved): ours without LD_LIBRARY_PATH.
+  local runpath found=0 d
+  runpath=$(readelf -d "$built/cmake/prog" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p; s/.*(RPATH).*\[\(.*\)\]/\1/p')
+  for d in ${runpath//:/ }; do
+    [[ $(realpath "$d/librpma.so.0" 2>/dev/null) == "$(realpath "$ours_so")" ]] && found=1
+  done
+  [[ $found == 1 ]] || { echo "the CMake-built prog's RUNPATH ($runpath) does not lead to $ours_so"; return 1; }
+  runs_on_the_fake_without_library_path "$work/cmake.out" "$built/cmake/prog" 192.168.0.1 7393
 }
 check CMakeProjectLinksThroughPkgConfig cmake_project
 
 # --- every example pair, built against Debian's package, run on ours -------------------
 
-# example_common.c and the launcher are the same for every pair (no example
-# directory has headers of its own): compiled once, not once per pair.
-mkdir -p "$work/pairs"
-shared_built=0
-gcc -std=c11 -D_GNU_SOURCE -I"$examples/common" -c "$examples/common/example_common.c" -o "$work/pairs/common.o" &&
-  gcc -std=c11 -D_GNU_SOURCE -c "$examples/launcher/pair_launcher.c" -o "$work/pairs/launcher.o" &&
-  shared_built=1
-
+# debian_build.sh pair: server.c and client.c (main renamed) with plain gcc
+# against Debian's librpma-dev, linked with example_common.c and the
+# launcher (compiled once), -lrpma.
 while read -r dir port nclients rest; do
   [[ -z "$dir" ]] && continue
   name=$(sed -E 's/^[0-9]+-//; s/(^|-)([a-z])/\U\2/g' <<<"$dir")
   pair() {
-    local d=$work/pairs/$dir
-    mkdir -p "$d"
-    [[ $shared_built == 1 ]] || { echo "example_common.c or pair_launcher.c did not compile"; return 1; }
-    # Plain gcc against Debian's librpma-dev, as a user's build would be;
-    # server and client compile side by side.
-    local server_status=0
-    gcc -std=c11 -D_GNU_SOURCE -I"$examples/common" -I"$examples/$dir" -Dmain=example_server_main -c "$examples/$dir/server.c" -o "$d/server.o" &
-    local server_pid=$!
-    gcc -std=c11 -D_GNU_SOURCE -I"$examples/common" -I"$examples/$dir" -Dmain=example_client_main -c "$examples/$dir/client.c" -o "$d/client.o" ||
-      { wait "$server_pid"; return 1; }
-    wait "$server_pid" || server_status=$?
-    [[ $server_status == 0 ]] || return 1
-    gcc -o "$d/pair" "$d/server.o" "$d/client.o" "$work/pairs/common.o" "$work/pairs/launcher.o" \
-      -Wl,--wrap=rpma_ep_listen -lrpma -libverbs -pthread || return 1
+    built_ok "$built/pairs/$dir.log" || return 1
+    mkdir -p "$work/pairs/$dir"
     # shellcheck disable=SC2086
-    runs_on_the_fake "$d/out" "$d/pair" 192.168.0.1 "$port" "$nclients" $rest || return 1
-    grep -q '^launcher: server and clients passed' "$d/out"
+    runs_on_the_fake "$work/pairs/$dir/out" "$built/pairs/$dir/pair" 192.168.0.1 "$port" "$nclients" $rest || return 1
+    grep -q '^launcher: server and clients passed' "$work/pairs/$dir/out"
   }
   check "Example${name}PairBuiltAgainstDebianRunsOnTheFake" pair
 done <"$pairs_txt"

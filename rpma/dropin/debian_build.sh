@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# debian_build.sh: builds, at Bazel build time (genrules in BUILD), the
+# programs :dropin_test runs -- each as a user would build it against
+# Debian's librpma-dev, with plain gcc, make or cmake -- so that a test run
+# only executes them.
+#
+# It always exits 0 and writes OUT: the program, or, when the build fails, a
+# stand-in that says so and exits 1. LOG holds the build's whole output
+# (gcc -H's include list too, which the test checks) and ends in a line
+# "debian_build: ok" or "debian_build: FAILED (...)"; the test reports a
+# failed build as that case's failure, with the log, as it did when it built
+# them itself (and a host without librpma-dev still builds //...).
+#
+#   debian_build.sh prog   OUT LOG PROG_C
+#   debian_build.sh make   OUT LOG PROG_C MAKEFILE PKGCONFIG_PC
+#   debian_build.sh cmake  OUT LOG PROG_C CMAKELISTS PKGCONFIG_PC
+#   debian_build.sh object OUT LOG SOURCE [gcc flags...]
+#   debian_build.sh pair   OUT LOG EXAMPLE_DIR COMMON_O COMMON_LOG LAUNCHER_O LAUNCHER_LOG COMMON_DIR
+set -uo pipefail
+
+mode=$1 out=$2 log=$3
+shift 3
+work=$(mktemp -d "${TMPDIR:-/tmp}/debian_build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+: >"$log"
+
+fail() {
+  echo "debian_build: FAILED ($*)" >>"$log"
+  # A stand-in: running it says why there is no program.
+  printf '#!/bin/sh\necho "not built (debian_build.sh %s failed; see its log)" >&2\nexit 1\n' "$mode" >"$out"
+  chmod +x "$out"
+  exit 0
+}
+ok() {
+  echo "debian_build: ok" >>"$log"
+  exit 0
+}
+# A .pc file's directory, absolute and with symlinks resolved: pkg-config
+# derives the prefix from it (${pcfiledir}), and CMake records the library's
+# directory as the program's RUNPATH, which must outlive this build's
+# sandbox or temporary directory.
+pc_dir() { dirname "$(realpath "$1")"; }
+
+case "$mode" in
+  prog)
+    # Plain gcc, Debian's header (the default include path) and library.
+    gcc -H -o "$work/prog" "$1" -lrpma >>"$log" 2>&1 || fail "gcc -lrpma"
+    cp "$work/prog" "$out" && ok
+    ;;
+  make)
+    cp "$1" "$work/prog.c" && cp "$2" "$work/Makefile"
+    pc_path=$(pc_dir "$3")
+    (cd "$work" && CFLAGS=-H PKG_CONFIG_PATH=$pc_path make -s) >>"$log" 2>&1 || fail make
+    cp "$work/prog" "$out" && ok
+    ;;
+  cmake)
+    mkdir -p "$work/src" && cp "$1" "$work/src/prog.c" && cp "$2" "$work/src/CMakeLists.txt"
+    pc_path=$(pc_dir "$3")
+    (cd "$work" && PKG_CONFIG_PATH=$pc_path cmake -S src -B build &&
+      cmake --build build) >>"$log" 2>&1 || fail cmake
+    cp "$work/build/prog" "$out" && ok
+    ;;
+  object)
+    src=$1
+    shift
+    gcc -std=c11 -D_GNU_SOURCE "$@" -c "$src" -o "$work/obj.o" >>"$log" 2>&1 || fail "gcc -c $src"
+    cp "$work/obj.o" "$out" && ok
+    ;;
+  pair)
+    dir=$1 common_o=$2 common_log=$3 launcher_o=$4 launcher_log=$5 common_dir=$6
+    # example_common.c and the launcher are the same for every pair:
+    # compiled once (their own genrules).
+    for l in "$common_log" "$launcher_log"; do
+      tail -n 1 "$l" | grep -q '^debian_build: ok$' ||
+        { cat "$l" >>"$log"; fail "example_common.c or pair_launcher.c did not compile"; }
+    done
+    # Plain gcc against Debian's librpma-dev, as a user's build would be.
+    for side in server client; do
+      gcc -std=c11 -D_GNU_SOURCE -I"$common_dir" -I"$dir" -Dmain=example_${side}_main \
+        -c "$dir/$side.c" -o "$work/$side.o" >>"$log" 2>&1 || fail "gcc -c $side.c"
+    done
+    gcc -o "$work/pair" "$work/server.o" "$work/client.o" "$common_o" "$launcher_o" \
+      -Wl,--wrap=rpma_ep_listen -lrpma -libverbs -pthread >>"$log" 2>&1 || fail link
+    cp "$work/pair" "$out" && ok
+    ;;
+  *)
+    echo "debian_build.sh: unknown mode $mode" >&2
+    exit 2
+    ;;
+esac
