@@ -208,10 +208,7 @@ void FakeNic::UpdateQuiet() {
 }
 
 void FakeNic::WakeWaiters() {
-  // Only when there is a step to run (StepLocked runs one exactly when
-  // HasReadyWork): a wake-up with nothing to do costs the background thread
-  // a futex and a context switch per frame of the cross-process fabric.
-  if (work_waiters_ > 0 && HasReadyWork()) work_cv_.notify_all();
+  if (work_waiters_ > 0) work_cv_.notify_all();
   if (event_waiters_ > 0) event_cv_.notify_all();
 }
 

@@ -69,25 +69,13 @@ void SetNonBlocking(int fd) {
 // same pair of orders, the other way round, guards producer_waiting (the
 // producer found the ring full and waits for the consumer to free space).
 
-// 2 MiB per direction: a 1 MiB write (fabric_bench's BM_FabricWrite1MiB)
-// fits whole, so the producer never waits for the consumer; larger frames
-// stream through. 4 MiB measured no faster (README, Speed).
-constexpr uint64_t kRingCapacity = uint64_t{2} << 20;
-constexpr size_t kRingHeaderSize = 4096;
-constexpr size_t kShmMapSize = 2 * kRingHeaderSize + 2 * kRingCapacity;
 // While the application polled within this window, the fabric thread does
 // not advertise sleep (the producer rings no doorbell) and wakes after it
 // at most, so a message is never stranded when the polling stops.
 constexpr int64_t kPollerWindowNs = 200 * 1000;
-
-struct RingHeader {
-  std::atomic<uint64_t> head;  // written by the producer
-  char pad0[56];
-  std::atomic<uint64_t> tail;  // written by the consumer
-  char pad1[56];
-  std::atomic<uint32_t> consumer_sleeping;
-  std::atomic<uint32_t> producer_waiting;
-};
+constexpr uint64_t kRingCapacity = kShmRingCapacity;
+constexpr size_t kRingHeaderSize = kShmRingHeaderSize;
+using RingHeader = ShmRingHeader;
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "the rings need address-free atomics");
 static_assert(std::atomic<uint32_t>::is_always_lock_free,

@@ -133,6 +133,34 @@ struct AnswerFrame {
   char why[100];
 };
 
+// The shared-memory transport's mapping (a memfd of kShmMapSize bytes,
+// sealed against shrinking and growing): ring 0 carries the dialer's
+// frames, ring 1 the acceptor's; each is a ShmRingHeader on its own page
+// (ring 0's at offset 0, ring 1's at kShmRingHeaderSize) and
+// kShmRingCapacity data bytes (ring 0's at 2 * kShmRingHeaderSize, ring
+// 1's right after). The bytes are the same stream of frames the socket
+// carries. `head` and `tail` count bytes in total (they never wrap; byte n
+// is at n % kShmRingCapacity).
+//
+// 2 MiB per direction: a 1 MiB write (fabric_bench's BM_FabricWrite1MiB)
+// fits whole, so its producer never waits for the consumer; a larger frame
+// streams through (pipe semantics).
+constexpr uint64_t kShmRingCapacity = uint64_t{2} << 20;
+constexpr size_t kShmRingHeaderSize = 4096;
+constexpr size_t kShmMapSize = 2 * kShmRingHeaderSize + 2 * kShmRingCapacity;
+
+struct ShmRingHeader {
+  std::atomic<uint64_t> head;  // written by the producer
+  char pad0[56];
+  std::atomic<uint64_t> tail;  // written by the consumer
+  char pad1[56];
+  // The consumer is about to sleep in poll(): the producer rings the
+  // socket (one byte) after it publishes.
+  std::atomic<uint32_t> consumer_sleeping;
+  // The producer found the ring full: the consumer rings after it frees.
+  std::atomic<uint32_t> producer_waiting;
+};
+
 struct Frame {
   uint32_t type = 0;
   std::vector<uint8_t> body;  // fixed body + tail
