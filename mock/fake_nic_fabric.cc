@@ -93,9 +93,20 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+// Process-wide counts of the shared-memory transport, printed at a
+// Fabric's end with RPMA_HARNESS_FABRIC_STATS=1 (how often the doorbell
+// path ran, who handled the frames).
+struct ShmStats {
+  std::atomic<uint64_t> doorbells{0};
+  std::atomic<uint64_t> frames_inline{0};  // by DrainInline (PollCq)
+  std::atomic<uint64_t> frames_thread{0};  // by the fabric thread
+};
+ShmStats g_shm_stats;
+
 // A full socket buffer already holds doorbells the peer has not read: it
 // wakes anyway, so EAGAIN is fine.
 void Doorbell(int fd) {
+  g_shm_stats.doorbells.fetch_add(1, std::memory_order_relaxed);
   const char byte = 0;
   ssize_t n = send(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   (void)n;
@@ -343,6 +354,16 @@ void Fabric::Stop() {
 
 Fabric::~Fabric() {
   Stop();
+  const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
+  if (stats != nullptr && strcmp(stats, "1") == 0) {
+    fprintf(stderr,
+            "fake_nic fabric stats (pid %d): %llu doorbells sent, %llu ring "
+            "frames handled by PollCq, %llu by the fabric thread\n",
+            static_cast<int>(getpid()),
+            static_cast<unsigned long long>(g_shm_stats.doorbells.load()),
+            static_cast<unsigned long long>(g_shm_stats.frames_inline.load()),
+            static_cast<unsigned long long>(g_shm_stats.frames_thread.load()));
+  }
   for (auto& [id, link] : links_) close(link.fd);
   for (auto& [path, fd] : listeners_) {
     close(fd);
@@ -584,7 +605,8 @@ bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
       if (n < lengths[i]) break;
     }
     if (shm->corrupt.load()) {
-      ReportCorrupt(shm, "tail", shm->out_head, kRingCapacity);
+      ReportCorrupt(shm, "consumer tail, our head",
+                    shm->out.header->tail.load(), shm->out_head);
       shutdown(shm->fd, SHUT_RDWR);
       return true;
     }
@@ -632,7 +654,8 @@ void Fabric::FlushShmLocked(Link* link) {
     const size_t n = RingPut(shm, link->out.data() + link->out_offset,
                              link->out.size() - link->out_offset);
     if (shm->corrupt.load()) {
-      ReportCorrupt(shm, "tail", shm->out_head, kRingCapacity);
+      ReportCorrupt(shm, "consumer tail, our head",
+                    shm->out.header->tail.load(), shm->out_head);
       shutdown(shm->fd, SHUT_RDWR);
       link->out.clear();
       link->out_offset = 0;
@@ -685,11 +708,14 @@ void Fabric::Close(uint64_t id) {
   Wake();
 }
 
-void Fabric::HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames) {
+size_t Fabric::HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames) {
+  const size_t before = frames->size();
   TakeFrames(shm, frames);
-  if (seq_fd_ >= 0) return;  // queued as pending steps by Deliver
+  const size_t n = frames->size() - before;
+  if (seq_fd_ >= 0) return n;  // queued as pending steps by Deliver
   for (const Frame& frame : *frames) on_frame_(id, frame);
   frames->clear();
+  return n;
 }
 
 void Fabric::DrainInline() {
@@ -707,7 +733,8 @@ void Fabric::DrainInline() {
     std::unique_lock<std::mutex> drain(shm->drain_mu, std::try_to_lock);
     if (!drain.owns_lock()) continue;
     std::vector<Frame> frames;
-    HandOver(shm->id, shm.get(), &frames);
+    const size_t n = HandOver(shm->id, shm.get(), &frames);
+    g_shm_stats.frames_inline.fetch_add(n, std::memory_order_relaxed);
   }
 }
 
@@ -749,7 +776,8 @@ bool Fabric::ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames) {
     std::lock_guard<std::mutex> drain(shm->drain_mu);
     // At the end, every byte the peer wrote before it went is in the ring:
     // taken (and handed over) before the link's end is.
-    HandOver(id, shm.get(), frames);
+    g_shm_stats.frames_thread.fetch_add(HandOver(id, shm.get(), frames),
+                                        std::memory_order_relaxed);
     if (!open) shm->dead = true;
     return open;
   }
@@ -892,7 +920,8 @@ void Fabric::Run() {
         if (!shm->HasData()) continue;
         std::lock_guard<std::mutex> drain(shm->drain_mu);
         std::vector<Frame> frames;
-        HandOver(shm->id, shm.get(), &frames);
+        g_shm_stats.frames_thread.fetch_add(
+            HandOver(shm->id, shm.get(), &frames), std::memory_order_relaxed);
       }
     }
     for (size_t i = 0; i < fds.size(); ++i) {

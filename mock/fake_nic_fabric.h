@@ -262,7 +262,8 @@ class Fabric {
   bool ReadFirstByte(Link* link);  // REQUIRES mu_; false at EOF / error
   // Unsequenced: the frames go to on_frame_ under the drain lock, so the
   // fabric thread and an inline drain never reorder a link's frames.
-  void HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames);
+  // Returns how many frames it took.
+  size_t HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames);
   // Writes queued bytes into the ring; REQUIRES mu_.
   void FlushShmLocked(Link* link);
   // Reads what `fd` has; false at EOF or on an error.
