@@ -208,7 +208,7 @@ void FakeNic::UpdateQuiet() {
 }
 
 void FakeNic::WakeWaiters() {
-  if (work_waiters_ > 0) work_cv_.notify_all();
+  if (work_waiters_ > 0 && !defer_work_wake_) work_cv_.notify_all();
   if (event_waiters_ > 0) event_cv_.notify_all();
 }
 
