@@ -63,9 +63,12 @@ void SetNonBlocking(int fd) {
 // frame's length against kMaxFrameBody.
 //
 // No lost wake-up (the classic order): the consumer stores
-// consumer_sleeping = 1, a full fence, re-reads head, and only then sleeps
-// in poll() on the socket; the producer stores head, a full fence, and
-// writes a 1-byte doorbell on the socket if consumer_sleeping is set. The
+// consumer_sleeping = 1, then re-reads head, and only then sleeps in poll()
+// on the socket; the producer stores head, then writes a 1-byte doorbell on
+// the socket if consumer_sleeping is set. The full fence between each
+// store and load is their seq_cst order (a store and a load, both seq_cst,
+// cannot both miss the other side's; atomic_thread_fence would do the
+// same, but ThreadSanitizer does not support it). The
 // same pair of orders, the other way round, guards producer_waiting (the
 // producer found the ring full and waits for the consumer to free space).
 
@@ -140,7 +143,7 @@ struct ShmLink {
 
   // A hint (the peer may lie about head): a drain checks for real.
   bool HasData() const {
-    return in.header->head.load(std::memory_order_acquire) !=
+    return in.header->head.load(std::memory_order_seq_cst) !=
            taken.load(std::memory_order_relaxed);
   }
 };
@@ -225,11 +228,13 @@ size_t RingPut(ShmLink* shm, const void* data, size_t length) {
 }
 
 // Producer: makes what RingPut copied visible, then rings if the consumer
-// sleeps (store, full fence, load: see the order above).
+// sleeps (a seq_cst store, then a seq_cst load: see the order above).
 void RingPublish(ShmLink* shm) {
-  shm->out.header->head.store(shm->out_head, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (shm->out.header->consumer_sleeping.load(std::memory_order_relaxed) != 0) {
+  // seq_cst store and load (not a fence: TSan has none): in their single
+  // total order with the consumer's seq_cst flag store and head load, one
+  // side sees the other's write.
+  shm->out.header->head.store(shm->out_head, std::memory_order_seq_cst);
+  if (shm->out.header->consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
     Doorbell(shm->fd);
   }
 }
@@ -305,14 +310,14 @@ bool TakeFrames(ShmLink* shm, std::vector<Frame>* frames) {
         shm->in_body = false;
       }
     }
-    shm->in.header->tail.store(shm->in_tail, std::memory_order_release);
+    shm->in.header->tail.store(shm->in_tail, std::memory_order_seq_cst);
     shm->taken.store(shm->in_tail, std::memory_order_relaxed);
     freed = true;
     if (!ok) break;
   }
   if (freed) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (shm->in.header->producer_waiting.load(std::memory_order_relaxed) != 0 &&
+    // The seq_cst tail store above, then this seq_cst load (the order).
+    if (shm->in.header->producer_waiting.load(std::memory_order_seq_cst) != 0 &&
         shm->in.header->producer_waiting.exchange(0) != 0) {
       Doorbell(shm->fd);
     }
@@ -670,8 +675,7 @@ void Fabric::FlushShmLocked(Link* link) {
     }
     // Full: ask for a doorbell when space frees, then look again (the
     // consumer may have freed it before it could see the flag).
-    shm->out.header->producer_waiting.store(1);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    shm->out.header->producer_waiting.store(1, std::memory_order_seq_cst);
     if (shm->out_head - shm->out.header->tail.load() == kRingCapacity) return;
   }
 }
@@ -899,7 +903,7 @@ void Fabric::Run() {
       for (const auto& shm : rings) {
         shm->in.header->consumer_sleeping.store(polled ? 0 : 1);
       }
-      std::atomic_thread_fence(std::memory_order_seq_cst);
+      // (seq_cst flag stores above, seq_cst head loads in HasData.)
       bool waiting = false;
       for (const auto& shm : rings) waiting = waiting || shm->HasData();
       if (waiting && seq_fd_ < 0) {
