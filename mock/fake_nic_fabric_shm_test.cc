@@ -153,23 +153,24 @@ TEST_F(FabricShmTest, FramesStayInOrderAcrossTheRingWrap) {
 TEST_F(FabricShmTest, AFrameLargerThanTheRingStreamsThroughIt) {
   constexpr uint32_t kLength = 5 << 20;
   static_assert(kLength > 2 * kShmRingCapacity, "larger than the ring");
-  Child child = ForkServer(2 * size_t{kLength}, 1, [&](Side& s, int in, int) {
-    ibv_wc wc;
-    CHILD_CHECK(s.Poll(&wc));
-    CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
-    CHILD_CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
-    CHILD_CHECK(ntohl(wc.imm_data) == 0x5ca1ab1e);
-    CHILD_CHECK(wc.byte_len == kLength);
-    s.Sync();
-    for (uint32_t b = 0; b < kLength; ++b) {
-      CHILD_CHECK(s.buffer[b] == Pattern(1, b));
-    }
-    for (uint32_t b = 0; b < kLength; ++b) {
-      s.buffer[kLength + b] = Pattern(2, b);
-    }
-    s.Sync();
-    WaitGoOn(in);  // the client reads the second half, then says so
-  });
+  Child child =
+      ForkServer(2 * size_t{kLength}, 1, [&](Side& s, int in, int out) {
+        ibv_wc wc;
+        CHILD_CHECK(s.Poll(&wc));
+        CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+        CHILD_CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+        CHILD_CHECK(ntohl(wc.imm_data) == 0x5ca1ab1e);
+        CHILD_CHECK(wc.byte_len == kLength);
+        s.Sync();
+        for (uint32_t b = 0; b < kLength; ++b) {
+          CHILD_CHECK(s.buffer[b] == Pattern(1, b));
+        }
+        for (uint32_t b = 0; b < kLength; ++b) {
+          s.buffer[kLength + b] = Pattern(2, b);
+        }
+        SendInfo(out, s);  // (Sync first) the second half is there to read
+        WaitGoOn(in);
+      });
   Side client(dir_, 2 * size_t{kLength});
   ServerInfo info;
   ASSERT_NO_FATAL_FAILURE(Connect(child, client, &info));
@@ -180,23 +181,19 @@ TEST_F(FabricShmTest, AFrameLargerThanTheRingStreamsThroughIt) {
   ibv_wc wc;
   ASSERT_TRUE(client.Poll(&wc));
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
-  // The server fills its second half only after it checked the first: its
-  // stop-and-wait is the client's read retried until the bytes are there.
-  bool equal = false;
-  for (int attempt = 0; attempt < 200 && !equal; ++attempt) {
-    ASSERT_EQ(client.PostSend(IBV_WR_RDMA_READ, 2, kLength, kLength,
-                              info.addr + kLength, info.rkey),
-              0);
-    ASSERT_TRUE(client.Poll(&wc));
-    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
-    client.Sync();
-    equal = true;
-    for (uint32_t b = 0; b < kLength && equal; ++b) {
-      equal = client.buffer[kLength + b] == Pattern(2, b);
-    }
-    if (!equal) usleep(20000);
+  ASSERT_TRUE(child.ReadInfo(&info));  // checked, and the second half filled
+  ASSERT_EQ(client.PostSend(IBV_WR_RDMA_READ, 2, kLength, kLength,
+                            info.addr + kLength, info.rkey),
+            0);
+  ASSERT_TRUE(client.Poll(&wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, kLength);
+  client.Sync();
+  uint32_t wrong = 0;
+  for (uint32_t b = 0; b < kLength; ++b) {
+    wrong += client.buffer[kLength + b] != Pattern(2, b);
   }
-  EXPECT_TRUE(equal) << "the 5 MiB READ answer did not arrive whole";
+  EXPECT_EQ(wrong, 0u) << "bytes of the 5 MiB READ answer differ";
   child.GoOn();
   EXPECT_EQ(child.Wait(), 0);
 }
