@@ -24,11 +24,14 @@
 //
 // Threading: one fabric thread per NIC polls the listening sockets and the
 // Links. It reads whole frames without any NIC lock held and hands each to
-// the NIC's frame handler (which takes the NIC's mutex). Send() never blocks:
-// it writes what the socket takes now and queues the rest, which the fabric
-// thread writes when the socket drains. So no thread holding a NIC's mutex
-// ever waits for another process, and two processes stepping each other
-// cannot deadlock.
+// the NIC's frame handler (which takes the NIC's mutex); on the rings, an
+// application thread in PollCq may hand them over instead (DrainInline),
+// under the link's drain lock, so a link's frames keep their order. Send()
+// never blocks: it writes what the socket (or ring) takes now and queues
+// the rest, which the fabric thread writes when the socket drains (or the
+// consumer's doorbell says the ring has room). So no thread holding a NIC's
+// mutex ever waits for another process, and two processes stepping each
+// other cannot deadlock.
 //
 // Sequenced mode (JoinSequencer; fake_nic_fabric_sequence.h): frames and
 // link ends are queued as pending steps instead of handed to the NIC, and
