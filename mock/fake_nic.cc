@@ -208,7 +208,7 @@ void FakeNic::UpdateQuiet() {
 }
 
 void FakeNic::WakeWaiters() {
-  if (work_waiters_ > 0) work_cv_.notify_all();
+  if (work_waiters_ > 0 && !defer_work_wake_) work_cv_.notify_all();
   if (event_waiters_ > 0) event_cv_.notify_all();
 }
 
@@ -680,6 +680,11 @@ void FakeNic::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
 // polling the CQ would never notice; the fake keeps the CQ in error instead,
 // so every later poll returns -EOVERFLOW.
 int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
+  // Cross-process: the application's own polling drives the NIC. The
+  // frames waiting in the shared-memory rings are handled here, before mu_
+  // (lock order: drain lock -> mu_), so a busy-polling program sees its
+  // peer's request with no thread hand-off (fake_nic_fabric.h DrainInline).
+  if (fabric_ != nullptr) fabric_->DrainInline();
   std::unique_lock<std::mutex> lock(mu_);
   Cq* c = FindCq(cq);
   if (c == nullptr || num_entries < 0) return -EINVAL;

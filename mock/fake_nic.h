@@ -899,6 +899,10 @@ class FakeNic final : public VerbsBackend {
   // Threads waiting on each condition variable: a notify with nobody
   // waiting is a futex call the data path does not need to make.
   int work_waiters_ = 0;
+  // Set while OnFabricFrame handles a frame (fake_nic_remote.cc): the
+  // background thread is woken once at its end, and only if a step is
+  // ready, instead of at every Record inside it.
+  bool defer_work_wake_ = false;
   int event_waiters_ = 0;
   uint64_t rng_state_;
   Landing landing_;             // FakeNicConfig::landing, SetLanding

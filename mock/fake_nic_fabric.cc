@@ -1,10 +1,15 @@
 // fake_nic_fabric.cc: the sockets and the thread of the cross-process wire
 // (fake_nic_fabric.h). What the frames mean is fake_nic_remote.cc's.
 //
-// Why Unix-domain stream sockets: one per connection gives ordering, EOF on
-// the peer's death (SIGKILL included: the kernel closes its descriptors) and
-// no coordinator. The figures that back the choice are in README.md
-// ("Two processes on the fake NIC") and tools/bench/fabric_bench.cc.
+// Why a Unix-domain stream socket per Link: finding the listener, ordering,
+// EOF on the peer's death (SIGKILL included: the kernel closes its
+// descriptors) and no coordinator. Why shared-memory rings for the frames
+// (the default transport): a socket costs a system call each way and a
+// wake-up of the peer's fabric thread per message (the bare socketpair
+// ping-pong alone misses the 5 us round trip here), while a ring polled by
+// the application's own PollCq costs neither. The figures that back the
+// choice are in README.md ("Two processes on the fake NIC") and
+// tools/bench/fabric_bench.cc.
 
 #include "mock/fake_nic_fabric.h"
 
@@ -12,10 +17,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,12 +52,299 @@ void SetNonBlocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// ---- shared-memory rings ----------------------------------------------------
+//
+// The memfd holds two byte rings: ring 0 carries the dialer's frames, ring 1
+// the acceptor's. Each is a RingHeader (own page) and kRingCapacity bytes.
+// `head` and `tail` count bytes in total (they never wrap); the producer
+// owns head, the consumer tail, and each keeps its own copy: a value read
+// from the shared header is the peer's word and is checked before use
+// (0 <= head - tail <= capacity), exactly as the socket path checks a
+// frame's length against kMaxFrameBody.
+//
+// No lost wake-up (the classic order): the consumer stores
+// consumer_sleeping = 1, then re-reads head, and only then sleeps in poll()
+// on the socket; the producer stores head, then writes a 1-byte doorbell on
+// the socket if consumer_sleeping is set. The full fence between each
+// store and load is their seq_cst order (a store and a load, both seq_cst,
+// cannot both miss the other side's; atomic_thread_fence would do the
+// same, but ThreadSanitizer does not support it). The
+// same pair of orders, the other way round, guards producer_waiting (the
+// producer found the ring full and waits for the consumer to free space).
+
+// While the application polled within this window, the fabric thread does
+// not advertise sleep (the producer rings no doorbell) and wakes after it
+// at most, so a message is never stranded when the polling stops.
+constexpr int64_t kPollerWindowNs = 200 * 1000;
+constexpr uint64_t kRingCapacity = kShmRingCapacity;
+constexpr size_t kRingHeaderSize = kShmRingHeaderSize;
+using RingHeader = ShmRingHeader;
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the rings need address-free atomics");
+static_assert(std::atomic<uint32_t>::is_always_lock_free,
+              "the rings need address-free atomics");
+static_assert(sizeof(RingHeader) <= kRingHeaderSize, "header page");
+
+struct Ring {
+  RingHeader* header = nullptr;
+  uint8_t* data = nullptr;
+};
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// Process-wide counts of the shared-memory transport, printed at a
+// Fabric's end with RPMA_HARNESS_FABRIC_STATS=1 (how often the doorbell
+// path ran, who handled the frames).
+struct ShmStats {
+  std::atomic<uint64_t> doorbells{0};
+  std::atomic<uint64_t> frames_inline{0};  // by DrainInline (PollCq)
+  std::atomic<uint64_t> frames_thread{0};  // by the fabric thread
+};
+ShmStats g_shm_stats;
+
+// A full socket buffer already holds doorbells the peer has not read: it
+// wakes anyway, so EAGAIN is fine.
+void Doorbell(int fd) {
+  g_shm_stats.doorbells.fetch_add(1, std::memory_order_relaxed);
+  const char byte = 0;
+  ssize_t n = send(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)n;
+}
+
+}  // namespace
+
+struct ShmLink {
+  ~ShmLink() {
+    if (map != nullptr) munmap(map, kShmMapSize);
+  }
+  uint64_t id = 0;
+  void* map = nullptr;
+  Ring in, out;
+  // The Link's socket. Closed only after `dead` is set under drain_mu, so
+  // a drain holding drain_mu may use it (doorbell, shutdown).
+  int fd = -1;
+  std::mutex drain_mu;
+  // Consumer state (drain_mu).
+  uint64_t in_tail = 0;
+  std::atomic<uint64_t> taken{0};  // in_tail, for a lock-free "has data?"
+  uint8_t header_bytes[sizeof(FrameHeader)];
+  size_t header_have = 0;
+  bool in_body = false;
+  uint64_t body_want = 0;
+  Frame partial;
+  bool dead = false;
+  std::atomic<bool> corrupt{false};
+  // Producer state (Fabric::mu_).
+  uint64_t out_head = 0;
+
+  // A hint (the peer may lie about head): a drain checks for real.
+  bool HasData() const {
+    return in.header->head.load(std::memory_order_seq_cst) !=
+           taken.load(std::memory_order_relaxed);
+  }
+};
+
+namespace {
+
+std::shared_ptr<ShmLink> MapRings(int memfd, bool dialer) {
+  void* map =
+      mmap(nullptr, kShmMapSize, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (map == MAP_FAILED) return nullptr;
+  auto shm = std::make_shared<ShmLink>();
+  shm->map = map;
+  auto* base = static_cast<uint8_t*>(map);
+  Ring ring0{reinterpret_cast<RingHeader*>(base), base + 2 * kRingHeaderSize};
+  Ring ring1{reinterpret_cast<RingHeader*>(base + kRingHeaderSize),
+             base + 2 * kRingHeaderSize + kRingCapacity};
+  shm->out = dialer ? ring0 : ring1;
+  shm->in = dialer ? ring1 : ring0;
+  return shm;
+}
+
+// Dialer: a sealed memfd (the peer can neither shrink it under our mapping,
+// which would SIGBUS us, nor grow it) mapped here and passed as the first
+// byte of the stream. Null when any step fails: the link uses the socket.
+std::shared_ptr<ShmLink> OfferRings(int fd) {
+  const int memfd =
+      memfd_create("rpma-harness-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (memfd < 0) return nullptr;
+  std::shared_ptr<ShmLink> shm;
+  if (ftruncate(memfd, kShmMapSize) == 0 &&
+      fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) ==
+          0) {
+    shm = MapRings(memfd, true);
+  }
+  if (shm == nullptr) {
+    close(memfd);
+    return nullptr;
+  }
+  // Until the peer's fabric thread runs, it counts as asleep: doorbells.
+  shm->in.header->consumer_sleeping.store(1);
+  shm->out.header->consumer_sleeping.store(1);
+  char byte = 'R';
+  iovec iov = {&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  memset(control, 0, sizeof(control));
+  msghdr message;
+  memset(&message, 0, sizeof(message));
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&message);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+  // A fresh connection's buffer is empty: one byte goes at once.
+  const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
+  close(memfd);
+  return n == 1 ? shm : nullptr;
+}
+
+// Producer: copies what fits; REQUIRES Fabric::mu_. Sets `corrupt` when the
+// consumer's tail is impossible.
+size_t RingPut(ShmLink* shm, const void* data, size_t length) {
+  if (length == 0) return 0;
+  const uint64_t tail = shm->out.header->tail.load(std::memory_order_acquire);
+  const uint64_t used = shm->out_head - tail;
+  if (used > kRingCapacity) {
+    shm->corrupt.store(true);
+    return 0;
+  }
+  const size_t n =
+      static_cast<size_t>(std::min<uint64_t>(length, kRingCapacity - used));
+  const size_t at = static_cast<size_t>(shm->out_head % kRingCapacity);
+  const size_t first = std::min(n, static_cast<size_t>(kRingCapacity - at));
+  const auto* p = static_cast<const uint8_t*>(data);
+  memcpy(shm->out.data + at, p, first);
+  memcpy(shm->out.data, p + first, n - first);
+  shm->out_head += n;
+  return n;
+}
+
+// Producer: makes what RingPut copied visible, then rings if the consumer
+// sleeps (a seq_cst store, then a seq_cst load: see the order above).
+void RingPublish(ShmLink* shm) {
+  // seq_cst store and load (not a fence: TSan has none): in their single
+  // total order with the consumer's seq_cst flag store and head load, one
+  // side sees the other's write.
+  shm->out.header->head.store(shm->out_head, std::memory_order_seq_cst);
+  if (shm->out.header->consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
+    Doorbell(shm->fd);
+  }
+}
+
+void ReportCorrupt(ShmLink* shm, const char* what, uint64_t a, uint64_t b) {
+  if (shm->corrupt.exchange(true) && what == nullptr) return;
+  fprintf(stderr,
+          "fake_nic fabric: link %llu: the peer's shared ring is corrupt (%s: "
+          "%llu, %llu; ring capacity %llu): link closed\n",
+          static_cast<unsigned long long>(shm->id), what,
+          static_cast<unsigned long long>(a),
+          static_cast<unsigned long long>(b),
+          static_cast<unsigned long long>(kRingCapacity));
+}
+
+// Consumer: takes every whole frame the ring holds (a partial one stays in
+// `partial`); REQUIRES shm->drain_mu. On a corrupt ring: a message, the
+// socket shut down (both fabric threads then see the link end), false.
+bool TakeFrames(ShmLink* shm, std::vector<Frame>* frames) {
+  if (shm->dead || shm->corrupt.load()) return true;
+  bool freed = false;
+  bool ok = true;
+  const uint8_t* data = shm->in.data;
+  for (;;) {
+    const uint64_t head = shm->in.header->head.load(std::memory_order_acquire);
+    const uint64_t available = head - shm->in_tail;
+    if (available > kRingCapacity) {
+      ReportCorrupt(shm, "head - tail", head, shm->in_tail);
+      ok = false;
+      break;
+    }
+    if (available == 0) break;
+    uint64_t left = available;
+    while (left > 0 && ok) {
+      const size_t at = static_cast<size_t>(shm->in_tail % kRingCapacity);
+      const size_t contiguous = static_cast<size_t>(kRingCapacity - at);
+      size_t n;
+      if (!shm->in_body) {
+        n = std::min<size_t>({static_cast<size_t>(left),
+                              sizeof(FrameHeader) - shm->header_have,
+                              contiguous});
+        memcpy(shm->header_bytes + shm->header_have, data + at, n);
+        shm->header_have += n;
+        if (shm->header_have == sizeof(FrameHeader)) {
+          FrameHeader header;
+          memcpy(&header, shm->header_bytes, sizeof(header));
+          shm->header_have = 0;
+          // As the socket path: no frame is longer than kMaxFrameBody.
+          if (header.body_length > kMaxFrameBody) {
+            ReportCorrupt(shm, "frame body length", header.body_length,
+                          kMaxFrameBody);
+            ok = false;
+          }
+          shm->in_body = true;
+          shm->body_want = header.body_length;
+          shm->partial.type = header.type;
+          shm->partial.body.clear();
+          // Grown as bytes come: a lying length costs no memory up front.
+          shm->partial.body.reserve(
+              std::min<uint64_t>(header.body_length, uint64_t{4} << 20));
+        }
+      } else {
+        n = static_cast<size_t>(std::min<uint64_t>(
+            {left, shm->body_want - shm->partial.body.size(), contiguous}));
+        shm->partial.body.insert(shm->partial.body.end(), data + at,
+                                 data + at + n);
+      }
+      shm->in_tail += n;
+      left -= n;
+      if (ok && shm->in_body && shm->partial.body.size() == shm->body_want) {
+        frames->push_back(std::move(shm->partial));
+        shm->partial = Frame();
+        shm->in_body = false;
+      }
+    }
+    shm->in.header->tail.store(shm->in_tail, std::memory_order_seq_cst);
+    shm->taken.store(shm->in_tail, std::memory_order_relaxed);
+    freed = true;
+    if (!ok) break;
+  }
+  if (freed) {
+    // The seq_cst tail store above, then this seq_cst load (the order).
+    if (shm->in.header->producer_waiting.load(std::memory_order_seq_cst) != 0 &&
+        shm->in.header->producer_waiting.exchange(0) != 0) {
+      Doorbell(shm->fd);
+    }
+  }
+  if (!ok) shutdown(shm->fd, SHUT_RDWR);
+  return ok;
+}
+
 }  // namespace
 
 Fabric::Fabric(std::string dir, OnFrame on_frame, OnClosed on_closed)
     : dir_(std::move(dir)),
       on_frame_(std::move(on_frame)),
-      on_closed_(std::move(on_closed)) {}
+      on_closed_(std::move(on_closed)) {
+  // Read once per NIC; a process's peers may pick the other transport (the
+  // acceptor follows the dialer).
+  const char* transport = getenv("RPMA_HARNESS_FABRIC_TRANSPORT");
+  if (transport != nullptr && strcmp(transport, "socket") == 0) {
+    use_shm_ = false;
+  } else if (transport != nullptr && *transport != '\0' &&
+             strcmp(transport, "shm") != 0) {
+    fprintf(stderr,
+            "fake_nic fabric: RPMA_HARNESS_FABRIC_TRANSPORT=%s is neither "
+            "'shm' nor 'socket': using shm\n",
+            transport);
+  }
+}
 
 void Fabric::Stop() {
   {
@@ -65,6 +359,16 @@ void Fabric::Stop() {
 
 Fabric::~Fabric() {
   Stop();
+  const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
+  if (stats != nullptr && strcmp(stats, "1") == 0) {
+    fprintf(stderr,
+            "fake_nic fabric stats (pid %d): %llu doorbells sent, %llu ring "
+            "frames handled by PollCq, %llu by the fabric thread\n",
+            static_cast<int>(getpid()),
+            static_cast<unsigned long long>(g_shm_stats.doorbells.load()),
+            static_cast<unsigned long long>(g_shm_stats.frames_inline.load()),
+            static_cast<unsigned long long>(g_shm_stats.frames_thread.load()));
+  }
   for (auto& [id, link] : links_) close(link.fd);
   for (auto& [path, fd] : listeners_) {
     close(fd);
@@ -198,19 +502,93 @@ int Fabric::Dial(const std::string& addr, uint16_t port, uint64_t* link) {
       close(fd);
       continue;
     }
+    // Sequenced mode stays on the socket: it is about determinism, and its
+    // sync reads the peers' bytes from sockets (DrainForSync).
+    std::shared_ptr<ShmLink> shm;
+    if (use_shm_ && seq_fd_ < 0) shm = OfferRings(fd);
     SetNonBlocking(fd);
     std::lock_guard<std::mutex> lock(mu_);
     *link = AddLink(fd);
+    if (shm != nullptr) {
+      shm->id = *link;
+      shm->fd = fd;
+      links_[*link].shm = std::move(shm);
+      shm_links_.fetch_add(1);
+    }
     Wake();
     return 0;
   }
   return last == ENOENT ? ECONNREFUSED : last;
 }
 
-uint64_t Fabric::AddLink(int fd) {
+uint64_t Fabric::AddLink(int fd, bool accepted) {
   const uint64_t id = next_link_++;
   links_[id].fd = fd;
+  links_[id].first_byte_pending = accepted;
   return id;
+}
+
+bool Fabric::ReadFirstByte(Link* link) {
+  char byte = 0;
+  iovec iov = {&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  msghdr message;
+  memset(&message, 0, sizeof(message));
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
+  const ssize_t n =
+      recvmsg(link->fd, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return errno == EAGAIN || errno == EINTR;  // still to come
+  if (n == 0) return false;
+  link->first_byte_pending = false;
+  int memfd = -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr;
+       c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (memfd < 0) {
+        memfd = fd;
+      } else {
+        close(fd);
+      }
+    }
+  }
+  if (memfd < 0) {
+    if ((message.msg_flags & MSG_CTRUNC) != 0) return false;
+    link->in.push_back(static_cast<uint8_t>(byte));  // a frame's first byte
+    return true;
+  }
+  // The peer's memfd is input too: it must be the size both sides map and
+  // sealed against shrinking (a shrunk file under our mapping is SIGBUS).
+  struct stat st;
+  const int seals = fcntl(memfd, F_GET_SEALS);
+  if (fstat(memfd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != kShmMapSize || seals < 0 ||
+      (seals & F_SEAL_SHRINK) == 0 || (seals & F_SEAL_SEAL) == 0) {
+    fprintf(stderr,
+            "fake_nic fabric: a peer's shared ring is not a sealed memfd of "
+            "%zu bytes: link closed\n",
+            kShmMapSize);
+    close(memfd);
+    return false;
+  }
+  std::shared_ptr<ShmLink> shm = MapRings(memfd, false);
+  close(memfd);
+  if (shm == nullptr) return false;
+  uint64_t id = 0;
+  for (auto& [key, value] : links_) {
+    if (&value == link) id = key;
+  }
+  shm->id = id;
+  shm->fd = link->fd;
+  link->shm = std::move(shm);
+  shm_links_.fetch_add(1);
+  return true;
 }
 
 bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
@@ -221,7 +599,25 @@ bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
   Link& link = it->second;
   FrameHeader header{static_cast<uint32_t>(body_len + tail_len), type};
   size_t sent = 0;
-  if (link.out.empty()) {
+  if (link.shm != nullptr && link.out.empty()) {
+    ShmLink* shm = link.shm.get();
+    if (shm->corrupt.load()) return true;  // the link is ending
+    const void* parts[3] = {&header, body, tail};
+    const size_t lengths[3] = {sizeof(header), body_len, tail_len};
+    for (int i = 0; i < 3; ++i) {
+      const size_t n = RingPut(shm, parts[i], lengths[i]);
+      sent += n;
+      if (n < lengths[i]) break;
+    }
+    if (shm->corrupt.load()) {
+      ReportCorrupt(shm, "consumer tail, our head",
+                    shm->out.header->tail.load(), shm->out_head);
+      shutdown(shm->fd, SHUT_RDWR);
+      return true;
+    }
+    if (sent > 0) RingPublish(shm);
+    if (sent == sizeof(header) + body_len + tail_len) return true;
+  } else if (link.out.empty() && !link.first_byte_pending) {
     // Straight from the caller's buffers; only what the socket does not
     // take now is copied into the queue.
     iovec parts[3] = {{&header, sizeof(header)},
@@ -248,11 +644,48 @@ bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
   queue(&header, sizeof(header));
   queue(body, body_len);
   if (tail_len > 0) queue(tail, tail_len);
+  if (link.shm != nullptr) {
+    // The ring is full: the consumer rings when it frees space.
+    FlushShmLocked(&link);
+    return true;
+  }
   if (!was_waiting) Wake();  // the thread writes the rest
   return true;
 }
 
+void Fabric::FlushShmLocked(Link* link) {
+  ShmLink* shm = link->shm.get();
+  for (;;) {
+    const size_t n = RingPut(shm, link->out.data() + link->out_offset,
+                             link->out.size() - link->out_offset);
+    if (shm->corrupt.load()) {
+      ReportCorrupt(shm, "consumer tail, our head",
+                    shm->out.header->tail.load(), shm->out_head);
+      shutdown(shm->fd, SHUT_RDWR);
+      link->out.clear();
+      link->out_offset = 0;
+      return;
+    }
+    link->out_offset += n;
+    if (n > 0) RingPublish(shm);
+    if (link->out_offset == link->out.size()) {
+      link->out.clear();
+      link->out_offset = 0;
+      return;
+    }
+    // Full: ask for a doorbell when space frees, then look again (the
+    // consumer may have freed it before it could see the flag).
+    shm->out.header->producer_waiting.store(1, std::memory_order_seq_cst);
+    if (shm->out_head - shm->out.header->tail.load() == kRingCapacity) return;
+  }
+}
+
 void Fabric::FlushLocked(Link* link) {
+  if (link->first_byte_pending) return;  // the transport is not known yet
+  if (link->shm != nullptr) {
+    FlushShmLocked(link);
+    return;
+  }
   while (link->out_offset < link->out.size()) {
     const ssize_t n =
         send(link->fd, link->out.data() + link->out_offset,
@@ -279,15 +712,78 @@ void Fabric::Close(uint64_t id) {
   Wake();
 }
 
+size_t Fabric::HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames) {
+  const size_t before = frames->size();
+  TakeFrames(shm, frames);
+  const size_t n = frames->size() - before;
+  if (seq_fd_ >= 0) return n;  // queued as pending steps by Deliver
+  for (const Frame& frame : *frames) on_frame_(id, frame);
+  frames->clear();
+  return n;
+}
+
+void Fabric::DrainInline() {
+  if (shm_links_.load(std::memory_order_relaxed) == 0 || seq_fd_ >= 0) return;
+  last_inline_ns_.store(NowNs(), std::memory_order_relaxed);
+  std::vector<std::shared_ptr<ShmLink>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, link] : links_) {
+      if (link.shm != nullptr && link.shm->HasData()) ready.push_back(link.shm);
+    }
+  }
+  for (const std::shared_ptr<ShmLink>& shm : ready) {
+    // Another thread draining this ring hands its frames over in order.
+    std::unique_lock<std::mutex> drain(shm->drain_mu, std::try_to_lock);
+    if (!drain.owns_lock()) continue;
+    std::vector<Frame> frames;
+    const size_t n = HandOver(shm->id, shm.get(), &frames);
+    g_shm_stats.frames_inline.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
 bool Fabric::ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames) {
   uint8_t buffer[65536];
   bool open = true;
   std::vector<uint8_t> in;
+  std::shared_ptr<ShmLink> shm;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = links_.find(id);
     if (it == links_.end()) return false;
-    in.swap(it->second.in);
+    Link& link = it->second;
+    if (link.first_byte_pending) {
+      if (!ReadFirstByte(&link)) return false;
+      if (link.first_byte_pending) return true;  // nothing came yet
+      if (!link.out.empty()) FlushLocked(&link);
+    }
+    shm = link.shm;
+    in.swap(link.in);
+  }
+  if (shm != nullptr) {
+    // The socket carries doorbells (their bytes mean nothing) and the end.
+    for (;;) {
+      const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || errno != EAGAIN) open = false;
+      break;
+    }
+    {
+      // A doorbell may say the ring has room again.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = links_.find(id);
+      if (it != links_.end() && !it->second.out.empty()) {
+        FlushLocked(&it->second);
+      }
+    }
+    std::lock_guard<std::mutex> drain(shm->drain_mu);
+    // At the end, every byte the peer wrote before it went is in the ring:
+    // taken (and handed over) before the link's end is.
+    g_shm_stats.frames_thread.fetch_add(HandOver(id, shm.get(), frames),
+                                        std::memory_order_relaxed);
+    if (!open) shm->dead = true;
+    return open;
   }
   for (;;) {
     const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -330,6 +826,8 @@ void Fabric::Run() {
     std::vector<pollfd> fds;
     std::vector<uint64_t> ids;  // 0: the wake fd; ~0: a listener
     std::vector<uint64_t> closed;
+    std::vector<std::shared_ptr<ShmLink>> rings;  // polled this round
+    std::vector<std::pair<int, std::shared_ptr<ShmLink>>> retired;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
@@ -344,15 +842,25 @@ void Fabric::Run() {
       for (auto it = links_.begin(); it != links_.end();) {
         Link& link = it->second;
         if (link.closing && link.out.empty()) {
-          // Our end goes: the peer reads what we wrote, then EOF.
-          close(link.fd);
+          // Our end goes: the peer reads what we wrote, then EOF. A ring's
+          // socket closes below, once no drain can use it (lock order).
+          if (link.shm != nullptr) {
+            shm_links_.fetch_sub(1);
+            retired.push_back({link.fd, link.shm});
+          } else {
+            close(link.fd);
+          }
           it = links_.erase(it);
           continue;
         }
-        fds.push_back(
-            {link.fd,
-             static_cast<short>(POLLIN | (link.out.empty() ? 0 : POLLOUT)), 0});
+        // A ring's producer waits for doorbells, not for POLLOUT.
+        const bool socket_out = !link.out.empty() && link.shm == nullptr &&
+                                !link.first_byte_pending;
+        fds.push_back({link.fd,
+                       static_cast<short>(POLLIN | (socket_out ? POLLOUT : 0)),
+                       0});
         ids.push_back(it->first);
+        if (link.shm != nullptr) rings.push_back(link.shm);
         ++it;
       }
       if (seq_fd_ >= 0) {
@@ -375,7 +883,51 @@ void Fabric::Run() {
         SendToSequencer(SequenceMessage::kDone, 0, 0, 0, "");
       }
     }
-    if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    for (auto& [fd, shm] : retired) {
+      {
+        std::lock_guard<std::mutex> drain(shm->drain_mu);
+        shm->dead = true;
+      }
+      close(fd);
+    }
+    // Sleep or not (no lost wake-up: the consumer's half of the order).
+    // While the application polls (DrainInline), the rings need no
+    // doorbell: do not advertise sleep and look again after the window. A
+    // sequenced fabric always advertises (its frames wait for a sync).
+    int64_t timeout_ns = -1;
+    if (!rings.empty()) {
+      const bool polled =
+          seq_fd_ < 0 &&
+          NowNs() - last_inline_ns_.load(std::memory_order_relaxed) <
+              kPollerWindowNs;
+      for (const auto& shm : rings) {
+        shm->in.header->consumer_sleeping.store(polled ? 0 : 1);
+      }
+      // (seq_cst flag stores above, seq_cst head loads in HasData.)
+      bool waiting = false;
+      for (const auto& shm : rings) waiting = waiting || shm->HasData();
+      if (waiting && seq_fd_ < 0) {
+        timeout_ns = 0;
+      } else if (polled) {
+        timeout_ns = kPollerWindowNs;
+      }
+    }
+    timespec timeout = {0, static_cast<long>(timeout_ns)};
+    if (ppoll(fds.data(), fds.size(), timeout_ns < 0 ? nullptr : &timeout,
+              nullptr) < 0 &&
+        errno != EINTR) {
+      return;
+    }
+    // Rings with data whose socket stayed quiet (no doorbell was asked for).
+    if (seq_fd_ < 0) {
+      for (const auto& shm : rings) {
+        if (!shm->HasData()) continue;
+        std::lock_guard<std::mutex> drain(shm->drain_mu);
+        std::vector<Frame> frames;
+        g_shm_stats.frames_thread.fetch_add(
+            HandOver(shm->id, shm.get(), &frames), std::memory_order_relaxed);
+      }
+    }
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       if (ids[i] == 0) {
@@ -393,7 +945,7 @@ void Fabric::Run() {
             accept4(fds[i].fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
           std::lock_guard<std::mutex> lock(mu_);
-          AddLink(fd);
+          AddLink(fd, /*accepted=*/true);
         }
         continue;
       }
@@ -434,6 +986,8 @@ void Fabric::Deliver(uint64_t id, std::vector<Frame>* frames, bool open) {
     if (!open) {
       auto it = links_.find(id);
       if (it != links_.end()) {
+        // A ring's `dead` was set by ReadFrames under its drain lock.
+        if (it->second.shm != nullptr) shm_links_.fetch_sub(1);
         close(it->second.fd);
         links_.erase(it);
       }
@@ -577,7 +1131,7 @@ void Fabric::DrainForSync() {
           accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
       std::lock_guard<std::mutex> lock(mu_);
-      AddLink(fd);
+      AddLink(fd, /*accepted=*/true);
     }
   }
   std::vector<std::pair<uint64_t, int>> links;

@@ -13,13 +13,25 @@
 //   - the end of a Link's stream (close, exit, SIGKILL) is the peer's death.
 // No daemon: every Link is a direct stream between the two processes.
 //
+// Transport (RPMA_HARNESS_FABRIC_TRANSPORT, read when a Fabric is made):
+// "shm" (the default) carries a Link's frames through two single-producer /
+// single-consumer byte rings in a memfd the dialer creates and passes with
+// SCM_RIGHTS as the first byte of the stream; the socket then carries only
+// 1-byte doorbells (sent only when the consumer advertised that it sleeps)
+// and the peer's death (EOF). "socket" carries the frames on the stream
+// itself. A sequenced fabric always dials with "socket"; an acceptor takes
+// whichever the dialer chose (a first byte with a memfd: rings).
+//
 // Threading: one fabric thread per NIC polls the listening sockets and the
 // Links. It reads whole frames without any NIC lock held and hands each to
-// the NIC's frame handler (which takes the NIC's mutex). Send() never blocks:
-// it writes what the socket takes now and queues the rest, which the fabric
-// thread writes when the socket drains. So no thread holding a NIC's mutex
-// ever waits for another process, and two processes stepping each other
-// cannot deadlock.
+// the NIC's frame handler (which takes the NIC's mutex); on the rings, an
+// application thread in PollCq may hand them over instead (DrainInline),
+// under the link's drain lock, so a link's frames keep their order. Send()
+// never blocks: it writes what the socket (or ring) takes now and queues
+// the rest, which the fabric thread writes when the socket drains (or the
+// consumer's doorbell says the ring has room). So no thread holding a NIC's
+// mutex ever waits for another process, and two processes stepping each
+// other cannot deadlock.
 //
 // Sequenced mode (JoinSequencer; fake_nic_fabric_sequence.h): frames and
 // link ends are queued as pending steps instead of handed to the NIC, and
@@ -39,6 +51,7 @@
 #ifndef RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
 #define RPMA_HARNESS_MOCK_FAKE_NIC_FABRIC_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +66,8 @@
 
 namespace rpma_harness {
 namespace fake_nic_internal {
+
+struct ShmLink;  // fake_nic_fabric.cc: one Link's mapping and ring states
 
 // Frame types. Every frame is a FrameHeader, a fixed body (the struct
 // named in the comment) and a variable tail (private data or payload).
@@ -121,6 +136,34 @@ struct AnswerFrame {
   char why[100];
 };
 
+// The shared-memory transport's mapping (a memfd of kShmMapSize bytes,
+// sealed against shrinking and growing): ring 0 carries the dialer's
+// frames, ring 1 the acceptor's; each is a ShmRingHeader on its own page
+// (ring 0's at offset 0, ring 1's at kShmRingHeaderSize) and
+// kShmRingCapacity data bytes (ring 0's at 2 * kShmRingHeaderSize, ring
+// 1's right after). The bytes are the same stream of frames the socket
+// carries. `head` and `tail` count bytes in total (they never wrap; byte n
+// is at n % kShmRingCapacity).
+//
+// 2 MiB per direction: a 1 MiB write (fabric_bench's BM_FabricWrite1MiB)
+// fits whole, so its producer never waits for the consumer; a larger frame
+// streams through (pipe semantics).
+constexpr uint64_t kShmRingCapacity = uint64_t{2} << 20;
+constexpr size_t kShmRingHeaderSize = 4096;
+constexpr size_t kShmMapSize = 2 * kShmRingHeaderSize + 2 * kShmRingCapacity;
+
+struct ShmRingHeader {
+  std::atomic<uint64_t> head;  // written by the producer
+  char pad0[56];
+  std::atomic<uint64_t> tail;  // written by the consumer
+  char pad1[56];
+  // The consumer is about to sleep in poll(): the producer rings the
+  // socket (one byte) after it publishes.
+  std::atomic<uint32_t> consumer_sleeping;
+  // The producer found the ring full: the consumer rings after it frees.
+  std::atomic<uint32_t> producer_waiting;
+};
+
 struct Frame {
   uint32_t type = 0;
   std::vector<uint8_t> body;  // fixed body + tail
@@ -159,6 +202,15 @@ class Fabric {
             const void* tail = nullptr, size_t tail_len = 0);
   // Closes our end once what is queued is written (the peer sees EOF).
   void Close(uint64_t link);
+  // From an application thread polling the NIC (PollCq), with no NIC lock
+  // held: handles the frames waiting in every shared-memory ring on this
+  // thread, so a busy-polling program sees a peer's request without a
+  // thread hand-off. A ring another thread drains is skipped (try-lock).
+  // Lock order: a link's drain lock, then the NIC's mutex, then mu_.
+  // A no-op when sequenced or on the socket transport.
+  void DrainInline();
+  // Whether new Links dial with shared-memory rings (the transport knob).
+  bool uses_shm() const { return use_shm_; }
 
   static std::string ListenerPath(const std::string& dir,
                                   const std::string& addr, uint16_t port);
@@ -197,14 +249,26 @@ class Fabric {
  private:
   struct Link {
     int fd = -1;
-    std::vector<uint8_t> in;   // bytes read, not yet a whole frame
-    std::vector<uint8_t> out;  // bytes queued, not yet written
+    // The shared-memory rings (null: frames on the socket itself).
+    std::shared_ptr<ShmLink> shm;
+    bool first_byte_pending = false;  // accepted: may carry the memfd
+    std::vector<uint8_t> in;          // bytes read, not yet a whole frame
+    std::vector<uint8_t> out;         // bytes queued, not yet written
     size_t out_offset = 0;
     bool closing = false;  // Close() called: shut down once `out` drains
   };
   void Run();
   void Wake();
-  uint64_t AddLink(int fd);  // REQUIRES mu_
+  uint64_t AddLink(int fd, bool accepted = false);  // REQUIRES mu_
+  // Shared-memory transport (fake_nic_fabric.cc).
+  // The accepted link's first byte: the memfd (rings) or a frame's byte.
+  bool ReadFirstByte(Link* link);  // REQUIRES mu_; false at EOF / error
+  // Unsequenced: the frames go to on_frame_ under the drain lock, so the
+  // fabric thread and an inline drain never reorder a link's frames.
+  // Returns how many frames it took.
+  size_t HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames);
+  // Writes queued bytes into the ring; REQUIRES mu_.
+  void FlushShmLocked(Link* link);
   // Reads what `fd` has; false at EOF or on an error.
   bool ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames);
   // Writes queued bytes; REQUIRES mu_.
@@ -219,6 +283,11 @@ class Fabric {
   bool AllFlushedLocked() const;  // REQUIRES mu_
 
   const std::string dir_;
+  bool use_shm_ = true;
+  // CLOCK_MONOTONIC ns of the last DrainInline: while the application polls,
+  // the fabric thread does not advertise sleep (no doorbells needed).
+  std::atomic<int64_t> last_inline_ns_{0};
+  std::atomic<int> shm_links_{0};  // Links on rings: DrainInline has work
   const OnFrame on_frame_;
   const OnClosed on_closed_;
   int wake_fd_ = -1;

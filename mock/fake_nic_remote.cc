@@ -145,6 +145,22 @@ bool FakeNic::DialRemote(CmId* active,
 
 void FakeNic::OnFabricFrame(uint64_t link, const Frame& frame) {
   std::lock_guard<std::mutex> lock(mu_);
+  // One wake-up of the background thread per frame, and only when the
+  // frame made a step ready (StepLocked runs one exactly then): a frame
+  // handled inline by a polling program (Fabric::DrainInline) must not
+  // cost a futex and a context switch of a thread with nothing to do.
+  // Every path that makes a step ready marks it (MarkMaybeReady), so
+  // HasReadyWork at the end sees all of this frame's work.
+  struct WakeAtEnd {
+    FakeNic* nic;
+    ~WakeAtEnd() {
+      nic->defer_work_wake_ = false;
+      if (nic->work_waiters_ > 0 && nic->HasReadyWork()) {
+        nic->work_cv_.notify_all();
+      }
+    }
+  } wake_at_end{this};
+  defer_work_wake_ = true;
   auto by_link = id_by_link_.find(link);
   CmId* id = nullptr;
   if (by_link != id_by_link_.end()) {

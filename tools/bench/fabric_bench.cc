@@ -10,12 +10,21 @@
 //     NICs joined): what determinism costs per round trip.
 //   - BM_FabricWrite1MiB: 1 MiB RDMA writes, one in flight at a time;
 //     BM_Memcpy1MiB: the same bytes with memcpy.
+//   - Each fabric figure twice: on the shared-memory rings (the default
+//     transport) and, as ...Socket, with RPMA_HARNESS_FABRIC_TRANSPORT=socket
+//     (the frames on the Unix-domain stream). BM_ShmPingPong: 64 bytes each
+//     way through shared memory between two processes that poll as the
+//     benchmark's programs do (yielding between polls): the floor any
+//     shared-memory wire stands on, on this machine, under this load.
 // Run: bazel run -c opt //tools/bench:fabric_bench
 
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -71,7 +80,15 @@ struct Pair {
   std::unique_ptr<Side> client;
   ServerInfo info;
 
-  bool Start(size_t buffer) {
+  // `transport`: RPMA_HARNESS_FABRIC_TRANSPORT for both processes (read
+  // when each NIC is made).
+  bool Start(size_t buffer, const char* transport = "shm") {
+    setenv("RPMA_HARNESS_FABRIC_TRANSPORT", transport, 1);
+    const bool started = StartPair(buffer);
+    unsetenv("RPMA_HARNESS_FABRIC_TRANSPORT");
+    return started;
+  }
+  bool StartPair(size_t buffer) {
     dir = NewFabricDir();
     const std::string port = std::to_string(30000 + getpid() % 20000);
     child = Fork(dir, Echo(port), buffer);
@@ -98,9 +115,9 @@ struct Pair {
   }
 };
 
-void BM_FabricWriteImmRoundTrip(benchmark::State& state) {
+void FabricWriteImmRoundTrip(benchmark::State& state, const char* transport) {
   Pair pair;
-  if (!pair.Start(65536)) {
+  if (!pair.Start(65536, transport)) {
     state.SkipWithError("cannot connect");
     return;
   }
@@ -112,7 +129,12 @@ void BM_FabricWriteImmRoundTrip(benchmark::State& state) {
   memcpy(c.buffer.data() + 8, &my_rkey, 4);
   // The answer lands in our first 64 bytes: keep the request elsewhere.
   memcpy(c.buffer.data() + 4096, c.buffer.data(), 16);
+  uint64_t round = 0;
   for (auto _ : state) {
+    // Each request carries its round number (bytes 16..23), which the
+    // server's answer writes back: the data of this round arrived.
+    ++round;
+    memcpy(c.buffer.data() + 4096 + 16, &round, 8);
     c.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, 1, 4096, kSmall, pair.info.addr,
                pair.info.rkey, 1);
     bool got_answer = false;
@@ -127,11 +149,24 @@ void BM_FabricWriteImmRoundTrip(benchmark::State& state) {
         c.PostRecv(wc.wr_id, 0, 0);
       }
     }
+    uint64_t echoed;
+    memcpy(&echoed, c.buffer.data() + 16, 8);
+    if (echoed != round) {
+      state.SkipWithError("the answer did not carry this round's bytes");
+      break;
+    }
   }
   memcpy(c.buffer.data() + 4096, "\0\0\0\0\0\0\0\0", 8);
   pair.Stop();
 }
+void BM_FabricWriteImmRoundTrip(benchmark::State& state) {
+  FabricWriteImmRoundTrip(state, "shm");
+}
 BENCHMARK(BM_FabricWriteImmRoundTrip)->UseRealTime();
+void BM_FabricWriteImmRoundTripSocket(benchmark::State& state) {
+  FabricWriteImmRoundTrip(state, "socket");
+}
+BENCHMARK(BM_FabricWriteImmRoundTripSocket)->UseRealTime();
 
 FakeNicConfig SequencedConfig(const std::string& dir, const char* label) {
   FakeNicConfig config = FabricConfig(dir);
@@ -253,9 +288,9 @@ void BM_FabricWriteImmRoundTripSequenced(benchmark::State& state) {
 }
 BENCHMARK(BM_FabricWriteImmRoundTripSequenced)->UseRealTime();
 
-void BM_FabricWrite1MiB(benchmark::State& state) {
+void FabricWrite1MiB(benchmark::State& state, const char* transport) {
   Pair pair;
-  if (!pair.Start(kLarge + 4096)) {
+  if (!pair.Start(kLarge + 4096, transport)) {
     state.SkipWithError("cannot connect");
     return;
   }
@@ -272,7 +307,14 @@ void BM_FabricWrite1MiB(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * kLarge);
   pair.Stop();
 }
+void BM_FabricWrite1MiB(benchmark::State& state) {
+  FabricWrite1MiB(state, "shm");
+}
 BENCHMARK(BM_FabricWrite1MiB)->UseRealTime();
+void BM_FabricWrite1MiBSocket(benchmark::State& state) {
+  FabricWrite1MiB(state, "socket");
+}
+BENCHMARK(BM_FabricWrite1MiBSocket)->UseRealTime();
 
 void BM_UnixSocketPingPong(benchmark::State& state) {
   int fds[2];
@@ -309,6 +351,47 @@ void BM_UnixSocketPingPong(benchmark::State& state) {
   waitpid(pid, nullptr, 0);
 }
 BENCHMARK(BM_UnixSocketPingPong)->UseRealTime();
+
+// Two 64-byte slots in a shared anonymous mapping; each side spins on its
+// slot's sequence number, yielding between looks (as Side::Poll does).
+void BM_ShmPingPong(benchmark::State& state) {
+  struct Slot {
+    std::atomic<uint64_t> seq;
+    char data[kSmall];
+  };
+  void* m = mmap(nullptr, 2 * sizeof(Slot) + 128, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    state.SkipWithError("mmap");
+    return;
+  }
+  auto* ping = static_cast<Slot*>(m);
+  auto* pong = reinterpret_cast<Slot*>(static_cast<char*>(m) + 128);
+  ping->seq.store(0);
+  pong->seq.store(0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    for (uint64_t n = 1;; ++n) {
+      while (ping->seq.load(std::memory_order_acquire) < n) sched_yield();
+      if (ping->data[0] == -1) _exit(0);  // the parent is done
+      memcpy(pong->data, ping->data, kSmall);
+      pong->seq.store(n, std::memory_order_release);
+    }
+  }
+  uint64_t n = 0;
+  for (auto _ : state) {
+    ++n;
+    memset(ping->data, static_cast<int>(n & 0x7f), kSmall);  // never -1
+    ping->seq.store(n, std::memory_order_release);
+    while (pong->seq.load(std::memory_order_acquire) < n) sched_yield();
+  }
+  ping->data[0] = -1;
+  ping->seq.store(n + 1, std::memory_order_release);
+  waitpid(pid, nullptr, 0);
+  munmap(m, 2 * sizeof(Slot) + 128);
+}
+BENCHMARK(BM_ShmPingPong)->UseRealTime();
 
 void BM_Memcpy1MiB(benchmark::State& state) {
   std::vector<uint8_t> a(kLarge, 1), b(kLarge, 0);
