@@ -706,6 +706,18 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  // fake_nic_packets.cc: the straight-line path of an RDMA write of one SGE
+  // when nobody is watching (quiet_): every check of the general path in
+  // one function, the payload copied once, both completions in place.
+  // Returns false, having changed nothing, for anything else (then the
+  // general path runs from the start and gives the outcome).
+  bool ExecuteQuietWrite(Qp* qp);
+  // A write's payload copy faulted at `fault` while landing [target, +
+  // copy_length): the error completions of ExecuteWriteByPackets (the
+  // head WR popped, both QPs' states as rxe leaves them).
+  void FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
+                            uint64_t copy_length, uintptr_t fault,
+                            bool took_receive, bool ends_message);
   // fake_nic_packets.cc: the head SEND / SEND_WITH_IMM packet by packet (the
   // receive taken at FIRST / ONLY, scattered into per packet).
   void ExecuteSendByPackets(Qp* qp, Qp* responder);

@@ -678,6 +678,8 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 // checks follow the order of rxe's responder state machine (rxe_resp.c:
 // check_resource (RNR) before check_length before check_rkey).
 void FakeNic::ExecuteSendWqe(Qp* qp) {
+  // Nobody watching: a write takes the straight-line path.
+  if (quiet_ && ExecuteQuietWrite(qp)) return;
   // An executed write still landing (FakeNicConfig::landing): this step of
   // the QP lands its next piece.
   if (qp->sq.front().landing != nullptr && qp->sq.front().landing->started) {
