@@ -950,6 +950,12 @@ class FakeNic final : public VerbsBackend {
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
   std::vector<uint64_t> marked_;          // one bit per slot
   std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
+  // How many bits of marked_ are set, and a slot whose bit was set last or
+  // that the scan left as the only one marked: when the count is 1 and that
+  // slot's bit is set, it is the only marked QP and StepLocked runs it
+  // without a scan (the scan would find it from any cursor).
+  size_t marked_count_ = 0;
+  size_t last_marked_ = 0;
   LookupCache<uint32_t, Mr> lkey_cache_;
   LookupCache<uint32_t, Mr> rkey_cache_;
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;
