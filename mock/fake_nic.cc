@@ -207,11 +207,6 @@ void FakeNic::UpdateQuiet() {
            landing_ == Landing::kAtOnce;
 }
 
-void FakeNic::WakeWaiters() {
-  if (work_waiters_ > 0 && !defer_work_wake_) work_cv_.notify_all();
-  if (event_waiters_ > 0) event_cv_.notify_all();
-}
-
 // splitmix64: a tiny, well-mixed generator, so keys and QP numbers are a
 // pure function of the seed and the order of creation.
 uint32_t FakeNic::NextRandom32() {

@@ -706,6 +706,18 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  // fake_nic_packets.cc: the straight-line path of an RDMA write of one SGE
+  // when nobody is watching (quiet_): every check of the general path in
+  // one function, the payload copied once, both completions in place.
+  // Returns false, having changed nothing, for anything else (then the
+  // general path runs from the start and gives the outcome).
+  bool ExecuteQuietWrite(Qp* qp);
+  // A write's payload copy faulted at `fault` while landing [target, +
+  // copy_length): the error completions of ExecuteWriteByPackets (the
+  // head WR popped, both QPs' states as rxe leaves them).
+  void FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
+                            uint64_t copy_length, uintptr_t fault,
+                            bool took_receive, bool ends_message);
   // fake_nic_packets.cc: the head SEND / SEND_WITH_IMM packet by packet (the
   // receive taken at FIRST / ONLY, scattered into per packet).
   void ExecuteSendByPackets(Qp* qp, Qp* responder);
@@ -793,7 +805,12 @@ class FakeNic final : public VerbsBackend {
   // device's limit; larger requests are clamped to it.
   uint8_t RdDepth(int requested) const;
   int CmModifyQpToRts(Qp* qp, const CmQpParams& params, const char* why);
-  void WakeWaiters();
+  // Notifies the condition variables that have waiters. Inline: the data
+  // path calls it once per sequence number (five times per round trip).
+  void WakeWaiters() {
+    if (work_waiters_ > 0 && !defer_work_wake_) work_cv_.notify_all();
+    if (event_waiters_ > 0) event_cv_.notify_all();
+  }
   std::string DebugStringLocked();
   std::cv_status WaitForEventUntil(
       std::unique_lock<std::mutex>& lock,
@@ -942,6 +959,12 @@ class FakeNic final : public VerbsBackend {
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
   std::vector<uint64_t> marked_;          // one bit per slot
   std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
+  // How many bits of marked_ are set, and a slot whose bit was set last or
+  // that the scan left as the only one marked: when the count is 1 and that
+  // slot's bit is set, it is the only marked QP and StepLocked runs it
+  // without a scan (the scan would find it from any cursor).
+  size_t marked_count_ = 0;
+  size_t last_marked_ = 0;
   LookupCache<uint32_t, Mr> lkey_cache_;
   LookupCache<uint32_t, Mr> rkey_cache_;
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;

@@ -356,8 +356,11 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       continue;
     }
     // In ERR the receive flushes; a peer's WR parked on RNR may go now.
-    MarkMaybeReady(q);
-    MarkMaybeReady(q->peer);
+    // Only those can gain ready work from a receive (QpHasReadyWork: a QP
+    // in ERR with receives, or an RTS head parked waiting for one), so only
+    // they are marked: a mark on an idle QP costs the next step a scan.
+    if (q->base.state == IBV_QPS_ERR) MarkMaybeReady(q);
+    if (q->peer != nullptr && !q->peer->sq.empty()) MarkMaybeReady(q->peer);
     if (q->remote_waits_for_receive) TellRemoteReceivePosted(q);
   }
   return 0;
@@ -524,14 +527,22 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
 
 void FakeNic::MarkMaybeReady(Qp* qp) {
   if (qp == nullptr) return;
-  const size_t word = qp->slot / 64;
-  marked_[word] |= uint64_t{1} << (qp->slot % 64);
+  const size_t slot = qp->slot;
+  const size_t word = slot / 64;
+  const uint64_t bit = uint64_t{1} << (slot % 64);
+  if ((marked_[word] & bit) != 0) return;  // a QP that stays marked: no work
+  marked_[word] |= bit;
   marked_summary_[word / 64] |= uint64_t{1} << (word % 64);
+  ++marked_count_;
+  last_marked_ = slot;
 }
 
 void FakeNic::UnmarkReady(size_t slot) {
   const size_t word = slot / 64;
-  marked_[word] &= ~(uint64_t{1} << (slot % 64));
+  const uint64_t bit = uint64_t{1} << (slot % 64);
+  if ((marked_[word] & bit) == 0) return;
+  marked_[word] &= ~bit;
+  --marked_count_;
   if (marked_[word] == 0) {
     marked_summary_[word / 64] &= ~(uint64_t{1} << (word % 64));
   }
@@ -587,7 +598,21 @@ bool FakeNic::StepLocked() {
     return true;
   }
   // In turn, in creation order: the first QP with work from the cursor on,
-  // wrapping around once.
+  // wrapping around once. With one QP marked that is the one, from any
+  // cursor: it runs without the scan (the same choice, the same cursor).
+  if (marked_count_ == 1 &&
+      (marked_[last_marked_ / 64] >> (last_marked_ % 64)) & 1) {
+    const size_t s = last_marked_;
+    Qp* qp = qp_slots_[s];
+    if (!QpHasReadyWork(qp)) {
+      UnmarkReady(s);
+      return false;
+    }
+    slot_cursor_ = s + 1;
+    ExecuteOrFlushOne(qp);
+    MarkMaybeReady(qp);  // it may have more
+    return true;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     const size_t end = pass == 0 ? kNoSlot : slot_cursor_;
     for (size_t s = NextMarked(pass == 0 ? slot_cursor_ : 0);
@@ -600,6 +625,9 @@ bool FakeNic::StepLocked() {
       slot_cursor_ = s + 1;
       ExecuteOrFlushOne(qp);
       MarkMaybeReady(qp);  // it may have more
+      // The scan unmarked the idle QPs before `s`: when `s` is the only one
+      // left, the next step goes to it directly.
+      if (marked_count_ == 1) last_marked_ = s;
       return true;
     }
   }
@@ -678,6 +706,8 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 // checks follow the order of rxe's responder state machine (rxe_resp.c:
 // check_resource (RNR) before check_length before check_rkey).
 void FakeNic::ExecuteSendWqe(Qp* qp) {
+  // Nobody watching: a write takes the straight-line path.
+  if (quiet_ && ExecuteQuietWrite(qp)) return;
   // An executed write still landing (FakeNicConfig::landing): this step of
   // the QP lands its next piece.
   if (qp->sq.front().landing != nullptr && qp->sq.front().landing->started) {

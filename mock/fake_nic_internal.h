@@ -193,6 +193,18 @@ class SgeList {
   // The WR's own list (REQUIRES: n >= 0 and, when n > 0, list non-null).
   void assign(const ibv_sge* list, int n) {
     clear();
+    if (n <= static_cast<int>(kInline)) {
+      // Field by field into the slot: a temporary Sge built from two 8-byte
+      // stores and read back as one 16-byte load stalled store forwarding
+      // (a fifth of PostSend's time in perf).
+      for (int i = 0; i < n; ++i) {
+        inline_[i].addr = list[i].addr;
+        inline_[i].length = list[i].length;
+        inline_[i].lkey = list[i].lkey;
+      }
+      size_ = static_cast<uint32_t>(n);
+      return;
+    }
     for (int i = 0; i < n; ++i) {
       push_back({list[i].addr, list[i].length, list[i].lkey});
     }

@@ -191,6 +191,116 @@ bool RecopyByPackets(const Sge* src, size_t nsrc, uint8_t* dst, uint64_t length,
 // The responder's answer to one packet.
 enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess };
 
+// Nobody watching: a write of one SGE (or inline data) meets the same
+// checks ExecuteSendWqe and ExecuteWriteByPackets make, in rxe's order, each
+// only tested here -- any that fails (or anything this path does not cover:
+// a landing in progress, a delay, a resumed message, a peer in another
+// process, more than one SGE) returns false before anything changed, and the
+// general path redoes them and gives the outcome. Requester (rxe_req.c): the
+// source SGE is checked as finish_packet's copy_data checks it
+// (FirstBadSourcePacket: the lkey names an MR of the QP's PD, the range lies
+// inside it; inline data was copied at post time). Responder (rxe_resp.c):
+// the QP answers (CanRespond: RTR / RTS / SQD), check_op_valid (REMOTE_WRITE
+// in qp_access_flags), check_resource (the ONLY / LAST WITH_IMMEDIATE packet
+// carries RXE_RWR_MASK and takes a receive; none is an RNR NAK, left to the
+// general path), check_rkey on the RETH for the whole message (RemoteMrOk; a
+// 0-byte write checks no rkey), then execute: the payload in one copy, the
+// receive consumed with byte_len the RDMA length and the immediate, both
+// completions written in their CQ slots.
+//
+// A message of several packets lands in one copy too, where the packet loop
+// makes two (FIRST and every MIDDLE at once, then LAST): the same bytes when
+// source and target do not overlap and nobody taps the source reads, which
+// are the only cases taken here. A copy that faults is handed to the packet
+// loop whole: for one packet FailWriteOnCopyFault reports it as the loop
+// does; for several the loop copies again (the same bytes over the same
+// non-overlapping target) and finds the fault where packet-by-packet copying
+// finds it.
+bool FakeNic::ExecuteQuietWrite(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  const ibv_wr_opcode opcode = head.opcode;
+  if (opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+    return false;
+  }
+  if (head.landing != nullptr || head.delay_steps_left > 0 ||
+      head.next_packet != 0 || qp->link != 0 || head.sges.size() > 1) {
+    return false;
+  }
+  // Requester: the payload and its source check.
+  const uint8_t* source;
+  uint64_t length;
+  if (head.is_inline) {
+    source = head.inline_data.data();
+    length = head.inline_data.size();
+  } else if (head.sges.empty()) {
+    source = nullptr;
+    length = 0;
+  } else {
+    const Sge& sge = head.sges.front();
+    source = reinterpret_cast<const uint8_t*>(sge.addr);
+    length = sge.length;
+    if (length > 0) {
+      const Mr* mr = FindMrByLkey(sge.lkey);
+      if (mr == nullptr || mr->pd != qp->pd) return false;
+      const uint64_t start = Address(mr->base.addr);
+      if (sge.addr < start || sge.addr - start > mr->base.length ||
+          length > mr->base.length - (sge.addr - start)) {
+        return false;
+      }
+    }
+  }
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const bool one_packet = length <= mtu;
+  uint8_t* const target = reinterpret_cast<uint8_t*>(head.remote_addr);
+  if (!one_packet &&
+      (source_read_tap_ || (Address(source) < Address(target) + length &&
+                            Address(target) < Address(source) + length))) {
+    return false;
+  }
+  // Responder.
+  Qp* responder = qp->peer;
+  if (responder == nullptr || !fake_nic_internal::CanRespond(responder->base) ||
+      (responder->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    return false;
+  }
+  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  Ring<RecvWqe>& rq = responder->ReceiveQueue();
+  if (with_imm && rq.empty()) return false;
+  if (length > 0 && !RemoteMrOk(responder, head.rkey, head.remote_addr, length,
+                                IBV_ACCESS_REMOTE_WRITE)) {
+    return false;
+  }
+  // Every check passed: from here on the WR executes.
+  auto& resp = responder->responder;
+  resp.write_va = head.remote_addr;
+  resp.write_length = length;
+  resp.write_checked = true;
+  if (length > 0) {
+    TapSourceRead(qp, head, 0, length, mtu);
+    uintptr_t fault = 0;
+    if (!fake_nic_internal::GuardedCopy(target, source, length, &fault)) {
+      if (one_packet) {
+        FailWriteOnCopyFault(qp, responder, target, length, fault, with_imm,
+                             /*ends_message=*/true);
+      } else {
+        ExecuteWriteByPackets(qp, responder);
+      }
+      return true;
+    }
+  }
+  // RecordExecuted with nobody observing (quiet_): the sequence advances.
+  next_seq_++;
+  WakeWaiters();
+  if (with_imm) {
+    CompleteReceive(responder, rq.front(), head, IBV_WC_SUCCESS,
+                    IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(length));
+    rq.pop_front();
+  }
+  CompleteSend(qp, head, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+  qp->sq.pop_front();
+  return true;
+}
+
 void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
   using fake_nic_internal::MakeWritePacket;
   using fake_nic_internal::MtuBytes;
@@ -311,45 +421,8 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                   &fault) &&
         !RecopyByPackets(source, num_source, target, copy_length, mtu,
                          copy_length > packet.length, &fault)) {
-      SendWqe wqe = std::move(qp->sq.front());
-      qp->sq.pop_front();
-      const uint64_t target_addr = Address(target);
-      if (fault >= target_addr && fault - target_addr < copy_length) {
-        // The responder's memory faulted: answered as its own protection
-        // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
-        // packet took completes with the error as on a failed check_rkey.
-        const std::string why =
-            fake_nic_internal::HarnessMemoryError("the responder's", wqe.wr_id);
-        if (took_receive) {
-          RecvWqe recv = std::move(responder->ReceiveQueue().front());
-          responder->ReceiveQueue().pop_front();
-          CompleteReceive(responder, recv, wqe,
-                          config_.personality.recv_status_on_rkey_violation,
-                          IBV_WC_RECV_RDMA_WITH_IMM, 0);
-        }
-        RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
-        SetQpState(responder, IBV_QPS_ERR, why.c_str());
-        qp->failed_on_last_packet = packet.ends_message;
-        CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
-        SetQpState(qp, IBV_QPS_ERR, why.c_str());
-      } else {
-        // The requester's own memory faulted: a local protection error
-        // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
-        // local SGE fails its checks. The message was cut: the responder's
-        // receive, if taken, is flushed with its QP.
-        const std::string why =
-            fake_nic_internal::HarnessMemoryError("the requester's", wqe.wr_id);
-        if (took_receive) {
-          RecvWqe recv = std::move(responder->ReceiveQueue().front());
-          responder->ReceiveQueue().pop_front();
-          CompleteReceive(responder, recv, wqe, IBV_WC_WR_FLUSH_ERR,
-                          IBV_WC_RECV_RDMA_WITH_IMM, 0);
-          SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
-        }
-        RecordExecuted(qp, wqe, IBV_WC_LOC_PROT_ERR, why.c_str());
-        CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
-        SetQpState(qp, IBV_QPS_ERR, "local memory fault");
-      }
+      FailWriteOnCopyFault(qp, responder, target, copy_length, fault,
+                           took_receive, packet.ends_message);
       return;
     }
     i = last_copied;
@@ -375,6 +448,50 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       qp->sq.pop_front();
       return;
     }
+  }
+}
+
+void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
+                                   uint64_t copy_length, uintptr_t fault,
+                                   bool took_receive, bool ends_message) {
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  const uint64_t target_addr = Address(target);
+  if (fault >= target_addr && fault - target_addr < copy_length) {
+    // The responder's memory faulted: answered as its own protection
+    // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
+    // packet took completes with the error as on a failed check_rkey.
+    const std::string why =
+        fake_nic_internal::HarnessMemoryError("the responder's", wqe.wr_id);
+    if (took_receive) {
+      RecvWqe recv = std::move(responder->ReceiveQueue().front());
+      responder->ReceiveQueue().pop_front();
+      CompleteReceive(responder, recv, wqe,
+                      config_.personality.recv_status_on_rkey_violation,
+                      IBV_WC_RECV_RDMA_WITH_IMM, 0);
+    }
+    RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
+    SetQpState(responder, IBV_QPS_ERR, why.c_str());
+    qp->failed_on_last_packet = ends_message;
+    CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+  } else {
+    // The requester's own memory faulted: a local protection error
+    // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
+    // local SGE fails its checks. The message was cut: the responder's
+    // receive, if taken, is flushed with its QP.
+    const std::string why =
+        fake_nic_internal::HarnessMemoryError("the requester's", wqe.wr_id);
+    if (took_receive) {
+      RecvWqe recv = std::move(responder->ReceiveQueue().front());
+      responder->ReceiveQueue().pop_front();
+      CompleteReceive(responder, recv, wqe, IBV_WC_WR_FLUSH_ERR,
+                      IBV_WC_RECV_RDMA_WITH_IMM, 0);
+      SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
+    }
+    RecordExecuted(qp, wqe, IBV_WC_LOC_PROT_ERR, why.c_str());
+    CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, "local memory fault");
   }
 }
 

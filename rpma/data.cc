@@ -71,7 +71,7 @@ int PostWrite(rpma_conn* conn, rpma_mr_remote* dst, size_t dst_offset,
   }
   ibv_sge sge;
   ibv_send_wr wr;
-  std::memset(&wr, 0, sizeof(wr));
+  rpma_harness::internal::ZeroSendWr(&wr);
   wr.wr_id = reinterpret_cast<uint64_t>(op_context);
   wr.opcode = opcode;
   wr.send_flags = SendFlags(flags);
@@ -99,7 +99,7 @@ int PostSendOp(rpma_conn* conn, const rpma_mr_local* src, size_t offset,
   }
   ibv_sge sge;
   ibv_send_wr wr;
-  std::memset(&wr, 0, sizeof(wr));
+  rpma_harness::internal::ZeroSendWr(&wr);
   wr.wr_id = reinterpret_cast<uint64_t>(op_context);
   wr.opcode = opcode;
   wr.send_flags = SendFlags(flags);
@@ -130,7 +130,7 @@ int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
   }
   ibv_sge sge;
   ibv_send_wr wr;
-  std::memset(&wr, 0, sizeof(wr));
+  rpma_harness::internal::ZeroSendWr(&wr);
   wr.wr_id = reinterpret_cast<uint64_t>(op_context);
   wr.opcode = IBV_WR_RDMA_READ;
   wr.send_flags = SendFlags(flags);
@@ -184,7 +184,7 @@ extern "C" int rpma_atomic_write(struct rpma_conn* conn,
   sge.length = 8;
   sge.lkey = 0;  // inline: the NIC copies the bytes at post time
   ibv_send_wr wr;
-  std::memset(&wr, 0, sizeof(wr));
+  rpma_harness::internal::ZeroSendWr(&wr);
   wr.wr_id = reinterpret_cast<uint64_t>(op_context);
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.sg_list = &sge;
