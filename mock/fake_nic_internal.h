@@ -33,10 +33,15 @@ namespace rpma_harness {
 namespace fake_nic_internal {
 
 // A FIFO for the send, receive and completion queues. It allocates nothing
-// until first used and then only when it outgrows its capacity (doubling),
-// so a steady stream of WRs allocates nothing; std::deque allocated a 512-byte
+// until first used and then only when it outgrows its capacity (one slot,
+// then doubling), so a steady stream of WRs allocates nothing and a queue
+// holds about as many slots as it ever had entries at once: a QP that keeps
+// one WR outstanding holds one 192-byte send slot, not four (four were 40 %
+// of a used QP's memory at 10 000 pairs); std::deque allocated a 512-byte
 // block (and its map) per queue up front and again as it went around, which
-// was most of the memory of an idle QP.
+// was most of the memory of an idle QP. (rxe allocates the whole ring of
+// max_send_wr + 1 slots at create, rxe_queue.c rxe_queue_init; the fake's
+// memory is its own, not a NIC's, so it need not.)
 //
 // Entries are built in place (emplace_back hands out the slot) and consumed
 // in place (front(), then pop_front advances the head): a WR is never moved
@@ -87,7 +92,7 @@ class Ring {
   }
 
   void Grow() {
-    const size_t capacity = capacity_ == 0 ? 4 : 2 * capacity_;
+    const size_t capacity = capacity_ == 0 ? 1 : 2 * capacity_;
     std::unique_ptr<T[]> slots(new T[capacity]);
     for (size_t i = 0; i < size_; ++i) {
       slots[i] = std::move(slots_[(head_ + i) & (capacity_ - 1)]);
