@@ -703,7 +703,7 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp_slots_.push_back(raw);
   marked_.resize(qp_slots_.size() / 64 + 1, 0);
   marked_summary_.resize(marked_.size() / 64 + 1, 0);
-  qps_[&raw->base] = std::move(qp);
+  qps_.push_back(std::move(qp));  // at raw->slot, as in qp_slots_
   p->num_users++;
   send_cq->num_qps++;
   recv_cq->num_qps++;
@@ -770,10 +770,9 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   c->qp = nullptr;
   c->base.qp = nullptr;
   // Retired, not freed (see FakeNic::cq_slots_).
-  auto owned = qps_.find(&qp->base);
-  *owned->second = Qp();  // its rings and buffers released now
-  retired_qps_.push_back(std::move(owned->second));
-  qps_.erase(owned);
+  std::unique_ptr<Qp>& owned = qps_[qp->slot];
+  *owned = Qp();  // its rings and buffers released now
+  retired_qps_.push_back(std::move(owned));
 }
 
 // ---- the handshake ----------------------------------------------------------
