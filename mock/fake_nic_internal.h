@@ -182,7 +182,9 @@ struct Sge {
 
 // A WR's SGE list. Up to kInline entries live in the WQE itself, so posting
 // the usual one- or two-SGE WR allocates nothing (a std::vector per WR was a
-// tenth of a round trip); longer lists spill to the heap.
+// tenth of a round trip); longer lists spill to the heap, behind one pointer
+// (48 bytes in all, where an embedded std::vector made it 64: the list is
+// in every send and receive slot).
 class SgeList {
  public:
   static constexpr uint32_t kInline = 2;
@@ -192,13 +194,16 @@ class SgeList {
       inline_[size_++] = sge;
       return;
     }
-    if (size_ == kInline) heap_.assign(inline_, inline_ + kInline);
-    heap_.push_back(sge);
+    if (heap_ == nullptr) heap_ = std::make_unique<std::vector<Sge>>();
+    if (size_ == kInline) heap_->assign(inline_, inline_ + kInline);
+    heap_->push_back(sge);
     ++size_;
   }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  const Sge* begin() const { return size_ <= kInline ? inline_ : heap_.data(); }
+  const Sge* begin() const {
+    return size_ <= kInline ? inline_ : heap_->data();
+  }
   const Sge* end() const { return begin() + size_; }
   const Sge& front() const { return *begin(); }
   const Sge& operator[](size_t i) const { return begin()[i]; }
@@ -212,12 +217,14 @@ class SgeList {
   // Empty again; a spilled list keeps its heap buffer for the next WR.
   void clear() {
     size_ = 0;
-    heap_.clear();
+    if (heap_ != nullptr) heap_->clear();
   }
 
  private:
   Sge inline_[kInline];
-  std::vector<Sge> heap_;  // all entries once there are more than kInline
+  // All entries once there are more than kInline; allocated at the first
+  // spill and kept (cleared) for the slot's next WR.
+  std::unique_ptr<std::vector<Sge>> heap_;
   uint32_t size_ = 0;
 };
 
@@ -237,68 +244,70 @@ struct PendingLanding {
   uint64_t recv_wr_id = 0;
 };
 
-struct SendWqe {
+// A send slot's plain members: everything but the three that own memory.
+// SendWqe::Clear() resets them all by assigning a value-initialised
+// SendWqeFields, so a member added here is reset without anyone
+// remembering to (the old hand-written Clear() needed a size check as a
+// reminder). No padding (`reserved` fills the tail; static_assert below):
+// a cleared entry compares equal byte for byte to a fresh one, which
+// fake_nic_layout_test checks.
+struct SendWqeFields {
   uint64_t wr_id = 0;
+  uint64_t remote_addr = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // Cross-process (fake_nic_remote.cc): sent to the peer's process and
+  // waiting for its answer, which carries `token` (see in_flight).
+  uint64_t token = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   unsigned int send_flags = 0;
   uint32_t imm_data = 0;  // network byte order, as posted
-  SgeList sges;
-  bool is_inline = false;
-  std::vector<uint8_t> inline_data;  // copied at post time
-  uint64_t remote_addr = 0;
   uint32_t rkey = 0;
-  uint64_t compare_add = 0;
-  uint64_t swap = 0;
-  bool signaled = false;
-  // RNR state: attempts made so far and whether the WR is parked until the
-  // responder posts a receive (rnr_retry == 7).
-  bool rnr_started = false;
+  // RNR state: attempts left (see rnr_started).
   int rnr_retries_left = 0;
-  bool waiting_for_receive = false;
-  // Fault injection: the execute hook was asked, and steps left to wait.
-  bool hook_consulted = false;
+  // Fault injection: steps left to wait (see hook_consulted).
   int delay_steps_left = 0;
   // Packets of the message already acknowledged (fake_nic_packets.cc); a
   // retry after an RNR NAK resumes here.
   uint32_t next_packet = 0;
-  // Cross-process (fake_nic_remote.cc): sent to the peer's process and
-  // waiting for its answer, which carries `token`.
+  bool is_inline = false;
+  bool signaled = false;
+  // RNR: attempts started, and whether the WR is parked until the
+  // responder posts a receive (rnr_retry == 7).
+  bool rnr_started = false;
+  bool waiting_for_receive = false;
+  bool hook_consulted = false;  // the execute hook was asked
   bool in_flight = false;
-  uint64_t token = 0;
+  uint8_t reserved[6] = {};  // no padding: see above
+};
+static_assert(std::is_trivially_copyable_v<SendWqeFields> &&
+                  std::has_unique_object_representations_v<SendWqeFields>,
+              "SendWqeFields must stay plain and without padding: put a "
+              "member that owns memory in SendWqe, resize `reserved`");
+
+struct SendWqe : SendWqeFields {
+  SgeList sges;
+  std::vector<uint8_t> inline_data;  // copied at post time
   // Landing other than kAtOnce (fake_nic_landing.cc): executed and checked,
   // its bytes not yet (all) landed. Null otherwise: one pointer test per
   // step is what the default mode pays.
   std::unique_ptr<PendingLanding> landing;
   uint64_t total_length() const;
   // Back to a default-constructed entry, keeping the SGE list's and the
-  // inline data's buffers (Ring::pop_front): a new field must be reset here.
+  // inline data's buffers (Ring::pop_front).
   void Clear() {
-    wr_id = 0;
-    opcode = IBV_WR_SEND;
-    send_flags = 0;
-    imm_data = 0;
+    static_cast<SendWqeFields&>(*this) = SendWqeFields();
     sges.clear();
-    is_inline = false;
     inline_data.clear();
-    remote_addr = 0;
-    rkey = 0;
-    compare_add = 0;
-    swap = 0;
-    signaled = false;
-    rnr_started = false;
-    rnr_retries_left = 0;
-    waiting_for_receive = false;
-    hook_consulted = false;
-    delay_steps_left = 0;
-    next_packet = 0;
-    in_flight = false;
-    token = 0;
     landing.reset();
   }
 };
-// A field added to SendWqe must be reset in SendWqe::Clear() (then update
-// the size here).
-static_assert(sizeof(SendWqe) == 192, "reset the new field in Clear()");
+// Only the three members Clear() resets by hand besides the fields.
+static_assert(sizeof(SendWqe) == sizeof(SendWqeFields) + sizeof(SgeList) +
+                                     sizeof(std::vector<uint8_t>) +
+                                     sizeof(std::unique_ptr<PendingLanding>),
+              "a member added to SendWqe must be reset in Clear(): put a "
+              "plain one in SendWqeFields");
 
 // One request packet of an RC message (IB spec 9.2 / rxe_opcode.c).
 struct RequestPacket {
@@ -339,7 +348,9 @@ struct RecvWqe {
     sges.clear();
   }
 };
-static_assert(sizeof(RecvWqe) == 72, "reset the new field in Clear()");
+// wr_id and the list only: a new member must be reset in Clear().
+static_assert(sizeof(RecvWqe) == sizeof(uint64_t) + sizeof(SgeList),
+              "reset the new member in Clear()");
 
 struct Qp;
 
