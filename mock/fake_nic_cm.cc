@@ -422,7 +422,7 @@ void FakeNic::ReleaseId(CmId* c) {
                      0, 0, kMaxRejectPrivateData);
     });
   }
-  if (!c->bound_key.empty()) bound_.erase(c->bound_key);
+  if (c->bound) bound_.erase(BoundKey(c->local_addr, c->local_port));
   if (c->state == CmState::kListening && fabric_ != nullptr) {
     bool wildcard = false;
     std::string unused;
@@ -546,8 +546,8 @@ int FakeNic::BindAddr(rdma_cm_id* id, const char* addr, const char* port) {
     }
   }
   SetLocalAddress(c, device, normalized, port_number);
-  c->bound_key = BoundKey(normalized, port_number);
-  bound_[c->bound_key] = c->handle;
+  c->bound = true;
+  bound_[BoundKey(normalized, port_number)] = c->handle;
   c->state = CmState::kAddrBound;
   return 0;
 }

@@ -481,7 +481,6 @@ struct CmId {
   Qp* qp = nullptr;
   std::string local_addr;
   std::string remote_addr;
-  std::string bound_key;  // key in FakeNic::bound_, if bound
   uint64_t peer_handle = 0;
   uint64_t listener_handle = 0;
   // Cross-process: the fabric link to the peer id (0: in-process peer) and
@@ -506,6 +505,11 @@ struct CmId {
   uint8_t initiator_depth = 0;
   uint8_t responder_resources = 0;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
+  // In FakeNic::bound_ under BoundKey(local_addr, local_port): BindAddr
+  // set both, and nothing changes them on a bound id (ResolveAddr picks a
+  // source address for an unbound one only). The key is not kept: 32 bytes
+  // per id.
+  bool bound = false;
 };
 
 struct CmEvent {
