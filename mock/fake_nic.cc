@@ -573,7 +573,8 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
   device->num_cqs++;
   if (ch != nullptr) ch->num_cqs++;
   ibv_cq* result = &cq->base;
-  cqs_[result] = std::move(cq);
+  if (cqs_.size() <= cq->slot) cqs_.resize(cq->slot + 1);
+  cqs_[cq->slot] = std::move(cq);
   return result;
 }
 
@@ -604,10 +605,9 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
   c->device->num_cqs--;
   cq_slots_[c->slot] = nullptr;
   free_cq_slots_.push_back(c->slot);
-  auto owned = cqs_.find(cq);
-  *owned->second = Cq();  // its ring released now (see cq_slots_)
-  retired_cqs_.push_back(std::move(owned->second));
-  cqs_.erase(owned);
+  std::unique_ptr<Cq>& owned = cqs_[c->slot];
+  *owned = Cq();  // its ring released now (see cq_slots_)
+  retired_cqs_.push_back(std::move(owned));
   return 0;
 }
 
@@ -801,10 +801,11 @@ std::string FakeNic::DebugStringLocked() {
                  : "");
     out += line;
   }
-  for (auto& [key, cq] : cqs_) {
-    snprintf(line, sizeof(line), "  cq %p %zu/%d entries%s%s\n", key,
-             cq->entries.size(), cq->depth, cq->armed ? " armed" : "",
-             cq->overrun ? " OVERRUN" : "");
+  for (auto& cq : cqs_) {
+    if (cq == nullptr) continue;
+    snprintf(line, sizeof(line), "  cq %p %zu/%d entries%s%s\n",
+             static_cast<const void*>(&cq->base), cq->entries.size(), cq->depth,
+             cq->armed ? " armed" : "", cq->overrun ? " OVERRUN" : "");
     out += line;
   }
   for (const CmWork& work : cm_work_) out += "  cm work: " + work.what + "\n";
@@ -822,8 +823,8 @@ FakeNic::Holdings FakeNic::CurrentHoldings() {
   h.pds = pds_.size();
   h.mrs = mrs_.size();
   h.comp_channels = comp_channels_.size();
-  h.cqs = cqs_.size();
-  h.qps = qps_.size();
+  h.cqs = cq_slots_.size() - free_cq_slots_.size();
+  h.qps = qp_order_.size();
   h.srqs = srqs_.size();
   h.event_channels = event_channels_.size();
   h.cm_ids = ids_.size();

@@ -939,8 +939,11 @@ class FakeNic final : public VerbsBackend {
   std::unordered_map<uint32_t, Mr*> mrs_by_lkey_;
   std::unordered_map<uint32_t, Mr*> mrs_by_rkey_;
   std::map<const void*, std::unique_ptr<CompChannel>> comp_channels_;
-  std::unordered_map<const void*, std::unique_ptr<Cq>> cqs_;
-  std::unordered_map<const void*, std::unique_ptr<Qp>> qps_;
+  // The owners of the live CQs and QPs, by slot (nullptr: destroyed, or
+  // a CQ slot free for reuse): an entry of 8 bytes instead of a hashed
+  // node of 40 per object; the slot tables below find them.
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Qp>> qps_;
   // Handles validated without a hashed lookup (FindQp / FindCq): the
   // ibv_qp / ibv_cq handed out carries its slot in `handle`, and a handle is
   // ours when the slot holds the object whose `base` it is. A destroyed
@@ -953,7 +956,9 @@ class FakeNic final : public VerbsBackend {
   std::vector<size_t> free_cq_slots_;
   std::deque<std::unique_ptr<Qp>> retired_qps_;
   std::deque<std::unique_ptr<Cq>> retired_cqs_;
-  std::map<uint32_t, Qp*> qps_by_num_;
+  // Hashed, not ordered (nothing walks them in order): a node of 32
+  // bytes instead of 64 per QP / id (3 nodes per QP at 10 000 pairs).
+  std::unordered_map<uint32_t, Qp*> qps_by_num_;
   std::map<const void*, std::unique_ptr<Srq>> srqs_;
   std::vector<Qp*> qp_order_;             // creation order (DebugString)
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
@@ -968,8 +973,9 @@ class FakeNic final : public VerbsBackend {
   LookupCache<uint32_t, Mr> lkey_cache_;
   LookupCache<uint32_t, Mr> rkey_cache_;
   std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;
-  std::map<const void*, std::unique_ptr<CmId>> ids_;
-  std::map<uint64_t, CmId*> ids_by_handle_;
+  // See qps_by_num_.
+  std::unordered_map<const void*, std::unique_ptr<CmId>> ids_;
+  std::unordered_map<uint64_t, CmId*> ids_by_handle_;
   std::map<std::string, uint64_t> bound_;  // "addr|port" -> id handle
   std::map<const void*, std::unique_ptr<CmEvent>> outstanding_events_;
   std::deque<CmWork> cm_work_;

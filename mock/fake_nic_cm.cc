@@ -422,7 +422,7 @@ void FakeNic::ReleaseId(CmId* c) {
                      0, 0, kMaxRejectPrivateData);
     });
   }
-  if (!c->bound_key.empty()) bound_.erase(c->bound_key);
+  if (c->bound) bound_.erase(BoundKey(c->local_addr, c->local_port));
   if (c->state == CmState::kListening && fabric_ != nullptr) {
     bool wildcard = false;
     std::string unused;
@@ -546,8 +546,8 @@ int FakeNic::BindAddr(rdma_cm_id* id, const char* addr, const char* port) {
     }
   }
   SetLocalAddress(c, device, normalized, port_number);
-  c->bound_key = BoundKey(normalized, port_number);
-  bound_[c->bound_key] = c->handle;
+  c->bound = true;
+  bound_[BoundKey(normalized, port_number)] = c->handle;
   c->state = CmState::kAddrBound;
   return 0;
 }
@@ -703,7 +703,7 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   qp_slots_.push_back(raw);
   marked_.resize(qp_slots_.size() / 64 + 1, 0);
   marked_summary_.resize(marked_.size() / 64 + 1, 0);
-  qps_[&raw->base] = std::move(qp);
+  qps_.push_back(std::move(qp));  // at raw->slot, as in qp_slots_
   p->num_users++;
   send_cq->num_qps++;
   recv_cq->num_qps++;
@@ -770,10 +770,9 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   c->qp = nullptr;
   c->base.qp = nullptr;
   // Retired, not freed (see FakeNic::cq_slots_).
-  auto owned = qps_.find(&qp->base);
-  *owned->second = Qp();  // its rings and buffers released now
-  retired_qps_.push_back(std::move(owned->second));
-  qps_.erase(owned);
+  std::unique_ptr<Qp>& owned = qps_[qp->slot];
+  *owned = Qp();  // its rings and buffers released now
+  retired_qps_.push_back(std::move(owned));
 }
 
 // ---- the handshake ----------------------------------------------------------

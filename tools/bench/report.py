@@ -117,8 +117,8 @@ def build(context, runs, startup, suite):
     if big:
         heap = statistics.median(b["heap_bytes_per_qp"] for b in big)
         rss = statistics.median(b["rss_bytes_per_qp"] for b in big)
-        t.rows.append(("memory per QP at 10 000 pairs (heap / RSS delta, "
-                       "both sides, CQ each)", "%.0f B / %.0f B" % (heap, rss),
+        t.rows.append(("memory per QP at 10 000 pairs in use (heap / RSS "
+                       "delta after one write per pair, both sides, CQ each)", "%.0f B / %.0f B" % (heap, rss),
                        "1 KB", "%.2f" % (heap / 1000.0),
                        "<= 1 KB: %s" % ("met" if heap <= 1000 else "missed")))
     threads = [(n, t.values("BM_Threads/real_time/threads:%d" % n,
