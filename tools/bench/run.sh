@@ -63,7 +63,7 @@ if [ "$suite" -eq 1 ]; then
   bazel test //... --nocache_test_results >"$out/suite.log" 2>&1 || true
   end=$(date +%s.%N)
   slowest=$(grep -E 'PASSED|FAILED' "$out/suite.log" | grep -oE '//[^ ]+ .* in [0-9.]+s' |
-    sed -E 's#^(//[^ ]+) .* in ([0-9.]+)s#\2 \1#' | sort -rn | head -1)
+    sed -E 's#^(//[^ ]+) .* in ([0-9.]+)s#\2 \1#' | sort -rn | sed -n 1p)  # not head: under pipefail its SIGPIPE to sort ends the script
   {
     echo "suite_seconds=$(python3 -c "print($end - $start)")"
     [ -n "$slowest" ] && echo "slowest=${slowest#* } ${slowest%% *}"
