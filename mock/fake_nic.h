@@ -701,6 +701,8 @@ class FakeNic final : public VerbsBackend {
   // sq_flush_follows_requester_index): the doorbell's requester run.
   void RingSendDoorbellInErr(Qp* qp);
   bool HasReadyWork();
+  // HasReadyWork without unmarking anything (the wake-up test).
+  bool AnyReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
   void ExecuteSendWqe(Qp* qp);
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
@@ -807,8 +809,15 @@ class FakeNic final : public VerbsBackend {
   int CmModifyQpToRts(Qp* qp, const CmQpParams& params, const char* why);
   // Notifies the condition variables that have waiters. Inline: the data
   // path calls it once per sequence number (five times per round trip).
+  // The background thread is woken only for work it can do (a QP marked
+  // and ready, CM work): a record that changes nothing it could step must
+  // not cost a futex, a context switch and a contended mutex (two polling
+  // processes on the fabric paid ~16 futex calls per round trip for it).
+  // A QP that becomes ready later is marked then, and MarkMaybeReady wakes.
   void WakeWaiters() {
-    if (work_waiters_ > 0 && !defer_work_wake_) work_cv_.notify_all();
+    if (work_waiters_ > 0 && !defer_work_wake_ && AnyReadyWork()) {
+      work_cv_.notify_all();
+    }
     if (event_waiters_ > 0) event_cv_.notify_all();
   }
   std::string DebugStringLocked();

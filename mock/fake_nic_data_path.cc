@@ -155,6 +155,26 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (bad_wr != nullptr) *bad_wr = wr;
     return PostErrno(EINVAL);
   }
+  // A QP that sends at post (the end of this function) has its WRs in
+  // flight before the background thread could step them, so each WR's
+  // MarkMaybeReady would wake that thread for nothing: the wake is held
+  // until this call returns and made then only for work that is left.
+  const bool sends_at_post =
+      (config_.personality.executes_at_post || q->link != 0) &&
+      background_running_;
+  struct WakeOnReturn {
+    FakeNic* nic;
+    bool on;
+    bool before;
+    ~WakeOnReturn() {
+      if (!on) return;
+      nic->defer_work_wake_ = before;
+      if (!before && nic->work_waiters_ > 0 && nic->AnyReadyWork()) {
+        nic->work_cv_.notify_all();
+      }
+    }
+  } wake_on_return{this, sends_at_post, defer_work_wake_};
+  if (sends_at_post) defer_work_wake_ = true;
   auto refuse = [&](ibv_send_wr* w, int err, const char* why) {
     *bad_wr = w;
     FakeNicEvent event;
@@ -530,11 +550,17 @@ void FakeNic::MarkMaybeReady(Qp* qp) {
   const size_t slot = qp->slot;
   const size_t word = slot / 64;
   const uint64_t bit = uint64_t{1} << (slot % 64);
-  if ((marked_[word] & bit) != 0) return;  // a QP that stays marked: no work
-  marked_[word] |= bit;
-  marked_summary_[word / 64] |= uint64_t{1} << (word % 64);
-  ++marked_count_;
-  last_marked_ = slot;
+  if ((marked_[word] & bit) == 0) {
+    marked_[word] |= bit;
+    marked_summary_[word / 64] |= uint64_t{1} << (word % 64);
+    ++marked_count_;
+    last_marked_ = slot;
+  }
+  // Marked already or not: it may have become ready just now (an answer, a
+  // receive for a parked write), and the background thread may sleep.
+  if (work_waiters_ > 0 && !defer_work_wake_ && QpHasReadyWork(qp)) {
+    work_cv_.notify_all();
+  }
 }
 
 void FakeNic::UnmarkReady(size_t slot) {
@@ -570,6 +596,14 @@ bool FakeNic::HasReadyWork() {
   for (size_t s = NextMarked(0); s != kNoSlot; s = NextMarked(s + 1)) {
     if (QpHasReadyWork(qp_slots_[s])) return true;
     UnmarkReady(s);
+  }
+  return false;
+}
+
+bool FakeNic::AnyReadyWork() {
+  if (!cm_work_.empty()) return true;
+  for (size_t s = NextMarked(0); s != kNoSlot; s = NextMarked(s + 1)) {
+    if (QpHasReadyWork(qp_slots_[s])) return true;
   }
   return false;
 }
