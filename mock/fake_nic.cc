@@ -140,7 +140,7 @@ FakeNic::FakeNic(FakeNicConfig config)
     // The fabric thread's frames and link ends come in through these two.
     fabric_ = std::make_unique<fake_nic_internal::Fabric>(
         config_.fabric_dir,
-        [this](uint64_t link, const fake_nic_internal::Frame& frame) {
+        [this](uint64_t link, const fake_nic_internal::FrameView& frame) {
           OnFabricFrame(link, frame);
         },
         [this](uint64_t link) { OnLinkClosed(link); });
@@ -907,6 +907,11 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
       }
     }
     return 0;
+  }
+  // A thread that blocks has stopped polling: the fabric thread must not
+  // count on it to drain the rings (fake_nic_fabric.h BlockingWaitBegins).
+  if (fabric_ != nullptr && background_running_ && !ready()) {
+    fabric_->BlockingWaitBegins();
   }
   while (!ready()) {
     if (background_running_) {

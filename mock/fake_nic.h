@@ -428,6 +428,7 @@ struct Sge;
 class SgeList;
 class Fabric;
 struct Frame;
+struct FrameView;
 struct RequestFrame;
 struct AnswerFrame;
 }  // namespace fake_nic_internal
@@ -855,7 +856,7 @@ class FakeNic final : public VerbsBackend {
 
   // ---- the cross-process fabric (fake_nic_remote.cc) ----
   // Frames arriving on a Link and its end; both take mu_.
-  void OnFabricFrame(uint64_t link, const fake_nic_internal::Frame& frame);
+  void OnFabricFrame(uint64_t link, const fake_nic_internal::FrameView& frame);
   void OnLinkClosed(uint64_t link);
   // The REQ found no listener in this process: dial one on the fabric.
   // False when nobody listens there either.
@@ -868,8 +869,8 @@ class FakeNic final : public VerbsBackend {
   // The requester's half when the peer QP is in another process: the head
   // WR goes out as one request frame and waits in flight for the answer.
   void ExecuteRemote(Qp* qp);
-  void OnRemoteRequest(CmId* id, const fake_nic_internal::Frame& frame);
-  void OnRemoteAnswer(CmId* id, const fake_nic_internal::Frame& frame);
+  void OnRemoteRequest(CmId* id, const fake_nic_internal::FrameView& frame);
+  void OnRemoteAnswer(CmId* id, const fake_nic_internal::FrameView& frame);
   // The responder's checks on this process's memory for a remote request.
   void RespondToRemote(Qp* responder, const fake_nic_internal::RequestFrame& r,
                        const uint8_t* payload, size_t payload_len,

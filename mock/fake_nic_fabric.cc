@@ -250,10 +250,16 @@ void ReportCorrupt(ShmLink* shm, const char* what, uint64_t a, uint64_t b) {
           static_cast<unsigned long long>(kRingCapacity));
 }
 
-// Consumer: takes every whole frame the ring holds (a partial one stays in
-// `partial`); REQUIRES shm->drain_mu. On a corrupt ring: a message, the
-// socket shut down (both fabric threads then see the link end), false.
-bool TakeFrames(ShmLink* shm, std::vector<Frame>* frames) {
+// Consumer: hands every whole frame the ring holds to `sink` (a callable
+// taking a const FrameView&), in ring order. A frame that lies whole and
+// unwrapped in the ring goes in place; one split by the wrap, or not all
+// there yet, is assembled in `partial` (a partial one stays there). The
+// ring's bytes are given back (the tail) only after the sink returns, so
+// the producer cannot reuse them while a handler reads them. REQUIRES
+// shm->drain_mu. On a corrupt ring: a message, the socket shut down (both
+// fabric threads then see the link end), false.
+template <typename Sink>
+bool TakeFrames(ShmLink* shm, Sink&& sink) {
   if (shm->dead || shm->corrupt.load()) return true;
   bool freed = false;
   bool ok = true;
@@ -271,6 +277,21 @@ bool TakeFrames(ShmLink* shm, std::vector<Frame>* frames) {
     while (left > 0 && ok) {
       const size_t at = static_cast<size_t>(shm->in_tail % kRingCapacity);
       const size_t contiguous = static_cast<size_t>(kRingCapacity - at);
+      if (!shm->in_body && shm->header_have == 0 &&
+          left >= sizeof(FrameHeader) && contiguous >= sizeof(FrameHeader)) {
+        // The header is copied out once; only the copy is trusted.
+        FrameHeader header;
+        memcpy(&header, data + at, sizeof(header));
+        const uint64_t whole = sizeof(header) + uint64_t{header.body_length};
+        if (header.body_length <= kMaxFrameBody && whole <= left &&
+            whole <= contiguous) {
+          sink(FrameView{header.type, data + at + sizeof(header),
+                         header.body_length});
+          shm->in_tail += whole;
+          left -= whole;
+          continue;
+        }
+      }
       size_t n;
       if (!shm->in_body) {
         n = std::min<size_t>({static_cast<size_t>(left),
@@ -305,8 +326,12 @@ bool TakeFrames(ShmLink* shm, std::vector<Frame>* frames) {
       shm->in_tail += n;
       left -= n;
       if (ok && shm->in_body && shm->partial.body.size() == shm->body_want) {
-        frames->push_back(std::move(shm->partial));
-        shm->partial = Frame();
+        sink(shm->partial.view());
+        // A large frame's buffer is not kept for the link's life.
+        if (shm->partial.body.capacity() > (size_t{64} << 10)) {
+          shm->partial.body = std::vector<uint8_t>();
+        }
+        shm->partial.body.clear();
         shm->in_body = false;
       }
     }
@@ -405,6 +430,12 @@ int Fabric::Prepare() {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return errno;
   return 0;
+}
+
+void Fabric::BlockingWaitBegins() {
+  if (!poll_mode_.load(std::memory_order_relaxed)) return;
+  block_epoch_.fetch_add(1, std::memory_order_relaxed);
+  Wake();
 }
 
 void Fabric::Wake() {
@@ -512,8 +543,8 @@ int Fabric::Dial(const std::string& addr, uint16_t port, uint64_t* link) {
     if (shm != nullptr) {
       shm->id = *link;
       shm->fd = fd;
-      links_[*link].shm = std::move(shm);
-      shm_links_.fetch_add(1);
+      links_[*link].shm = shm;
+      AddShmLocked(std::move(shm));
     }
     Wake();
     return 0;
@@ -586,9 +617,26 @@ bool Fabric::ReadFirstByte(Link* link) {
   }
   shm->id = id;
   shm->fd = link->fd;
-  link->shm = std::move(shm);
-  shm_links_.fetch_add(1);
+  link->shm = shm;
+  AddShmLocked(std::move(shm));
   return true;
+}
+
+void Fabric::AddShmLocked(std::shared_ptr<ShmLink> shm) {
+  std::lock_guard<std::mutex> lock(shm_mu_);
+  shm_list_.push_back(std::move(shm));
+  shm_links_.fetch_add(1);
+}
+
+void Fabric::RemoveShmLocked(const ShmLink* shm) {
+  std::lock_guard<std::mutex> lock(shm_mu_);
+  for (auto it = shm_list_.begin(); it != shm_list_.end(); ++it) {
+    if (it->get() == shm) {
+      shm_list_.erase(it);
+      shm_links_.fetch_sub(1);
+      return;
+    }
+  }
 }
 
 bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
@@ -713,26 +761,51 @@ void Fabric::Close(uint64_t id) {
 }
 
 size_t Fabric::HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames) {
-  const size_t before = frames->size();
-  TakeFrames(shm, frames);
-  const size_t n = frames->size() - before;
-  if (seq_fd_ >= 0) return n;  // queued as pending steps by Deliver
-  for (const Frame& frame : *frames) on_frame_(id, frame);
-  frames->clear();
+  size_t n = 0;
+  if (seq_fd_ >= 0) {  // queued as pending steps by Deliver: copies
+    TakeFrames(shm, [&](const FrameView& view) {
+      Frame frame;
+      frame.type = view.type;
+      frame.body.assign(view.body, view.body + view.body_len);
+      frames->push_back(std::move(frame));
+      ++n;
+    });
+    return n;
+  }
+  TakeFrames(shm, [&](const FrameView& view) {
+    on_frame_(id, view);
+    ++n;
+  });
   return n;
 }
 
 void Fabric::DrainInline() {
   if (shm_links_.load(std::memory_order_relaxed) == 0 || seq_fd_ >= 0) return;
-  last_inline_ns_.store(NowNs(), std::memory_order_relaxed);
-  std::vector<std::shared_ptr<ShmLink>> ready;
+  // Not an atomic increment: a lost one among racing pollers still moves it.
+  inline_polls_.store(inline_polls_.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_relaxed);
+  // The links with data, taken out of the leaf lock (each drain takes the
+  // NIC's mutex); a few on the stack, the rest on the heap.
+  constexpr size_t kOnStack = 4;
+  std::shared_ptr<ShmLink> on_stack[kOnStack];
+  std::vector<std::shared_ptr<ShmLink>> more;
+  size_t count = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, link] : links_) {
-      if (link.shm != nullptr && link.shm->HasData()) ready.push_back(link.shm);
+    std::lock_guard<std::mutex> lock(shm_mu_);
+    for (const std::shared_ptr<ShmLink>& shm : shm_list_) {
+      if (!shm->HasData()) continue;
+      if (count < kOnStack) {
+        on_stack[count] = shm;
+      } else {
+        more.push_back(shm);
+      }
+      ++count;
     }
   }
-  for (const std::shared_ptr<ShmLink>& shm : ready) {
+  if (count == 0) return;
+  for (size_t i = 0; i < count; ++i) {
+    const std::shared_ptr<ShmLink>& shm =
+        i < kOnStack ? on_stack[i] : more[i - kOnStack];
     // Another thread draining this ring hands its frames over in order.
     std::unique_lock<std::mutex> drain(shm->drain_mu, std::try_to_lock);
     if (!drain.owns_lock()) continue;
@@ -822,6 +895,9 @@ bool Fabric::ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames) {
 }
 
 void Fabric::Run() {
+  uint64_t seen_polls = 0;                // inline_polls_ when last looked
+  uint64_t seen_block_epoch = 0;          // block_epoch_ when last looked
+  int64_t polls_moved_ns = INT64_MIN / 2;  // when it was seen to move
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<uint64_t> ids;  // 0: the wake fd; ~0: a listener
@@ -845,7 +921,7 @@ void Fabric::Run() {
           // Our end goes: the peer reads what we wrote, then EOF. A ring's
           // socket closes below, once no drain can use it (lock order).
           if (link.shm != nullptr) {
-            shm_links_.fetch_sub(1);
+            RemoveShmLocked(link.shm.get());
             retired.push_back({link.fd, link.shm});
           } else {
             close(link.fd);
@@ -895,21 +971,37 @@ void Fabric::Run() {
     // doorbell: do not advertise sleep and look again after the window. A
     // sequenced fabric always advertises (its frames wait for a sync).
     int64_t timeout_ns = -1;
+    bool polled = false;
     if (!rings.empty()) {
-      const bool polled =
-          seq_fd_ < 0 &&
-          NowNs() - last_inline_ns_.load(std::memory_order_relaxed) <
-              kPollerWindowNs;
+      // Polled: DrainInline ran since this thread last saw the counter
+      // move, less than a window ago.
+      // A thread began to block since: the polls seen so far count for
+      // nothing (a poll after this read counts).
+      const uint64_t epoch = block_epoch_.load(std::memory_order_relaxed);
+      const uint64_t polls = inline_polls_.load(std::memory_order_relaxed);
+      const int64_t now = NowNs();
+      if (epoch != seen_block_epoch) {
+        seen_block_epoch = epoch;
+        seen_polls = polls;
+        polls_moved_ns = INT64_MIN / 2;
+      } else if (polls != seen_polls) {
+        seen_polls = polls;
+        polls_moved_ns = now;
+      }
+      polled = seq_fd_ < 0 && now - polls_moved_ns < kPollerWindowNs;
+      poll_mode_.store(polled, std::memory_order_relaxed);
       for (const auto& shm : rings) {
         shm->in.header->consumer_sleeping.store(polled ? 0 : 1);
       }
       // (seq_cst flag stores above, seq_cst head loads in HasData.)
       bool waiting = false;
       for (const auto& shm : rings) waiting = waiting || shm->HasData();
-      if (waiting && seq_fd_ < 0) {
-        timeout_ns = 0;
-      } else if (polled) {
+      // While polled, the poller takes what waits; this thread looks again
+      // after the window (not at once: it would spin against the poller).
+      if (polled) {
         timeout_ns = kPollerWindowNs;
+      } else if (waiting && seq_fd_ < 0) {
+        timeout_ns = 0;
       }
     }
     timespec timeout = {0, static_cast<long>(timeout_ns)};
@@ -919,10 +1011,16 @@ void Fabric::Run() {
       return;
     }
     // Rings with data whose socket stayed quiet (no doorbell was asked for).
+    // While polled, a ring the poller drains now is left to it.
     if (seq_fd_ < 0) {
       for (const auto& shm : rings) {
         if (!shm->HasData()) continue;
-        std::lock_guard<std::mutex> drain(shm->drain_mu);
+        std::unique_lock<std::mutex> drain(shm->drain_mu, std::defer_lock);
+        if (polled) {
+          if (!drain.try_lock()) continue;
+        } else {
+          drain.lock();
+        }
         std::vector<Frame> frames;
         g_shm_stats.frames_thread.fetch_add(
             HandOver(shm->id, shm.get(), &frames), std::memory_order_relaxed);
@@ -965,7 +1063,7 @@ void Fabric::Run() {
 
 void Fabric::Deliver(uint64_t id, std::vector<Frame>* frames, bool open) {
   if (seq_fd_ < 0) {
-    for (const Frame& frame : *frames) on_frame_(id, frame);
+    for (const Frame& frame : *frames) on_frame_(id, frame.view());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -987,7 +1085,7 @@ void Fabric::Deliver(uint64_t id, std::vector<Frame>* frames, bool open) {
       auto it = links_.find(id);
       if (it != links_.end()) {
         // A ring's `dead` was set by ReadFrames under its drain lock.
-        if (it->second.shm != nullptr) shm_links_.fetch_sub(1);
+        if (it->second.shm != nullptr) RemoveShmLocked(it->second.shm.get());
         close(it->second.fd);
         links_.erase(it);
       }

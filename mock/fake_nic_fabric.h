@@ -164,14 +164,29 @@ struct ShmRingHeader {
   std::atomic<uint32_t> producer_waiting;
 };
 
+// A frame as its handler sees it: the bytes stay where they are (a frame
+// whole and contiguous in a shared-memory ring is handed over in place,
+// with no copy and no allocation) and are valid only during the call. In a
+// ring the peer could still write them: a handler copies the fixed body
+// out before it checks it (ParseBody) and reads each byte of the tail once.
+struct FrameView {
+  uint32_t type = 0;
+  const uint8_t* body = nullptr;  // fixed body + tail
+  size_t body_len = 0;
+};
+
+// A frame that owns its bytes (the socket path, a frame split by the
+// ring's wrap, the sequenced queue).
 struct Frame {
   uint32_t type = 0;
   std::vector<uint8_t> body;  // fixed body + tail
+  FrameView view() const { return FrameView{type, body.data(), body.size()}; }
 };
 
 class Fabric {
  public:
-  using OnFrame = std::function<void(uint64_t link, const Frame& frame)>;
+  using OnFrame =
+      std::function<void(uint64_t link, const FrameView& frame)>;
   using OnClosed = std::function<void(uint64_t link)>;
 
   Fabric(std::string dir, OnFrame on_frame, OnClosed on_closed);
@@ -209,6 +224,16 @@ class Fabric {
   // Lock order: a link's drain lock, then the NIC's mutex, then mu_.
   // A no-op when sequenced or on the socket transport.
   void DrainInline();
+  // From an application thread about to block in the NIC (an event wait;
+  // the NIC's mutex may be held: this takes no lock). While the
+  // application polls, the fabric thread leaves the rings to the poller and
+  // looks itself only every window (200 us); a thread that stops polling to
+  // block would wait out that window for the frame it waits for. This ends
+  // the polled state at once: the fabric thread drains again and asks for
+  // doorbells until some thread polls again. A program that blocks in
+  // poll(2) on a channel's fd itself is not seen: its frames wait one
+  // window at most.
+  void BlockingWaitBegins();
   // Whether new Links dial with shared-memory rings (the transport knob).
   bool uses_shm() const { return use_shm_; }
 
@@ -264,8 +289,9 @@ class Fabric {
   // The accepted link's first byte: the memfd (rings) or a frame's byte.
   bool ReadFirstByte(Link* link);  // REQUIRES mu_; false at EOF / error
   // Unsequenced: the frames go to on_frame_ under the drain lock, so the
-  // fabric thread and an inline drain never reorder a link's frames.
-  // Returns how many frames it took.
+  // fabric thread and an inline drain never reorder a link's frames (each
+  // as it is taken, in place when it lies whole in the ring). Sequenced:
+  // they are copied into `frames`. Returns how many frames it took.
   size_t HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames);
   // Writes queued bytes into the ring; REQUIRES mu_.
   void FlushShmLocked(Link* link);
@@ -284,10 +310,24 @@ class Fabric {
 
   const std::string dir_;
   bool use_shm_ = true;
-  // CLOCK_MONOTONIC ns of the last DrainInline: while the application polls,
-  // the fabric thread does not advertise sleep (no doorbells needed).
-  std::atomic<int64_t> last_inline_ns_{0};
+  // DrainInline calls so far (a hint, not an exact count: pollers on
+  // several threads may lose an increment). While it moves, the
+  // application polls and the fabric thread does not advertise sleep (no
+  // doorbells needed). A counter, not a clock: the poll path reads no time.
+  std::atomic<uint64_t> inline_polls_{0};
   std::atomic<int> shm_links_{0};  // Links on rings: DrainInline has work
+  // The fabric thread counts on a poller now (it advertises no sleep).
+  std::atomic<bool> poll_mode_{false};
+  // BlockingWaitBegins calls: the fabric thread forgets the polls it saw.
+  std::atomic<uint64_t> block_epoch_{0};
+  // The Links on rings, for DrainInline. shm_mu_ is a leaf lock (nothing is
+  // taken under it), so DrainInline never waits for mu_, which the fabric
+  // thread holds at each of its wake-ups (that contention was a futex in
+  // one round trip of seven). Changed under mu_ then shm_mu_.
+  std::mutex shm_mu_;
+  std::vector<std::shared_ptr<ShmLink>> shm_list_;  // guarded by shm_mu_
+  void AddShmLocked(std::shared_ptr<ShmLink> shm);  // REQUIRES mu_
+  void RemoveShmLocked(const ShmLink* shm);         // REQUIRES mu_
   const OnFrame on_frame_;
   const OnClosed on_closed_;
   int wake_fd_ = -1;

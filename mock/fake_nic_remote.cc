@@ -43,6 +43,7 @@ using fake_nic_internal::CanRespond;
 using fake_nic_internal::CmFrame;
 using fake_nic_internal::CmState;
 using fake_nic_internal::Frame;
+using fake_nic_internal::FrameView;
 using fake_nic_internal::GuardedCopy;
 using fake_nic_internal::RecvWqe;
 using fake_nic_internal::RequestFrame;
@@ -59,12 +60,12 @@ void CopyText(char* dst, size_t size, const std::string& text) {
 // The fixed body of a frame, and where its tail starts; false if the frame
 // is shorter than its body (a peer speaking another version).
 template <typename Body>
-bool ParseBody(const Frame& frame, Body* body, const uint8_t** tail,
+bool ParseBody(const FrameView& frame, Body* body, const uint8_t** tail,
                size_t* tail_len) {
-  if (frame.body.size() < sizeof(Body)) return false;
-  memcpy(body, frame.body.data(), sizeof(Body));
-  *tail = frame.body.data() + sizeof(Body);
-  *tail_len = frame.body.size() - sizeof(Body);
+  if (frame.body_len < sizeof(Body)) return false;
+  memcpy(body, frame.body, sizeof(Body));
+  *tail = frame.body + sizeof(Body);
+  *tail_len = frame.body_len - sizeof(Body);
   return true;
 }
 
@@ -143,7 +144,7 @@ bool FakeNic::DialRemote(CmId* active,
   return true;
 }
 
-void FakeNic::OnFabricFrame(uint64_t link, const Frame& frame) {
+void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
   std::lock_guard<std::mutex> lock(mu_);
   // One wake-up of the background thread per frame, and only when the
   // frame made a step ready (StepLocked runs one exactly then): a frame
@@ -174,7 +175,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const Frame& frame) {
                      frame.type != fake_nic_internal::kFrameAnswer;
   memset(&f, 0, sizeof(f));
   // DREQ and DREP carry no body.
-  if (is_cm && !frame.body.empty() && !ParseBody(frame, &f, &tail, &tail_len)) {
+  if (is_cm && frame.body_len != 0 && !ParseBody(frame, &f, &tail, &tail_len)) {
     return;
   }
   f.src_addr[sizeof(f.src_addr) - 1] = '\0';
@@ -445,7 +446,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   }
 }
 
-void FakeNic::OnRemoteAnswer(CmId* id, const Frame& frame) {
+void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
   AnswerFrame a;
   const uint8_t* data = nullptr;
   size_t data_len = 0;
@@ -521,7 +522,7 @@ void FakeNic::OnRemoteAnswer(CmId* id, const Frame& frame) {
 
 // ---- data path: the responder's half ----------------------------------------
 
-void FakeNic::OnRemoteRequest(CmId* id, const Frame& frame) {
+void FakeNic::OnRemoteRequest(CmId* id, const FrameView& frame) {
   RequestFrame r;
   const uint8_t* payload = nullptr;
   size_t payload_len = 0;
@@ -851,7 +852,7 @@ void FakeNic::OnSequencerGrant(uint32_t kind, uint64_t step) {
       if (closed) {
         OnLinkClosed(link);
       } else {
-        OnFabricFrame(link, frame);
+        OnFabricFrame(link, frame.view());
       }
     }
   }

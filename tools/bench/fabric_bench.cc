@@ -14,7 +14,7 @@
 //     transport) and, as ...Socket, with RPMA_HARNESS_FABRIC_TRANSPORT=socket
 //     (the frames on the Unix-domain stream). BM_ShmPingPong: 64 bytes each
 //     way through shared memory between two processes that poll as the
-//     benchmark's programs do (yielding between polls): the floor any
+//     benchmark's programs do (yielding every 64 looks): the floor any
 //     shared-memory wire stands on, on this machine, under this load.
 // Run: bazel run -c opt //tools/bench:fabric_bench
 
@@ -353,7 +353,8 @@ void BM_UnixSocketPingPong(benchmark::State& state) {
 BENCHMARK(BM_UnixSocketPingPong)->UseRealTime();
 
 // Two 64-byte slots in a shared anonymous mapping; each side spins on its
-// slot's sequence number, yielding between looks (as Side::Poll does).
+// slot's sequence number, yielding every Side::kPollsPerYield looks (as
+// Side::Poll does).
 void BM_ShmPingPong(benchmark::State& state) {
   struct Slot {
     std::atomic<uint64_t> seq;
@@ -373,7 +374,9 @@ void BM_ShmPingPong(benchmark::State& state) {
   if (pid == 0) {
     alarm(60);
     for (uint64_t n = 1;; ++n) {
-      while (ping->seq.load(std::memory_order_acquire) < n) sched_yield();
+      for (unsigned k = 1; ping->seq.load(std::memory_order_acquire) < n; ++k) {
+        if (k % Side::kPollsPerYield == 0) sched_yield();
+      }
       if (ping->data[0] == -1) _exit(0);  // the parent is done
       memcpy(pong->data, ping->data, kSmall);
       pong->seq.store(n, std::memory_order_release);
@@ -384,7 +387,9 @@ void BM_ShmPingPong(benchmark::State& state) {
     ++n;
     memset(ping->data, static_cast<int>(n & 0x7f), kSmall);  // never -1
     ping->seq.store(n, std::memory_order_release);
-    while (pong->seq.load(std::memory_order_acquire) < n) sched_yield();
+    for (unsigned k = 1; pong->seq.load(std::memory_order_acquire) < n; ++k) {
+      if (k % Side::kPollsPerYield == 0) sched_yield();
+    }
   }
   ping->data[0] = -1;
   ping->seq.store(n + 1, std::memory_order_release);
