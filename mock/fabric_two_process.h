@@ -67,6 +67,10 @@ struct Side {
   ibv_cq* cq = nullptr;
   std::vector<uint8_t> buffer;
   ibv_mr* mr = nullptr;
+  // Set before Connect / Accept: the CQ gets a completion channel, for
+  // WaitCq (the rpma_cq_wait way: arm, poll, block, poll).
+  bool with_comp_channel = false;
+  ibv_comp_channel* comp_channel = nullptr;
 
   explicit Side(const std::string& dir, size_t buffer_size = 65536,
                 Personality personality = Personality::Spec())
@@ -117,7 +121,8 @@ struct Side {
   void MakeQp(rdma_cm_id* on, int rnr_retry_ignored = 0) {
     (void)rnr_retry_ignored;
     pd = nic->AllocPd(on->verbs);
-    cq = nic->CreateCq(on->verbs, 64, nullptr, nullptr, 0);
+    if (with_comp_channel) comp_channel = nic->CreateCompChannel(on->verbs);
+    cq = nic->CreateCq(on->verbs, 64, nullptr, comp_channel, 0);
     ibv_qp_init_attr attr;
     memset(&attr, 0, sizeof(attr));
     attr.send_cq = cq;
@@ -203,6 +208,26 @@ struct Side {
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
+    }
+  }
+
+  // One completion the way rpma_cq_wait + rpma_cq_get_wc take it: poll;
+  // if empty, arm the CQ, poll again (a completion that came before the
+  // arm raises no event), then block in GetCqEvent. Needs
+  // with_comp_channel.
+  bool WaitCq(ibv_wc* wc) {
+    for (;;) {
+      const int n = nic->PollCq(cq, 1, wc);
+      if (n != 0) return n == 1;
+      if (nic->ReqNotifyCq(cq, 0) != 0) return false;
+      const int again = nic->PollCq(cq, 1, wc);
+      if (again != 0) return again == 1;
+      ibv_cq* event_cq = nullptr;
+      void* context = nullptr;
+      if (nic->GetCqEvent(comp_channel, &event_cq, &context) != 0) {
+        return false;
+      }
+      nic->AckCqEvents(event_cq, 1);
     }
   }
 

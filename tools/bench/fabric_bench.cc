@@ -3,6 +3,8 @@
 //   - BM_FabricWriteImmRoundTrip: a 64-byte RDMA write with imm from the
 //     client, answered by a 64-byte write with imm from the server (the
 //     client's receive completion ends the round trip);
+//     BM_FabricWriteImmRoundTripBlocking: the same, with the client taking
+//     each completion as rpma_cq_wait does (blocking in the channel);
 //     BM_UnixSocketPingPong: 64 bytes each way on a socketpair between two
 //     processes, the floor any socket-based wire stands on.
 //     BM_FabricWriteImmRoundTripSequenced: the same round trip with the
@@ -81,19 +83,22 @@ struct Pair {
   ServerInfo info;
 
   // `transport`: RPMA_HARNESS_FABRIC_TRANSPORT for both processes (read
-  // when each NIC is made).
-  bool Start(size_t buffer, const char* transport = "shm") {
+  // when each NIC is made). `blocking`: the client's CQ has a completion
+  // channel (Side::WaitCq).
+  bool Start(size_t buffer, const char* transport = "shm",
+             bool blocking = false) {
     setenv("RPMA_HARNESS_FABRIC_TRANSPORT", transport, 1);
-    const bool started = StartPair(buffer);
+    const bool started = StartPair(buffer, blocking);
     unsetenv("RPMA_HARNESS_FABRIC_TRANSPORT");
     return started;
   }
-  bool StartPair(size_t buffer) {
+  bool StartPair(size_t buffer, bool blocking) {
     dir = NewFabricDir();
     const std::string port = std::to_string(30000 + getpid() % 20000);
     child = Fork(dir, Echo(port), buffer);
     if (!child.ReadInfo(&info)) return false;
     client = std::make_unique<Side>(dir, buffer);
+    client->with_comp_channel = blocking;
     int status;
     std::string reply;
     if (client->Connect(port, "bench", &status, &reply) !=
@@ -115,9 +120,12 @@ struct Pair {
   }
 };
 
-void FabricWriteImmRoundTrip(benchmark::State& state, const char* transport) {
+// `blocking`: the client takes each completion as rpma_cq_wait does (arm,
+// block in the completion channel) instead of busy-polling.
+void FabricWriteImmRoundTrip(benchmark::State& state, const char* transport,
+                             bool blocking = false) {
   Pair pair;
-  if (!pair.Start(65536, transport)) {
+  if (!pair.Start(65536, transport, blocking)) {
     state.SkipWithError("cannot connect");
     return;
   }
@@ -140,7 +148,8 @@ void FabricWriteImmRoundTrip(benchmark::State& state, const char* transport) {
     bool got_answer = false;
     while (!got_answer) {
       ibv_wc wc;
-      if (!c.Poll(&wc, true) || wc.status != IBV_WC_SUCCESS) {
+      const bool got = blocking ? c.WaitCq(&wc) : c.Poll(&wc, true);
+      if (!got || wc.status != IBV_WC_SUCCESS) {
         state.SkipWithError("completion failed");
         return;
       }
@@ -167,6 +176,13 @@ void BM_FabricWriteImmRoundTripSocket(benchmark::State& state) {
   FabricWriteImmRoundTrip(state, "socket");
 }
 BENCHMARK(BM_FabricWriteImmRoundTripSocket)->UseRealTime();
+// The client blocks for each completion (the rpma_cq_wait way), the server
+// busy-polls: the fabric thread hands the frames over once the client
+// blocks (Fabric::BlockingWaitBegins).
+void BM_FabricWriteImmRoundTripBlocking(benchmark::State& state) {
+  FabricWriteImmRoundTrip(state, "shm", /*blocking=*/true);
+}
+BENCHMARK(BM_FabricWriteImmRoundTripBlocking)->UseRealTime();
 
 FakeNicConfig SequencedConfig(const std::string& dir, const char* label) {
   FakeNicConfig config = FabricConfig(dir);
