@@ -857,6 +857,8 @@ class FakeNic final : public VerbsBackend {
   // ---- the cross-process fabric (fake_nic_remote.cc) ----
   // Frames arriving on a Link and its end; both take mu_.
   void OnFabricFrame(uint64_t link, const fake_nic_internal::FrameView& frame);
+  // ExecuteRemote's gather buffer (guarded by mu_).
+  std::vector<uint8_t> remote_payload_;
   void OnLinkClosed(uint64_t link);
   // The REQ found no listener in this process: dial one on the fabric.
   // False when nobody listens there either.
@@ -871,6 +873,9 @@ class FakeNic final : public VerbsBackend {
   void ExecuteRemote(Qp* qp);
   void OnRemoteRequest(CmId* id, const fake_nic_internal::FrameView& frame);
   void OnRemoteAnswer(CmId* id, const fake_nic_internal::FrameView& frame);
+  // Sends `answer` (its text trimmed to why_len) with `data` as its tail.
+  void SendAnswer(uint64_t link, fake_nic_internal::AnswerFrame* answer,
+                  const std::vector<uint8_t>& data);
   // The responder's checks on this process's memory for a remote request.
   void RespondToRemote(Qp* responder, const fake_nic_internal::RequestFrame& r,
                        const uint8_t* payload, size_t payload_len,

@@ -140,6 +140,14 @@ struct ShmLink {
   std::atomic<bool> corrupt{false};
   // Producer state (Fabric::mu_).
   uint64_t out_head = 0;
+  // The consumer's tail as last read. The shared tail is read (and
+  // checked) at the link's first frame and then only when this copy says
+  // the ring lacks room: a frame then moves no cache line of the tail
+  // between the two processes (the producer does not read the line the
+  // consumer writes at every drain). A stale copy only underestimates the
+  // room.
+  uint64_t out_tail_seen = 0;
+  bool out_tail_read = false;
 
   // A hint (the peer may lie about head): a drain checks for real.
   bool HasData() const {
@@ -210,11 +218,16 @@ std::shared_ptr<ShmLink> OfferRings(int fd) {
 // consumer's tail is impossible.
 size_t RingPut(ShmLink* shm, const void* data, size_t length) {
   if (length == 0) return 0;
-  const uint64_t tail = shm->out.header->tail.load(std::memory_order_acquire);
-  const uint64_t used = shm->out_head - tail;
-  if (used > kRingCapacity) {
-    shm->corrupt.store(true);
-    return 0;
+  uint64_t used = shm->out_head - shm->out_tail_seen;
+  if (!shm->out_tail_read || kRingCapacity - used < length) {
+    const uint64_t tail = shm->out.header->tail.load(std::memory_order_acquire);
+    used = shm->out_head - tail;
+    if (used > kRingCapacity) {
+      shm->corrupt.store(true);
+      return 0;
+    }
+    shm->out_tail_seen = tail;
+    shm->out_tail_read = true;
   }
   const size_t n =
       static_cast<size_t>(std::min<uint64_t>(length, kRingCapacity - used));

@@ -133,6 +133,10 @@ struct AnswerFrame {
   uint32_t kind;
   int32_t status;  // ibv_wc_status for the requester (kNak)
   uint32_t acked_packets;
+  // On the wire the frame is the struct up to `why`, then why_len bytes
+  // of `why` (no NUL; 0 for an ACK), then the tail: an ACK is 24 bytes,
+  // not 120 (fake_nic_remote.cc SendAnswer / ParseAnswer).
+  uint32_t why_len;
   char why[100];
 };
 

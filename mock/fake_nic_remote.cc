@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -416,17 +417,20 @@ void FakeNic::ExecuteRemote(Qp* qp) {
                                head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
                                head.opcode == IBV_WR_SEND ||
                                head.opcode == IBV_WR_SEND_WITH_IMM;
-  std::vector<uint8_t> payload;
-  if (carries_payload && r.length > 0) {
-    payload.resize(r.length);
+  // Gathered into the NIC's scratch buffer (under mu_), kept between WRs:
+  // no allocation and no zero-filling of the message each time.
+  const size_t payload_len = carries_payload ? r.length : 0;
+  if (remote_payload_.size() < payload_len) remote_payload_.resize(payload_len);
+  uint8_t* const payload = remote_payload_.data();
+  if (payload_len > 0) {
     TapSourceRead(qp, head, 0, r.length, r.mtu);
     const fake_nic_internal::Sge inline_source{
         Address(head.inline_data.data()),
         static_cast<uint32_t>(head.inline_data.size()), 0};
     const bool gathered =
-        head.is_inline ? Gather(&inline_source, 1, 0, payload.data(), r.length)
+        head.is_inline ? Gather(&inline_source, 1, 0, payload, r.length)
                        : Gather(head.sges.begin(), head.sges.size(), 0,
-                                payload.data(), r.length);
+                                payload, r.length);
     if (!gathered) {
       // The requester's own memory faulted: ibv_poll_cq(3)
       // IBV_WC_LOC_PROT_ERR, as in-process.
@@ -439,19 +443,56 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   head.token = r.token;
   head.in_flight = true;
   head.waiting_for_receive = false;
-  if (!fabric_->Send(qp->link, fake_nic_internal::kFrameRequest, &r, sizeof(r),
-                     payload.data(), payload.size())) {
+  const bool sent =
+      fabric_->Send(qp->link, fake_nic_internal::kFrameRequest, &r, sizeof(r),
+                    payload_len > 0 ? payload : nullptr, payload_len);
+  // A buffer grown for a large message is not kept for the NIC's life.
+  if (remote_payload_.size() > (size_t{4} << 20)) {
+    remote_payload_ = std::vector<uint8_t>();
+  }
+  if (!sent) {
     head.in_flight = false;
     fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer (peer process gone)");
   }
+}
+
+namespace {
+
+// An answer frame's wire form (fake_nic_fabric.h AnswerFrame): the fixed
+// fields, why_len bytes of text, the tail.
+constexpr size_t kAnswerFixed = offsetof(AnswerFrame, why);
+
+// False if the frame is shorter than its fields or its text says.
+bool ParseAnswer(const FrameView& frame, AnswerFrame* a, const uint8_t** tail,
+                 size_t* tail_len) {
+  if (frame.body_len < kAnswerFixed) return false;
+  memcpy(a, frame.body, kAnswerFixed);
+  const size_t why_len = a->why_len;
+  if (why_len >= sizeof(a->why) || frame.body_len - kAnswerFixed < why_len) {
+    return false;
+  }
+  memcpy(a->why, frame.body + kAnswerFixed, why_len);
+  a->why[why_len] = '\0';
+  *tail = frame.body + kAnswerFixed + why_len;
+  *tail_len = frame.body_len - kAnswerFixed - why_len;
+  return true;
+}
+
+}  // namespace
+
+void FakeNic::SendAnswer(uint64_t link, AnswerFrame* answer,
+                         const std::vector<uint8_t>& data) {
+  answer->why[sizeof(answer->why) - 1] = '\0';
+  answer->why_len = static_cast<uint32_t>(strlen(answer->why));
+  fabric_->Send(link, fake_nic_internal::kFrameAnswer, answer,
+                kAnswerFixed + answer->why_len, data.data(), data.size());
 }
 
 void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
   AnswerFrame a;
   const uint8_t* data = nullptr;
   size_t data_len = 0;
-  if (!ParseBody(frame, &a, &data, &data_len)) return;
-  a.why[sizeof(a.why) - 1] = '\0';
+  if (!ParseAnswer(frame, &a, &data, &data_len)) return;
   Qp* qp = id->qp;
   // A WR flushed meanwhile (the QP went to ERR) has no answer to take.
   if (qp == nullptr || qp->sq.empty() || !qp->sq.front().in_flight ||
@@ -538,8 +579,7 @@ void FakeNic::OnRemoteRequest(CmId* id, const FrameView& frame) {
   } else {
     RespondToRemote(responder, r, payload, payload_len, &answer, &data);
   }
-  fabric_->Send(id->link, fake_nic_internal::kFrameAnswer, &answer,
-                sizeof(answer), data.data(), data.size());
+  SendAnswer(id->link, &answer, data);
 }
 
 // The responder's checks, in rxe_resp.c's order and with the in-process
