@@ -299,6 +299,9 @@ class Fabric {
   size_t HandOver(uint64_t id, ShmLink* shm, std::vector<Frame>* frames);
   // Writes queued bytes into the ring; REQUIRES mu_.
   void FlushShmLocked(Link* link);
+  // Publishes the rings HandOver's handlers wrote to (takes mu_).
+  void PublishDeferred();
+  std::vector<std::shared_ptr<ShmLink>> deferred_;  // guarded by mu_
   // Reads what `fd` has; false at EOF or on an error.
   bool ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames);
   // Writes queued bytes; REQUIRES mu_.
