@@ -103,6 +103,8 @@ struct ShmStats {
   std::atomic<uint64_t> doorbells{0};
   std::atomic<uint64_t> room_doorbells{0};  // of those: "the ring has room"
   std::atomic<uint64_t> full{0};  // a frame found the ring full (queued)
+  std::atomic<uint64_t> pads{0};       // filler frames put before a frame
+  std::atomic<uint64_t> assembled{0};  // frames taken copied (wrapped)
   std::atomic<uint64_t> frames_inline{0};  // by DrainInline (PollCq)
   std::atomic<uint64_t> frames_thread{0};  // by the fabric thread
 };
@@ -224,12 +226,13 @@ std::shared_ptr<ShmLink> OfferRings(int fd) {
   return n == 1 ? shm : nullptr;
 }
 
-// Producer: copies what fits; REQUIRES Fabric::mu_. Sets `corrupt` when the
-// consumer's tail is impossible.
-size_t RingPut(ShmLink* shm, const void* data, size_t length) {
-  if (length == 0) return 0;
+// Producer: the ring's free bytes, at least `want` of them if the consumer
+// has freed them (the shared tail is read again, and checked, when the
+// copy of it says less; an impossible one sets `corrupt`: 0). REQUIRES
+// Fabric::mu_.
+uint64_t RingRoom(ShmLink* shm, uint64_t want) {
   uint64_t used = shm->out_head - shm->out_tail_seen;
-  if (!shm->out_tail_read || kRingCapacity - used < length) {
+  if (!shm->out_tail_read || kRingCapacity - used < want) {
     const uint64_t tail = shm->out.header->tail.load(std::memory_order_acquire);
     used = shm->out_head - tail;
     if (used > kRingCapacity) {
@@ -239,6 +242,37 @@ size_t RingPut(ShmLink* shm, const void* data, size_t length) {
     shm->out_tail_seen = tail;
     shm->out_tail_read = true;
   }
+  return kRingCapacity - used;
+}
+
+// Producer: before a frame of `total` bytes that would wrap, fills the
+// ring's end with a kFramePad frame if there is room for both, so the
+// frame lies whole at offset 0 and the consumer hands it over in place
+// (without, a 1 MiB write in the 2 MiB ring wrapped every other time and
+// was copied once more to be assembled). A frame that does not fit with
+// the filler now (the ring holds unread frames, or the frame is nearly the
+// ring's size) wraps as before. REQUIRES Fabric::mu_.
+void RingPadToWrap(ShmLink* shm, uint64_t total) {
+  const uint64_t to_end = kRingCapacity - shm->out_head % kRingCapacity;
+  if (total <= to_end || to_end < sizeof(FrameHeader) ||
+      to_end + total > kRingCapacity ||
+      RingRoom(shm, to_end + total) < to_end + total) {
+    return;
+  }
+  const FrameHeader pad{static_cast<uint32_t>(to_end - sizeof(FrameHeader)),
+                        kFramePad};
+  memcpy(shm->out.data + shm->out_head % kRingCapacity, &pad, sizeof(pad));
+  shm->out_head += to_end;
+  g_shm_stats.pads.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Producer: copies what fits; REQUIRES Fabric::mu_. Sets `corrupt` when the
+// consumer's tail is impossible.
+size_t RingPut(ShmLink* shm, const void* data, size_t length) {
+  if (length == 0) return 0;
+  const uint64_t room = RingRoom(shm, length);
+  if (shm->corrupt.load(std::memory_order_relaxed)) return 0;
+  const uint64_t used = kRingCapacity - room;
   const size_t n =
       static_cast<size_t>(std::min<uint64_t>(length, kRingCapacity - used));
   const size_t at = static_cast<size_t>(shm->out_head % kRingCapacity);
@@ -310,8 +344,10 @@ bool TakeFrames(ShmLink* shm, Sink&& sink, Released&& released) {
         const uint64_t whole = sizeof(header) + uint64_t{header.body_length};
         if (header.body_length <= kMaxFrameBody && whole <= left &&
             whole <= contiguous) {
-          sink(FrameView{header.type, data + at + sizeof(header),
-                         header.body_length});
+          if (header.type != kFramePad) {
+            sink(FrameView{header.type, data + at + sizeof(header),
+                           header.body_length});
+          }
           shm->in_tail += whole;
           left -= whole;
           continue;
@@ -351,7 +387,10 @@ bool TakeFrames(ShmLink* shm, Sink&& sink, Released&& released) {
       shm->in_tail += n;
       left -= n;
       if (ok && shm->in_body && shm->partial.body.size() == shm->body_want) {
-        sink(shm->partial.view());
+        if (shm->partial.type != kFramePad) {
+          g_shm_stats.assembled.fetch_add(1, std::memory_order_relaxed);
+          sink(shm->partial.view());
+        }
         // A large frame's buffer is not kept for the link's life.
         if (shm->partial.body.capacity() > (size_t{64} << 10)) {
           shm->partial.body = std::vector<uint8_t>();
@@ -415,12 +454,15 @@ Fabric::~Fabric() {
   if (stats != nullptr && strcmp(stats, "1") == 0) {
     fprintf(stderr,
             "fake_nic fabric stats (pid %d): %llu doorbells sent (%llu of "
-            "them for room), %llu frames found the ring full, %llu ring "
-            "frames handled by PollCq, %llu by the fabric thread\n",
+            "them for room), %llu frames found the ring full, %llu filler "
+            "frames sent, %llu frames taken assembled (wrapped or partial), "
+            "%llu ring frames handled by PollCq, %llu by the fabric thread\n",
             static_cast<int>(getpid()),
             static_cast<unsigned long long>(g_shm_stats.doorbells.load()),
             static_cast<unsigned long long>(g_shm_stats.room_doorbells.load()),
             static_cast<unsigned long long>(g_shm_stats.full.load()),
+            static_cast<unsigned long long>(g_shm_stats.pads.load()),
+            static_cast<unsigned long long>(g_shm_stats.assembled.load()),
             static_cast<unsigned long long>(g_shm_stats.frames_inline.load()),
             static_cast<unsigned long long>(g_shm_stats.frames_thread.load()));
   }
@@ -680,6 +722,7 @@ bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
   if (link.shm != nullptr && link.out.empty()) {
     ShmLink* shm = link.shm.get();
     if (shm->corrupt.load()) return true;  // the link is ending
+    RingPadToWrap(shm, sizeof(header) + body_len + tail_len);
     const void* parts[3] = {&header, body, tail};
     const size_t lengths[3] = {sizeof(header), body_len, tail_len};
     for (int i = 0; i < 3; ++i) {

@@ -81,6 +81,10 @@ enum FrameType : uint32_t {
   kFrameRequest = 7,  // RequestFrame + payload: one send WR
   kFrameAnswer = 8,   // AnswerFrame + payload (READ data, atomic value)
   kFrameRecvPosted = 9,  // CmFrame: a receive is posted (rnr_retry 7 wait)
+  // Shared-memory rings only: filler up to the ring's end (the body means
+  // nothing), so that the next frame starts whole at offset 0 instead of
+  // wrapping; the consumer skips it.
+  kFramePad = 10,
 };
 
 // The largest body a frame may announce: a 2 GiB message (rxe's

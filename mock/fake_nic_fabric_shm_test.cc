@@ -1,7 +1,8 @@
 // The shared-memory transport of the cross-process fabric
 // (fake_nic_fabric.h, RPMA_HARNESS_FABRIC_TRANSPORT=shm, the default): the
 // rings keep frames in order across their wrap, stream a frame larger than
-// a ring, reach a consumer that sleeps (the doorbell path), hand over every
+// a ring or straddling its end, reach a consumer that sleeps (the doorbell
+// path), hand over every
 // byte a killed peer wrote before its death, and treat the peer's mapping
 // as input (a corrupt header closes the link, never a crash). Each case
 // forks its processes; alarm() and block timeouts keep a case from hanging,
@@ -96,8 +97,11 @@ class FabricShmTest : public ::testing::Test {
 };
 
 // 48 writes with imm of 100 KiB and some (sizes that do not divide the
-// ring) move 4.8 MB through a 2 MiB ring: frames straddle its end more than
-// once. The server sees them in order, each with its own bytes.
+// ring) move 4.8 MB through a 2 MiB ring, up to 8 in flight: each time
+// round, the frame that reaches the ring's end follows a filler frame to
+// offset 0 (when the ring has room for both; else it straddles the end, as
+// in the next case). The server sees them in order, each with its own
+// bytes.
 TEST_F(FabricShmTest, FramesStayInOrderAcrossTheRingWrap) {
   constexpr uint32_t kCount = 48;
   constexpr uint32_t kStride = 110 * 1024;
@@ -143,6 +147,53 @@ TEST_F(FabricShmTest, FramesStayInOrderAcrossTheRingWrap) {
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "wr_id " << wc.wr_id;
     EXPECT_EQ(wc.wr_id, done);
     ++done;
+  }
+  EXPECT_EQ(child.Wait(), 0);
+}
+
+// A frame too large to follow a filler frame to offset 0 (its size and the
+// bytes left to the ring's end are more than the ring) straddles the end:
+// a 1 MiB write leaves the next frame at 1 MiB and some, and a 1.5 MiB
+// write there runs over the end. The server takes both, the second
+// assembled across the end, each with its own bytes.
+TEST_F(FabricShmTest, AFrameThatStraddlesTheRingsEndArrivesWhole) {
+  const uint32_t sizes[2] = {1u << 20, 3u << 19};
+  static_assert(kShmRingCapacity == 2u << 20, "the sizes assume 2 MiB");
+  const size_t total = size_t{sizes[0]} + sizes[1];
+  Child child = ForkServer(total, 4, [&](Side& s, int, int) {
+    for (uint32_t i = 0; i < 2; ++i) {
+      ibv_wc wc;
+      CHILD_CHECK(s.Poll(&wc));
+      CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+      CHILD_CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+      CHILD_CHECK(ntohl(wc.imm_data) == i);
+      CHILD_CHECK(wc.byte_len == sizes[i]);
+    }
+    s.Sync();
+    for (uint32_t b = 0; b < sizes[0]; ++b) {
+      CHILD_CHECK(s.buffer[b] == Pattern(0, b));
+    }
+    for (uint32_t b = 0; b < sizes[1]; ++b) {
+      CHILD_CHECK(s.buffer[sizes[0] + b] == Pattern(1, b));
+    }
+  });
+  Side client(dir_, total);
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(Connect(child, client, &info));
+  for (uint32_t b = 0; b < sizes[0]; ++b) client.buffer[b] = Pattern(0, b);
+  for (uint32_t b = 0; b < sizes[1]; ++b) {
+    client.buffer[sizes[0] + b] = Pattern(1, b);
+  }
+  uint32_t offset = 0;
+  for (uint32_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(client.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, i, offset, sizes[i],
+                              info.addr + offset, info.rkey, i),
+              0);
+    ibv_wc wc;
+    ASSERT_TRUE(client.Poll(&wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "wr_id " << wc.wr_id;
+    EXPECT_EQ(wc.wr_id, i);
+    offset += sizes[i];
   }
   EXPECT_EQ(child.Wait(), 0);
 }
