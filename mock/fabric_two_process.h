@@ -344,6 +344,27 @@ inline void WaitGoOn(int in) {
   (void)n;
 }
 
+// A server that listens on `port` (and says so), accepts one connection
+// whose private data is "hello" with "welcome", posts `recvs` receives
+// (wr_id 0..recvs-1, the whole buffer) before it is ESTABLISHED, says
+// where its buffer is, and then runs `then`.
+inline ServerBody AcceptOne(const std::string& port, ServerBody then,
+                            int recvs = 0) {
+  return [port, then, recvs](Side& s, int in, int out) {
+    CHILD_CHECK(s.Listen(port));
+    SendInfo(out, s);  // listening
+    std::string hello;
+    rdma_cm_id* child = s.TakeRequest(&hello);
+    CHILD_CHECK(child != nullptr);
+    CHILD_CHECK(hello == "hello");
+    CHILD_CHECK(s.Accept(child, "welcome") == 0);
+    for (int i = 0; i < recvs; ++i) CHILD_CHECK(s.PostRecv(i, 0, 0) == 0);
+    CHILD_CHECK(s.Next() == RDMA_CM_EVENT_ESTABLISHED);
+    SendInfo(out, s);  // connected: buffer address and rkey
+    then(s, in, out);
+  };
+}
+
 }  // namespace fabric_two_process
 }  // namespace rpma_harness
 

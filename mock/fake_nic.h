@@ -808,6 +808,29 @@ class FakeNic final : public VerbsBackend {
   // device's limit; larger requests are clamped to it.
   uint8_t RdDepth(int requested) const;
   int CmModifyQpToRts(Qp* qp, const CmQpParams& params, const char* why);
+  // While one lives (mu_ held throughout), the background thread is not
+  // woken; at its end it is woken once, and only if a step is ready. A
+  // scope that records many times -- a fabric frame's handling
+  // (OnFabricFrame), a PostSend whose WRs go out at post -- then costs one
+  // futex at most instead of one per record.
+  class WorkWakeDeferral {
+   public:
+    WorkWakeDeferral(FakeNic* nic, bool on) : nic_(on ? nic : nullptr) {
+      if (nic_ != nullptr) nic_->defer_work_wake_ = true;
+    }
+    ~WorkWakeDeferral() {
+      if (nic_ == nullptr) return;
+      nic_->defer_work_wake_ = false;
+      if (nic_->work_waiters_ > 0 && nic_->HasReadyWork()) {
+        nic_->work_cv_.notify_all();
+      }
+    }
+    WorkWakeDeferral(const WorkWakeDeferral&) = delete;
+    WorkWakeDeferral& operator=(const WorkWakeDeferral&) = delete;
+
+   private:
+    FakeNic* const nic_;
+  };
   // Notifies the condition variables that have waiters. Inline: the data
   // path calls it once per sequence number (five times per round trip).
   // The background thread is woken only for work it can do (a QP marked
@@ -931,9 +954,7 @@ class FakeNic final : public VerbsBackend {
   // Threads waiting on each condition variable: a notify with nobody
   // waiting is a futex call the data path does not need to make.
   int work_waiters_ = 0;
-  // Set while OnFabricFrame handles a frame (fake_nic_remote.cc): the
-  // background thread is woken once at its end, and only if a step is
-  // ready, instead of at every Record inside it.
+  // Set while a WorkWakeDeferral lives.
   bool defer_work_wake_ = false;
   int event_waiters_ = 0;
   uint64_t rng_state_;

@@ -162,19 +162,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   const bool sends_at_post =
       (config_.personality.executes_at_post || q->link != 0) &&
       background_running_;
-  struct WakeOnReturn {
-    FakeNic* nic;
-    bool on;
-    bool before;
-    ~WakeOnReturn() {
-      if (!on) return;
-      nic->defer_work_wake_ = before;
-      if (!before && nic->work_waiters_ > 0 && nic->AnyReadyWork()) {
-        nic->work_cv_.notify_all();
-      }
-    }
-  } wake_on_return{this, sends_at_post, defer_work_wake_};
-  if (sends_at_post) defer_work_wake_ = true;
+  const WorkWakeDeferral wake_on_return(this, sends_at_post);
   auto refuse = [&](ibv_send_wr* w, int err, const char* why) {
     *bad_wr = w;
     FakeNicEvent event;

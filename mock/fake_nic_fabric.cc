@@ -168,6 +168,24 @@ struct ShmLink {
   }
 };
 
+bool SendByteWithFd(int socket, char byte, int fd) {
+  iovec iov = {&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  memset(control, 0, sizeof(control));
+  msghdr message;
+  memset(&message, 0, sizeof(message));
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&message);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return sendmsg(socket, &message, MSG_NOSIGNAL) == 1;
+}
+
 namespace {
 
 std::shared_ptr<ShmLink> MapRings(int memfd, bool dialer) {
@@ -205,25 +223,10 @@ std::shared_ptr<ShmLink> OfferRings(int fd) {
   // Until the peer's fabric thread runs, it counts as asleep: doorbells.
   shm->in.header->consumer_sleeping.store(1);
   shm->out.header->consumer_sleeping.store(1);
-  char byte = 'R';
-  iovec iov = {&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  memset(control, 0, sizeof(control));
-  msghdr message;
-  memset(&message, 0, sizeof(message));
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&message);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &memfd, sizeof(int));
   // A fresh connection's buffer is empty: one byte goes at once.
-  const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
+  const bool sent = SendByteWithFd(fd, 'R', memfd);
   close(memfd);
-  return n == 1 ? shm : nullptr;
+  return sent ? shm : nullptr;
 }
 
 // Producer: the ring's free bytes, at least `want` of them if the consumer
@@ -270,11 +273,8 @@ void RingPadToWrap(ShmLink* shm, uint64_t total) {
 // consumer's tail is impossible.
 size_t RingPut(ShmLink* shm, const void* data, size_t length) {
   if (length == 0) return 0;
-  const uint64_t room = RingRoom(shm, length);
-  if (shm->corrupt.load(std::memory_order_relaxed)) return 0;
-  const uint64_t used = kRingCapacity - room;
-  const size_t n =
-      static_cast<size_t>(std::min<uint64_t>(length, kRingCapacity - used));
+  const uint64_t room = RingRoom(shm, length);  // 0 when corrupt
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(length, room));
   const size_t at = static_cast<size_t>(shm->out_head % kRingCapacity);
   const size_t first = std::min(n, static_cast<size_t>(kRingCapacity - at));
   const auto* p = static_cast<const uint8_t*>(data);
@@ -1087,9 +1087,9 @@ void Fabric::Run() {
     bool polled = false;
     if (!rings.empty()) {
       // Polled: DrainInline ran since this thread last saw the counter
-      // move, less than a window ago.
-      // A thread began to block since: the polls seen so far count for
-      // nothing (a poll after this read counts).
+      // move, less than a window ago -- unless a thread began to block
+      // since (BlockingWaitBegins): then the polls seen so far count for
+      // nothing, and only a poll after this look counts.
       const uint64_t epoch = block_epoch_.load(std::memory_order_relaxed);
       const uint64_t polls = inline_polls_.load(std::memory_order_relaxed);
       const int64_t now = NowNs();

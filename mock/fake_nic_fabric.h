@@ -160,6 +160,11 @@ constexpr uint64_t kShmRingCapacity = uint64_t{2} << 20;
 constexpr size_t kShmRingHeaderSize = 4096;
 constexpr size_t kShmMapSize = 2 * kShmRingHeaderSize + 2 * kShmRingCapacity;
 
+// Sends `byte` on the Unix-domain `socket` with `fd` attached
+// (SCM_RIGHTS): how the dialer passes the rings' memfd (also used by
+// fake_nic_fabric_shm_test's raw peer). True if the byte went.
+bool SendByteWithFd(int socket, char byte, int fd);
+
 struct ShmRingHeader {
   std::atomic<uint64_t> head;  // written by the producer
   char pad0[56];

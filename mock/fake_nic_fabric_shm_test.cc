@@ -24,6 +24,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -66,23 +67,8 @@ class FabricShmTest : public ::testing::Test {
   }
   // A server that accepts one connection with `recvs` receives posted,
   // says where its buffer is, and runs `then`.
-  Child ForkServer(size_t buffer, int recvs,
-                   std::function<void(Side&, int, int)> then) {
-    const std::string port = port_;
-    return Fork(
-        dir_,
-        [port, recvs, then](Side& s, int in, int out) {
-          CHILD_CHECK(s.Listen(port));
-          SendInfo(out, s);
-          rdma_cm_id* child = s.TakeRequest(nullptr);
-          CHILD_CHECK(child != nullptr);
-          CHILD_CHECK(s.Accept(child, "welcome") == 0);
-          for (int i = 0; i < recvs; ++i) CHILD_CHECK(s.PostRecv(i, 0, 0) == 0);
-          CHILD_CHECK(s.Next() == RDMA_CM_EVENT_ESTABLISHED);
-          SendInfo(out, s);
-          then(s, in, out);
-        },
-        buffer);
+  Child ForkServer(size_t buffer, int recvs, ServerBody then) {
+    return Fork(dir_, AcceptOne(port_, std::move(then), recvs), buffer);
   }
   void Connect(Child& child, Side& client, ServerInfo* info) {
     ASSERT_TRUE(child.ReadInfo(info));
@@ -363,22 +349,7 @@ struct RawPeer {
     void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
     if (m == MAP_FAILED) return false;
     map = static_cast<uint8_t*>(m);
-    char byte = 'R';
-    iovec iov = {&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    memset(control, 0, sizeof(control));
-    msghdr message;
-    memset(&message, 0, sizeof(message));
-    message.msg_iov = &iov;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&message);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &memfd, sizeof(int));
-    const bool sent = sendmsg(fd, &message, MSG_NOSIGNAL) == 1;
+    const bool sent = fake_nic_internal::SendByteWithFd(fd, 'R', memfd);
     close(memfd);
     return sent;
   }

@@ -39,24 +39,6 @@ std::string NewPort() {
   return std::to_string(20000 + (getpid() % 5000) * 8 + (next++ % 8));
 }
 
-// A server that accepts one connection, says where its buffer is, and
-// then runs `then`.
-ServerBody AcceptOne(const std::string& port,
-                     std::function<void(Side&, int, int)> then) {
-  return [port, then](Side& s, int in, int out) {
-    CHILD_CHECK(s.Listen(port));
-    SendInfo(out, s);  // listening
-    std::string hello;
-    rdma_cm_id* child = s.TakeRequest(&hello);
-    CHILD_CHECK(child != nullptr);
-    CHILD_CHECK(hello == "hello");
-    CHILD_CHECK(s.Accept(child, "welcome") == 0);
-    CHILD_CHECK(s.Next() == RDMA_CM_EVENT_ESTABLISHED);
-    SendInfo(out, s);  // connected: buffer address and rkey
-    then(s, in, out);
-  };
-}
-
 class FabricTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -153,16 +153,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
   // cost a futex and a context switch of a thread with nothing to do.
   // Every path that makes a step ready marks it (MarkMaybeReady), so
   // HasReadyWork at the end sees all of this frame's work.
-  struct WakeAtEnd {
-    FakeNic* nic;
-    ~WakeAtEnd() {
-      nic->defer_work_wake_ = false;
-      if (nic->work_waiters_ > 0 && nic->HasReadyWork()) {
-        nic->work_cv_.notify_all();
-      }
-    }
-  } wake_at_end{this};
-  defer_work_wake_ = true;
+  const WorkWakeDeferral wake_at_end(this, true);
   auto by_link = id_by_link_.find(link);
   CmId* id = nullptr;
   if (by_link != id_by_link_.end()) {
