@@ -68,9 +68,15 @@ run deadlock 1 "$conn_server" 192.168.0.1 7403
 grep -q "deadlock at step 0: every process waits and no NIC step is pending: server waits in rdma_get_cm_event" "$last.log" ||
   fail "deadlock: no report: $(cat "$last.log")"
 
-# 4. A peer killed at a step: the same survivor's view every run.
+# 4. A peer killed at a step: the same survivor's view every run. The
+# second run keeps the launcher off the CPU for 300 ms after each fork, as a
+# loaded machine may: the children join and step meanwhile, and the trace
+# must not change (the launcher once stamped "start client0" with the step
+# it read after the fork: 0 in one run, 2 in another).
 for i in 1 2; do
-  run kill 1 --kill client0@step:3 --expect server=nonzero "${pair_pp[@]}"
+  pause=()
+  [ "$i" -eq 2 ] && pause=(--pause-after-fork 300)
+  run kill 1 "${pause[@]}" --kill client0@step:3 --expect server=nonzero "${pair_pp[@]}"
   [ "$status" -eq 0 ] || fail "kill run $i: exit $status: $(cat "$last.log")"
   grep -q "peer process gone" "$last" || fail "kill run $i: the server never saw its peer go"
   grep -q "3 launcher kill client0 signal 9" "$last" ||

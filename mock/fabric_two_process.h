@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "mock/fake_nic.h"
+#include "mock/test_dir.h"
 
 namespace rpma_harness {
 namespace fabric_two_process {
@@ -272,9 +273,8 @@ struct Side {
 };
 
 inline std::string NewFabricDir() {
-  char dir[] = "/tmp/fabtest.XXXXXX";
-  if (mkdtemp(dir) == nullptr) return "";
-  return dir;
+  // Under TEST_TMPDIR: any length works (mock/unix_address.h).
+  return NewTestDir("fabtest");
 }
 
 // Runs `server` in a child process (its own NIC on `dir`), with a pipe to

@@ -32,21 +32,12 @@
 #include <utility>
 
 #include "mock/fake_nic_fabric_sequence.h"
+#include "mock/unix_address.h"
 
 namespace rpma_harness {
 namespace fake_nic_internal {
 
 namespace {
-
-// Fills a sockaddr_un; false when `path` does not fit sun_path (108 bytes
-// with the terminating NUL on Linux, unix(7)).
-bool MakeAddress(const std::string& path, sockaddr_un* address) {
-  memset(address, 0, sizeof(*address));
-  address->sun_family = AF_UNIX;
-  if (path.size() + 1 > sizeof(address->sun_path)) return false;
-  memcpy(address->sun_path, path.c_str(), path.size() + 1);
-  return true;
-}
 
 void SetNonBlocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -102,7 +93,7 @@ int64_t NowNs() {
 struct ShmStats {
   std::atomic<uint64_t> doorbells{0};
   std::atomic<uint64_t> room_doorbells{0};  // of those: "the ring has room"
-  std::atomic<uint64_t> full{0};  // a frame found the ring full (queued)
+  std::atomic<uint64_t> full{0};       // a frame found the ring full (queued)
   std::atomic<uint64_t> pads{0};       // filler frames put before a frame
   std::atomic<uint64_t> assembled{0};  // frames taken copied (wrapped)
   std::atomic<uint64_t> frames_inline{0};  // by DrainInline (PollCq)
@@ -519,21 +510,20 @@ void Fabric::Wake() {
 
 int Fabric::Publish(const std::string& addr, uint16_t port) {
   const std::string path = ListenerPath(dir_, addr, port);
-  sockaddr_un address;
-  if (!MakeAddress(path, &address)) {
-    fprintf(stderr,
-            "fake_nic fabric: %s is longer than sun_path (%zu bytes): use a "
-            "shorter RPMA_HARNESS_FABRIC directory\n",
-            path.c_str(), sizeof(address.sun_path) - 1);
-    return ENAMETOOLONG;
+  // A path of any length (unix_address.h: longer than sun_path, it is
+  // reached through its directory).
+  const UnixAddress address(path);
+  if (address.error() != 0) {
+    fprintf(stderr, "fake_nic fabric: cannot address %s: %s\n", path.c_str(),
+            strerror(address.error()));
+    return address.error();
   }
   // A file already there: a live listener answers a connect (the port is
   // taken); a dead one's stale file refuses it and is replaced below.
   {
     const int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (probe < 0) return errno;
-    const bool alive = connect(probe, reinterpret_cast<sockaddr*>(&address),
-                               sizeof(address)) == 0;
+    const bool alive = connect(probe, address.addr(), address.len()) == 0;
     close(probe);
     if (alive) return EADDRINUSE;
   }
@@ -545,19 +535,12 @@ int Fabric::Publish(const std::string& addr, uint16_t port) {
   static std::atomic<unsigned> staged{0};
   const std::string staging =
       dir_ + "/s-" + std::to_string(getpid()) + "-" + std::to_string(staged++);
-  sockaddr_un staging_address;
-  if (!MakeAddress(staging, &staging_address)) {
-    fprintf(stderr,
-            "fake_nic fabric: %s is longer than sun_path (%zu bytes): use a "
-            "shorter RPMA_HARNESS_FABRIC directory\n",
-            staging.c_str(), sizeof(staging_address.sun_path) - 1);
-    return ENAMETOOLONG;
-  }
+  const UnixAddress staging_address(staging);
+  if (staging_address.error() != 0) return staging_address.error();
   unlink(staging.c_str());
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&staging_address),
-           sizeof(staging_address)) != 0 ||
+  if (bind(fd, staging_address.addr(), staging_address.len()) != 0 ||
       listen(fd, 128) != 0 || rename(staging.c_str(), path.c_str()) != 0) {
     const int err = errno;
     close(fd);
@@ -591,16 +574,15 @@ int Fabric::Dial(const std::string& addr, uint16_t port, uint64_t* link) {
   int last = ECONNREFUSED;
   for (const std::string& a : {addr, std::string("any")}) {
     const std::string path = ListenerPath(dir_, a, port);
-    sockaddr_un address;
-    if (!MakeAddress(path, &address)) {
-      fprintf(stderr, "fake_nic fabric: %s is longer than sun_path\n",
-              path.c_str());
-      return ENAMETOOLONG;
+    const UnixAddress address(path);
+    if (address.error() != 0) {
+      fprintf(stderr, "fake_nic fabric: cannot address %s: %s\n", path.c_str(),
+              strerror(address.error()));
+      return address.error();
     }
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return errno;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-        0) {
+    if (connect(fd, address.addr(), address.len()) != 0) {
       last = errno;
       close(fd);
       continue;
@@ -1008,8 +990,8 @@ bool Fabric::ReadFrames(uint64_t id, int fd, std::vector<Frame>* frames) {
 }
 
 void Fabric::Run() {
-  uint64_t seen_polls = 0;                // inline_polls_ when last looked
-  uint64_t seen_block_epoch = 0;          // block_epoch_ when last looked
+  uint64_t seen_polls = 0;                 // inline_polls_ when last looked
+  uint64_t seen_block_epoch = 0;           // block_epoch_ when last looked
   int64_t polls_moved_ns = INT64_MIN / 2;  // when it was seen to move
   for (;;) {
     std::vector<pollfd> fds;
@@ -1223,12 +1205,11 @@ void Fabric::Deliver(uint64_t id, std::vector<Frame>* frames, bool open) {
 
 int Fabric::JoinSequencer(const std::string& label, SequenceHooks hooks) {
   const std::string path = SequencerPath(dir_);
-  sockaddr_un address;
-  if (!MakeAddress(path, &address)) return ENAMETOOLONG;
+  const UnixAddress address(path);
+  if (address.error() != 0) return address.error();
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-      0) {
+  if (connect(fd, address.addr(), address.len()) != 0) {
     const int err = errno;
     fprintf(stderr,
             "fake_nic fabric: RPMA_HARNESS_FABRIC_SEQUENCE is set but no "

@@ -198,8 +198,7 @@ struct Frame {
 
 class Fabric {
  public:
-  using OnFrame =
-      std::function<void(uint64_t link, const FrameView& frame)>;
+  using OnFrame = std::function<void(uint64_t link, const FrameView& frame)>;
   using OnClosed = std::function<void(uint64_t link)>;
 
   Fabric(std::string dir, OnFrame on_frame, OnClosed on_closed);
@@ -219,7 +218,8 @@ class Fabric {
   // Joins the thread: no frame handler runs after it returns.
   void Stop();
   // Publishes the listener <addr>:<port>. EADDRINUSE when a live process
-  // listens there already; ENAMETOOLONG when the path does not fit sun_path.
+  // listens there already. The directory may be of any length (a longer
+  // path than sun_path holds is bound through the directory: unix_address.h).
   int Publish(const std::string& addr, uint16_t port);
   void Unpublish(const std::string& addr, uint16_t port);
   // Connects to the listener at addr:port (or the wildcard one on port).

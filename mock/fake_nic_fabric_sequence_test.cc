@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "mock/test_dir.h"
+#include "mock/unix_address.h"
+
 namespace rpma_harness {
 namespace {
 
@@ -26,9 +29,8 @@ using fake_nic_internal::SequenceMessage;
 using ::testing::HasSubstr;
 
 std::string NewDir() {
-  char dir[] = "/tmp/seqtest.XXXXXX";
-  if (mkdtemp(dir) == nullptr) return "";
-  return dir;
+  // Under TEST_TMPDIR: any length works (mock/unix_address.h).
+  return NewTestDir("seqtest");
 }
 
 // One process's NIC, as the Sequencer sees it.
@@ -36,11 +38,8 @@ class FakeMember {
  public:
   FakeMember(const std::string& path, const std::string& label) {
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a;
-    memset(&a, 0, sizeof(a));
-    a.sun_family = AF_UNIX;
-    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
-    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    const UnixAddress a(path);
+    connected_ = connect(fd_, a.addr(), a.len()) == 0;
     Send(SequenceMessage::kHello, 1, 0, 0, label);
     answer_ = Next().type;  // kWelcome or kRefused, before anything else
   }

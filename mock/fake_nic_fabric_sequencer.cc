@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "mock/fake_nic_fabric_sequence.h"
+#include "mock/unix_address.h"
 
 namespace rpma_harness {
 
@@ -42,19 +43,14 @@ uint64_t Sequencer::NextRandom() {
 }
 
 int Sequencer::Start(std::string* error) {
-  sockaddr_un address;
-  memset(&address, 0, sizeof(address));
-  address.sun_family = AF_UNIX;
-  if (path_.size() + 1 > sizeof(address.sun_path)) {
-    *error = path_ + " is longer than sun_path";
-    return ENAMETOOLONG;
+  const UnixAddress address(path_);  // any length (unix_address.h)
+  if (address.error() != 0) {
+    *error = "sequencer socket " + path_ + ": " + strerror(address.error());
+    return address.error();
   }
-  memcpy(address.sun_path, path_.c_str(), path_.size() + 1);
   unlink(path_.c_str());
   listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0 ||
-      bind(listen_fd_, reinterpret_cast<sockaddr*>(&address),
-           sizeof(address)) != 0 ||
+  if (listen_fd_ < 0 || bind(listen_fd_, address.addr(), address.len()) != 0 ||
       listen(listen_fd_, 128) != 0) {
     const int err = errno;
     *error = "sequencer socket " + path_ + ": " + strerror(err);

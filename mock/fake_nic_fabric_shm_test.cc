@@ -31,6 +31,7 @@
 #include "mock/fabric_two_process.h"
 #include "mock/fake_nic.h"
 #include "mock/fake_nic_fabric.h"
+#include "mock/unix_address.h"
 
 namespace rpma_harness {
 namespace {
@@ -331,12 +332,8 @@ struct RawPeer {
 
   bool Dial(const std::string& path, size_t memfd_size, bool seal) {
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un address;
-    memset(&address, 0, sizeof(address));
-    address.sun_family = AF_UNIX;
-    snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) !=
-        0) {
+    const UnixAddress address(path);
+    if (connect(fd, address.addr(), address.len()) != 0) {
       return false;
     }
     const int memfd = memfd_create("raw-peer", MFD_CLOEXEC | MFD_ALLOW_SEALING);

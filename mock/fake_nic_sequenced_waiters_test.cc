@@ -18,14 +18,14 @@
 
 #include "mock/fake_nic.h"
 #include "mock/fake_nic_fabric_sequence.h"
+#include "mock/test_dir.h"
 
 namespace rpma_harness {
 namespace {
 
 std::string NewDir() {
-  char dir[] = "/tmp/seqwait.XXXXXX";
-  if (mkdtemp(dir) == nullptr) return "";
-  return dir;
+  // Under TEST_TMPDIR: any length works (mock/unix_address.h).
+  return NewTestDir("seqwait");
 }
 
 // Until `nic` has `n` threads parked on the fabric; false after 10 s (a

@@ -24,8 +24,19 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/debian_build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 : >"$log"
 
+# The log is a cached build output too: it names no absolute path of this
+# checkout or of this action's temporary directory (issue 29), so that it
+# reads the same from any checkout and every run. gcc -H and CMake print
+# absolute paths; they become <execroot>/... and <work>/....
+execroot=$(pwd -P)
+relocate_log() {
+  sed -i -e "s#$(realpath "$work")#<work>#g" -e "s#$work#<work>#g" \
+    -e "s#$execroot#<execroot>#g" -e "s#$PWD#<execroot>#g" "$log"
+}
+
 fail() {
   echo "debian_build: FAILED ($*)" >>"$log"
+  relocate_log
   # A stand-in: running it says why there is no program.
   printf '#!/bin/sh\necho "not built (debian_build.sh %s failed; see its log)" >&2\nexit 1\n' "$mode" >"$out"
   chmod +x "$out"
@@ -33,6 +44,7 @@ fail() {
 }
 ok() {
   echo "debian_build: ok" >>"$log"
+  relocate_log
   exit 0
 }
 # A .pc file's directory, absolute and with symlinks resolved: pkg-config
@@ -58,6 +70,27 @@ case "$mode" in
     pc_path=$(pc_dir "$3")
     (cd "$work" && PKG_CONFIG_PATH=$pc_path cmake -S src -B build &&
       cmake --build build) >>"$log" 2>&1 || fail cmake
+    # CMake records pkg-config's -L directory as the program's RUNPATH, an
+    # absolute path into this action's output tree. A cached output must
+    # not point into the checkout that built it (issue 29: a shared
+    # --disk_cache handed one clone's RUNPATH to another, whose test then
+    # ran, or failed to find, the first clone's library). So: check here
+    # that CMake recorded exactly the drop-in's lib directory, say so in the
+    # log, and make that entry relative to the program ($ORIGIN), which
+    # leads to the same directory wherever the output tree is.
+    libdir=$(realpath "$pc_path/../")
+    runpath=$(patchelf --print-rpath "$work/build/prog" 2>>"$log") || fail "patchelf --print-rpath"
+    echo "cmake RUNPATH: $runpath" >>"$log"
+    [[ ":$runpath:" == *":$libdir:"* ]] || fail "CMake's RUNPATH ($runpath) does not name $libdir"
+    origin_rel=$(realpath --relative-to="$(dirname "$(realpath -m "$out")")" "$libdir")
+    new_runpath=""
+    IFS=: read -ra entries <<<"$runpath"
+    for entry in "${entries[@]}"; do
+      [[ $(realpath -m "$entry") == "$libdir" ]] && entry="\$ORIGIN/$origin_rel"
+      new_runpath+="${new_runpath:+:}$entry"
+    done
+    patchelf --set-rpath "$new_runpath" "$work/build/prog" >>"$log" 2>&1 || fail "patchelf --set-rpath"
+    echo "cmake RUNPATH made relative: $new_runpath" >>"$log"
     cp "$work/build/prog" "$out" && ok
     ;;
   object)

@@ -239,7 +239,7 @@ make_project() {
   # debian_build.sh make: CFLAGS=-H PKG_CONFIG_PATH=<the drop-in's> make.
   built_ok "$built/make.log" || return 1
   # Our header, not Debian's, on that include path.
-  grep -q "^\. .*/include/librpma.h\$" "$built/make.log" && ! grep -q "^\. $deb_hdr\$" "$built/make.log" ||
+  grep -q "^\. <execroot>/.*/rpma/dropin/prefix/.*include/librpma.h\$" "$built/make.log" && ! grep -q "^\. $deb_hdr\$" "$built/make.log" ||
     { echo "wrong librpma.h:"; grep librpma "$built/make.log"; return 1; }
   runs_on_the_fake "$work/make.out" "$built/make/prog" 192.168.0.1 7392
 }
@@ -248,11 +248,19 @@ check MakeProjectLinksThroughPkgConfig make_project
 cmake_project() {
   # debian_build.sh cmake: PKG_CONFIG_PATH=<the drop-in's> cmake; cmake --build.
   built_ok "$built/cmake.log" || return 1
-  # pkg-config's -L went into the link as a RUNPATH that names the drop-in
-  # (this very file, symlinks resolved): ours without LD_LIBRARY_PATH.
-  local runpath found=0 d
+  # pkg-config's -L went into the link as a RUNPATH that named the drop-in's
+  # lib directory (debian_build.sh checked it and logged it), and the build
+  # made that entry $ORIGIN-relative so that the cached program works from
+  # any checkout's output tree: it leads to this very file (symlinks
+  # resolved), ours without LD_LIBRARY_PATH, and names no absolute path.
+  grep -q '^cmake RUNPATH: <execroot>/.*/rpma/dropin/prefix/lib$' "$built/cmake.log" ||
+    { echo "the build log does not show CMake's own RUNPATH"; return 1; }
+  local runpath found=0 d origin
+  origin=$(dirname "$(realpath "$built/cmake/prog")")
   runpath=$(readelf -d "$built/cmake/prog" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p; s/.*(RPATH).*\[\(.*\)\]/\1/p')
   for d in ${runpath//:/ }; do
+    [[ $d == /* ]] && { echo "the CMake-built prog's RUNPATH ($runpath) names an absolute path"; return 1; }
+    d=${d//\$ORIGIN/$origin}
     [[ $(realpath "$d/librpma.so.0" 2>/dev/null) == "$(realpath "$ours_so")" ]] && found=1
   done
   [[ $found == 1 ]] || { echo "the CMake-built prog's RUNPATH ($runpath) does not lead to $ours_so"; return 1; }

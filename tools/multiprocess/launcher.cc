@@ -174,9 +174,8 @@ class Run {
 
   LaunchResult Go() {
     LaunchResult r;
-    char tmpl[256];
-    std::snprintf(tmpl, sizeof(tmpl), "%s/rpma-mp.XXXXXX", o_.tmp_root.c_str());
-    if (mkdtemp(tmpl) == nullptr) {
+    std::string tmpl = o_.tmp_root + "/rpma-mp.XXXXXX";
+    if (mkdtemp(&tmpl[0]) == nullptr) {
       r.failures.push_back("cannot create a work directory under " +
                            o_.tmp_root + ": " + std::strerror(errno));
       Say(r.failures.back());
@@ -379,9 +378,15 @@ class Run {
   }
 
   void Event(const std::string& text) {
-    TraceLine l;
     // Sequenced: the step number, as the processes' lines have.
-    l.ns = sequencer_ != nullptr ? sequencer_->step() : MonotonicNs();
+    EventAt(sequencer_ != nullptr ? sequencer_->step() : MonotonicNs(), text);
+  }
+
+  // A line stamped with `ns` (sequenced: a step number read when the event
+  // happened, which may be before the line is written).
+  void EventAt(uint64_t ns, const std::string& text) {
+    TraceLine l;
+    l.ns = ns;
     l.label = "launcher";
     l.event = text;
     l.order = launcher_lines_.size();
@@ -405,6 +410,20 @@ class Run {
     // signal in between would otherwise leave this child running.
     StopSignalsBlocked blocked;
     const pid_t launcher_pid = getpid();
+    // Sequenced: the step this process starts at is read *before* the fork.
+    // The Sequencer counts a process that has not joined as running
+    // (Sequencer::Process starts in kRunning) and grants no step while any
+    // process runs, so from here until this child has joined and reported
+    // its first wait, step() cannot move: the value is the same whatever
+    // the scheduler does. Read after the fork (as it once was), it raced
+    // the child: on a loaded machine the child could exec, join, wait and
+    // be granted steps before the launcher ran again, and the same seed
+    // gave "0 launcher start client0" in one run and "2 ..." in the next.
+    // Every other launcher line is stamped while the Sequencer cannot grant
+    // (a process is dying or not yet reaped, or the fabric is deadlocked):
+    // see Ended, KillBy and the deadlock branch of Run.
+    const uint64_t start_ns =
+        sequencer_ != nullptr ? sequencer_->step() : MonotonicNs();
     pid_t pid = -1;
     errno = EAGAIN;
     if (spec.label != o_.fail_fork_for) pid = fork();
@@ -462,6 +481,9 @@ class Run {
       _exit(127);
     }
     setpgid(pid, pid);  // also here: no race with an early kill
+    if (o_.pause_after_fork_ms > 0) {
+      usleep(static_cast<useconds_t>(o_.pause_after_fork_ms) * 1000);
+    }
     RecordGroup(pid);
     blocked.Unblock();  // a pending stop signal now kills this group too
     close(fds[1]);
@@ -470,8 +492,9 @@ class Run {
     c.outcome.pid = pid;
     c.outcome.started = true;
     c.start_ms = NowMs();
-    Event("start " + spec.label +
-          (o_.sequenced ? "" : " pid " + std::to_string(pid)));
+    EventAt(sequencer_ != nullptr ? start_ns : MonotonicNs(),
+            "start " + spec.label +
+                (o_.sequenced ? "" : " pid " + std::to_string(pid)));
   }
 
   // A process that could not be started is a failure of the run, and the
@@ -881,6 +904,14 @@ int RecordedProcessGroupsForTesting() {
   int n = 0;
   for (int k = 0; k < g_ngroups; ++k) n += g_groups[k] != 0;
   return n;
+}
+
+std::string DefaultTmpRoot() {
+  for (const char* name : {"TEST_TMPDIR", "TMPDIR"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return v;
+  }
+  return "/tmp";
 }
 
 LaunchResult Launch(const LaunchOptions& options, std::ostream& out) {

@@ -66,6 +66,9 @@ struct Expectation {
 
 enum class ReadyRule { kListen, kLine, kDelay, kNone };
 
+// TEST_TMPDIR, TMPDIR or /tmp: the first that is set and not empty.
+std::string DefaultTmpRoot();
+
 struct LaunchOptions {
   std::vector<ProcessSpec> processes;  // [0]: the server
   ReadyRule ready = ReadyRule::kListen;
@@ -78,8 +81,11 @@ struct LaunchOptions {
   int grace_ms = 5000;
   std::vector<KillRule> kills;
   std::vector<Expectation> expectations;
-  bool want_trace = false;        // set RPMA_HARNESS_TRACE and merge
-  std::string tmp_root = "/tmp";  // sun_path limit: keep it short
+  bool want_trace = false;  // set RPMA_HARNESS_TRACE and merge
+  // Where the run's work directory (fabric, traces) is made: the test's
+  // TEST_TMPDIR under `bazel test` (a test writes nowhere else), else
+  // $TMPDIR, else /tmp. Any length works (mock/unix_address.h).
+  std::string tmp_root = DefaultTmpRoot();
   bool keep_dir = false;
   std::vector<std::pair<std::string, std::string>> process_env;
   // One process's own environment, set after process_env: (label, K, V)
@@ -98,6 +104,10 @@ struct LaunchOptions {
   // Testing seam: the process with this label is not forked, as if fork(2)
   // had failed with EAGAIN.
   std::string fail_fork_for;
+  // Testing seam (--pause-after-fork MS): the launcher sleeps this long
+  // after each fork, before it records the start, as a loaded machine may
+  // keep it off the CPU. A sequenced run's trace must not change with it.
+  int pause_after_fork_ms = 0;
 };
 
 struct ProcessOutcome {

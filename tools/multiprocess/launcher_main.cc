@@ -35,6 +35,9 @@
 //                       gives the same merged trace (README "What is
 //                       deterministic across processes")
 //   --keep              keep the work directory (fabric, per-process traces)
+//   --pause-after-fork MS  (for testing the launcher) sleep MS after each
+//                       fork before recording the start, as a loaded
+//                       machine may; a sequenced trace must not change
 //   -h, --help          this usage, exit 0
 //
 // Exit status: 0 when every process ended as expected, 1 otherwise, 2 for a
@@ -65,6 +68,7 @@ int Usage(const std::string& why) {
          "[--faults FILE] [--faults LABEL=FILE]... [--expect LABEL=W]... "
          "[--trace FILE] "
          "[--timeline FILE.svg] [--env K=V]... [--sequence SEED] [--keep] "
+         "[--pause-after-fork MS] "
          "SERVER [ARG...] [-- CLIENT [ARG...]]...\n";
   return 2;
 }
@@ -234,6 +238,13 @@ int main(int argc, char** argv) {
       }
       o.sequenced = true;
       o.sequence_seed = seed;
+    } else if (a == "--pause-after-fork") {
+      char* end = nullptr;
+      const long ms = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || ms < 0 || ms > 60000) {
+        return Usage("--pause-after-fork wants 0..60000 (ms)");
+      }
+      o.pause_after_fork_ms = static_cast<int>(ms);
     } else if (a == "--env") {
       const size_t eq = v.find('=');
       if (eq == 0 || eq == std::string::npos) return Usage("--env wants K=V");
