@@ -15,6 +15,7 @@
 
 #include "mock/connected_pair.h"
 #include "mock/fake_nic.h"
+#include "mock/test_dir.h"
 #include "rpma/harness.h"
 
 namespace rpma_harness {
@@ -745,7 +746,7 @@ TEST(LeakCheck, LiveObjectsAreReportedWithWhereTheyWereCreated) {
     EXPECT_THAT(f.what, HasSubstr("still alive at exit"));
   }
   // The created-at stack names the function that made them.
-  testing::internal::CaptureStderr();
+  CaptureStderr();
   CheckOptions quiet;
   auto again = std::make_shared<CheckingBackend>(nic, quiet);
   {
@@ -757,7 +758,7 @@ TEST(LeakCheck, LiveObjectsAreReportedWithWhereTheyWereCreated) {
     rpma_mr_dereg(&mr2);
     rpma_peer_delete(&peer2);
   }
-  std::string report = testing::internal::GetCapturedStderr();
+  std::string report = TakeStderr();
   EXPECT_THAT(report, HasSubstr("MakePeerAndMr"));
   EXPECT_THAT(report, HasSubstr("RPMA-HARNESS CHECK [leak]: rpma_mr_local"));
   // The test's own deliberate leak, released.
@@ -797,10 +798,10 @@ TEST(Report, SanitizerStyleOnStderrWithTraceLines) {
   ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
   pair.nic().RunUntilIdle();
   pair.client_buffer()[0] ^= 0x5a;
-  testing::internal::CaptureStderr();
+  CaptureStderr();
   ibv_wc wc;
   ASSERT_EQ(pair.ClientCompletion(&wc), 0);
-  std::string report = testing::internal::GetCapturedStderr();
+  std::string report = TakeStderr();
   EXPECT_THAT(report, HasSubstr("RPMA-HARNESS CHECK [source-changed]"));
   EXPECT_THAT(report, HasSubstr("WR: qp"));
   EXPECT_THAT(report, HasSubstr("fix:"));

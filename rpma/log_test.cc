@@ -12,7 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "mock/test_dir.h"
+
 namespace {
+
+using rpma_harness::CaptureStderr;
+using rpma_harness::TakeStderr;
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
@@ -141,16 +146,16 @@ TEST_F(LogTest, DisabledMainThresholdSilencesEverything) {
 TEST_F(LogTest, DefaultFunctionWritesToStderrOnlyUpToTheAuxThreshold) {
   ASSERT_EQ(rpma_log_set_function(RPMA_LOG_USE_DEFAULT_FUNCTION), 0);
   // AUX disabled (the default): the message goes to syslog only.
-  ::testing::internal::CaptureStderr();
+  CaptureStderr();
   ProvokeAnError();
-  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(TakeStderr(), "");
 
   ASSERT_EQ(
       rpma_log_set_threshold(RPMA_LOG_THRESHOLD_AUX, RPMA_LOG_LEVEL_WARNING),
       0);
-  ::testing::internal::CaptureStderr();
+  CaptureStderr();
   ProvokeAnError();
-  const std::string line = ::testing::internal::GetCapturedStderr();
+  const std::string line = TakeStderr();
   EXPECT_THAT(line, HasSubstr("*ERROR* "));
   EXPECT_THAT(line, HasSubstr("descriptor"));
   EXPECT_THAT(line, EndsWith("\n"));
@@ -159,9 +164,9 @@ TEST_F(LogTest, DefaultFunctionWritesToStderrOnlyUpToTheAuxThreshold) {
   // (DEBUG) but not the main threshold (WARNING).
   ASSERT_EQ(
       rpma_log_set_threshold(RPMA_LOG_THRESHOLD_AUX, RPMA_LOG_LEVEL_DEBUG), 0);
-  ::testing::internal::CaptureStderr();
+  CaptureStderr();
   ProvokeAnInfo();
-  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(TakeStderr(), "");
 }
 
 TEST_F(LogTest, NullFunctionIsTheDefaultFunction) {
@@ -169,9 +174,9 @@ TEST_F(LogTest, NullFunctionIsTheDefaultFunction) {
   ASSERT_EQ(rpma_log_set_function(RPMA_LOG_USE_DEFAULT_FUNCTION), 0);
   ASSERT_EQ(
       rpma_log_set_threshold(RPMA_LOG_THRESHOLD_AUX, RPMA_LOG_LEVEL_ERROR), 0);
-  ::testing::internal::CaptureStderr();
+  CaptureStderr();
   ProvokeAnError();
-  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("*ERROR* "));
+  EXPECT_THAT(TakeStderr(), HasSubstr("*ERROR* "));
   EXPECT_TRUE(logged_.empty());
 }
 

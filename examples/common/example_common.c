@@ -243,10 +243,17 @@ void *example_malloc(size_t size) {
 }
 
 int example_pmem_map(const char *name, size_t size, struct example_pmem *pmem) {
-  const char *dir = getenv("TMPDIR");
+  /* Under `bazel test`, the test's own directory (TEST_TMPDIR: Bazel sets
+   * TMPDIR to /tmp for tests, and a hermetic test writes only there). */
+  const char *dir = getenv("TEST_TMPDIR");
+  if (dir == NULL || *dir == '\0') dir = getenv("TMPDIR");
   if (dir == NULL || *dir == '\0') dir = "/tmp";
-  snprintf(pmem->path, sizeof(pmem->path), "%s/rpma-example-%s.%ld", dir, name,
-           (long)getpid());
+  int n = snprintf(pmem->path, sizeof(pmem->path), "%s/rpma-example-%s.%ld",
+                   dir, name, (long)getpid());
+  if (n < 0 || (size_t)n >= sizeof(pmem->path)) {
+    fprintf(stderr, "%s: the directory's path is too long\n", dir);
+    return -1;
+  }
   int fd = open(pmem->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
     fprintf(stderr, "%s: %s\n", pmem->path, strerror(errno));

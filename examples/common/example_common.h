@@ -107,7 +107,8 @@ void *example_malloc(size_t size);
 
 /*
  * "Persistent" memory for the flush examples: an ordinary file of `size`
- * bytes under $TMPDIR (or /tmp), mapped MAP_SHARED. No PMem is involved;
+ * bytes under $TEST_TMPDIR, else $TMPDIR, else /tmp, mapped MAP_SHARED
+ * (and removed by example_pmem_unmap). No PMem is involved;
  * example_persist() msync()s a range as a stand-in for pmem_persist().
  */
 struct example_pmem {
