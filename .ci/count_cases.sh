@@ -1,4 +1,4 @@
-# Sourced by .ci/run and tools/softroce_vm/ci.sh.
+# Sourced by .ci/run, .ci/shared_cache.sh and tools/softroce_vm/ci.sh.
 #
 # count_xml_cases XML...: counts the test cases in gtest XML files (as Bazel
 # and the soft-RoCE VM runner keep them) and prints "passed failed skipped".
@@ -30,4 +30,24 @@ count_xml_cases() {
     passed=$((passed + tests - fails - disabled))
   done
   echo "$passed $failed $skipped"
+}
+
+# count_cases TESTLOGS TARGET...: counts the test cases of the targets in
+# Bazel's testlogs directory; prints "passed failed skipped".
+count_cases() {
+  local testlogs="$1" target path shards xmls=()
+  shift
+  for target in "$@"; do
+    path="${target#//}"
+    path="$testlogs/${path/://}"
+    # A sharded test (shard_count) keeps one XML per shard; a test.xml beside
+    # them is from an unsharded run before, when older.
+    shards=("$path"/shard_*_of_*/test.xml)
+    if [ -f "${shards[0]}" ] && { [ ! -f "$path/test.xml" ] || [ "${shards[0]}" -nt "$path/test.xml" ]; }; then
+      xmls+=("${shards[@]}")
+    else
+      xmls+=("$path/test.xml")
+    fi
+  done
+  count_xml_cases "${xmls[@]}"
 }
