@@ -14,8 +14,8 @@
 #include <sstream>
 #include <utility>
 
-#include "mock/fake_nic.h"
-#include "mock/fake_nic_user_memory.h"
+#include "nic/fake_nic.h"
+#include "nic/fake_nic_user_memory.h"
 
 namespace rpma_harness {
 namespace {
@@ -267,7 +267,7 @@ void CheckingBackend::NicWriteTapForAll(uintptr_t dst, size_t n) {
 
 CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
                                  CheckOptions options)
-    : inner_(std::move(inner)),
+    : ForwardingBackend(std::move(inner)),
       options_(std::move(options)),
       recv_check_(options_.trace_nic != nullptr &&
                   (options_.enabled.empty() ||
@@ -965,24 +965,6 @@ void CheckingBackend::OnNicWrite(uintptr_t dst, size_t n) {
 
 // ---- VerbsBackend ----------------------------------------------------------
 
-const char* CheckingBackend::Name() const { return inner_->Name(); }
-
-int CheckingBackend::GetContextByAddress(const char* addr, bool local,
-                                         ibv_context** ctx) {
-  return inner_->GetContextByAddress(addr, local, ctx);
-}
-int CheckingBackend::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
-  return inner_->QueryDevice(ctx, attr);
-}
-ibv_pd* CheckingBackend::AllocPd(ibv_context* ctx) {
-  return inner_->AllocPd(ctx);
-}
-int CheckingBackend::DeallocPd(ibv_pd* pd) { return inner_->DeallocPd(pd); }
-ibv_mr* CheckingBackend::RegMr(ibv_pd* pd, void* addr, size_t length,
-                               int access) {
-  return inner_->RegMr(pd, addr, length, access);
-}
-
 int CheckingBackend::DeregMr(ibv_mr* mr) {
   if (mr != nullptr) {
     // Memory may be freed once its MR is gone: the outstanding WRs over it
@@ -1015,19 +997,12 @@ int CheckingBackend::DeregMr(ibv_mr* mr) {
                                  }),
                   exempt_.end());
   }
-  return inner_->DeregMr(mr);
-}
-
-ibv_comp_channel* CheckingBackend::CreateCompChannel(ibv_context* ctx) {
-  return inner_->CreateCompChannel(ctx);
-}
-int CheckingBackend::DestroyCompChannel(ibv_comp_channel* channel) {
-  return inner_->DestroyCompChannel(channel);
+  return target()->DeregMr(mr);
 }
 
 ibv_cq* CheckingBackend::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
                                   ibv_comp_channel* channel, int comp_vector) {
-  ibv_cq* cq = inner_->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
+  ibv_cq* cq = target()->CreateCq(ctx, cqe, cq_context, channel, comp_vector);
   if (cq != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     CqState state;
@@ -1057,7 +1032,7 @@ int CheckingBackend::DestroyCq(ibv_cq* cq) {
              0);
     }
   }
-  int err = inner_->DestroyCq(cq);
+  int err = target()->DestroyCq(cq);
   if (err == 0) {
     std::lock_guard<std::mutex> lock(mu_);
     cqs_.erase(cq);
@@ -1065,13 +1040,9 @@ int CheckingBackend::DestroyCq(ibv_cq* cq) {
   return err;
 }
 
-int CheckingBackend::ReqNotifyCq(ibv_cq* cq, int solicited_only) {
-  return inner_->ReqNotifyCq(cq, solicited_only);
-}
-
 int CheckingBackend::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
                                 void** cq_context) {
-  int rc = inner_->GetCqEvent(channel, cq, cq_context);
+  int rc = target()->GetCqEvent(channel, cq, cq_context);
   if (rc == 0 && cq != nullptr && *cq != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     ++cqs_[*cq].events_unacked;
@@ -1088,11 +1059,11 @@ void CheckingBackend::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
           std::min<uint64_t>(it->second.events_unacked, nevents);
     }
   }
-  inner_->AckCqEvents(cq, nevents);
+  target()->AckCqEvents(cq, nevents);
 }
 
 int CheckingBackend::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
-  int got = inner_->PollCq(cq, num_entries, wc);
+  int got = target()->PollCq(cq, num_entries, wc);
   std::lock_guard<std::mutex> lock(mu_);
   if (got < 0) {
     auto it = cqs_.find(cq);
@@ -1136,7 +1107,7 @@ int CheckingBackend::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 
 int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                               ibv_send_wr** bad_wr) {
-  if (qp == nullptr) return inner_->PostSend(qp, wr, bad_wr);
+  if (qp == nullptr) return target()->PostSend(qp, wr, bad_wr);
   const bool hash = Enabled("source-changed") || Enabled("mr-unmapped");
   std::vector<OutstandingSend> posts;
   // sq-overflow / cq-overrun findings wait for the post's verdict: a post
@@ -1270,7 +1241,7 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
       }
     }
   }
-  int rc = inner_->PostSend(qp, wr, bad_wr);
+  int rc = target()->PostSend(qp, wr, bad_wr);
   if (!deferred.empty()) {
     size_t posted = posts.size();
     if (rc != 0) {
@@ -1407,7 +1378,7 @@ void CheckingBackend::CompareRecv(OutstandingRecv* r, const char* moment,
 
 int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                               ibv_recv_wr** bad_wr) {
-  if (qp == nullptr) return inner_->PostRecv(qp, wr, bad_wr);
+  if (qp == nullptr) return target()->PostRecv(qp, wr, bad_wr);
   std::vector<OutstandingRecv> posts;
   CollectRecvs(wr, &posts, "qp", qp->qp_num);
   HashNewRecvs(&posts);
@@ -1418,7 +1389,7 @@ int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
     // Checked when a SEND lands in it (ReapRecv), not at post.
     for (auto& r : posts) qs.recvs.push_back(r);
   }
-  int rc = inner_->PostRecv(qp, wr, bad_wr);
+  int rc = target()->PostRecv(qp, wr, bad_wr);
   if (rc != 0) {
     size_t n = Unposted(wr, bad_wr);
     std::lock_guard<std::mutex> lock(mu_);
@@ -1430,7 +1401,7 @@ int CheckingBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
 
 int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
                                  ibv_recv_wr** bad_wr) {
-  if (srq == nullptr) return inner_->PostSrqRecv(srq, wr, bad_wr);
+  if (srq == nullptr) return target()->PostSrqRecv(srq, wr, bad_wr);
   std::vector<OutstandingRecv> posts;
   CollectRecvs(wr, &posts, "srq", srq->handle);
   HashNewRecvs(&posts);
@@ -1439,7 +1410,7 @@ int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
     auto& recvs = srq_recvs_[srq];
     for (auto& r : posts) recvs.push_back(r);
   }
-  int rc = inner_->PostSrqRecv(srq, wr, bad_wr);
+  int rc = target()->PostSrqRecv(srq, wr, bad_wr);
   if (rc != 0) {
     size_t n = Unposted(wr, bad_wr);
     std::lock_guard<std::mutex> lock(mu_);
@@ -1449,46 +1420,9 @@ int CheckingBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
   return rc;
 }
 
-int CheckingBackend::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
-                             ibv_qp_init_attr* init_attr) {
-  return inner_->QueryQp(qp, attr, attr_mask, init_attr);
-}
-rdma_event_channel* CheckingBackend::CreateEventChannel() {
-  return inner_->CreateEventChannel();
-}
-void CheckingBackend::DestroyEventChannel(rdma_event_channel* channel) {
-  inner_->DestroyEventChannel(channel);
-}
-int CheckingBackend::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
-                              void* context) {
-  return inner_->CreateId(channel, id, context);
-}
-int CheckingBackend::DestroyId(rdma_cm_id* id) { return inner_->DestroyId(id); }
-int CheckingBackend::ResolveAddr(rdma_cm_id* id, const char* addr,
-                                 const char* port, int timeout_ms) {
-  return inner_->ResolveAddr(id, addr, port, timeout_ms);
-}
-int CheckingBackend::ResolveRoute(rdma_cm_id* id, int timeout_ms) {
-  return inner_->ResolveRoute(id, timeout_ms);
-}
-int CheckingBackend::BindAddr(rdma_cm_id* id, const char* addr,
-                              const char* port) {
-  return inner_->BindAddr(id, addr, port);
-}
-int CheckingBackend::Listen(rdma_cm_id* id, int backlog) {
-  return inner_->Listen(id, backlog);
-}
-int CheckingBackend::GetCmEvent(rdma_event_channel* channel,
-                                rdma_cm_event** event) {
-  return inner_->GetCmEvent(channel, event);
-}
-int CheckingBackend::AckCmEvent(rdma_cm_event* event) {
-  return inner_->AckCmEvent(event);
-}
-
 int CheckingBackend::CreateQp(rdma_cm_id* id, ibv_pd* pd,
                               ibv_qp_init_attr* init_attr) {
-  int rc = inner_->CreateQp(id, pd, init_attr);
+  int rc = target()->CreateQp(id, pd, init_attr);
   if (rc == 0 && id != nullptr && id->qp != nullptr && init_attr != nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
     QpState& qs = qps_[id->qp->qp_num];
@@ -1528,32 +1462,13 @@ void CheckingBackend::DestroyQp(rdma_cm_id* id) {
   }
   const uint32_t qp_num =
       id != nullptr && id->qp != nullptr ? id->qp->qp_num : 0;
-  inner_->DestroyQp(id);
+  target()->DestroyQp(id);
   if (qp_num != 0) {
     std::lock_guard<std::mutex> lock(trace_mu_);
     trace_.erase(qp_num);
   }
 }
 
-int CheckingBackend::Connect(rdma_cm_id* id, rdma_conn_param* param) {
-  return inner_->Connect(id, param);
-}
-int CheckingBackend::Accept(rdma_cm_id* id, rdma_conn_param* param) {
-  return inner_->Accept(id, param);
-}
-int CheckingBackend::Reject(rdma_cm_id* id, const void* private_data,
-                            uint8_t private_data_len) {
-  return inner_->Reject(id, private_data, private_data_len);
-}
-int CheckingBackend::Disconnect(rdma_cm_id* id) {
-  return inner_->Disconnect(id);
-}
-int CheckingBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
-  return inner_->MigrateId(id, channel);
-}
-ibv_srq* CheckingBackend::CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) {
-  return inner_->CreateSrq(pd, init_attr);
-}
 int CheckingBackend::DestroySrq(ibv_srq* srq) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1564,23 +1479,12 @@ int CheckingBackend::DestroySrq(ibv_srq* srq) {
       }
     }
   }
-  int rc = inner_->DestroySrq(srq);
+  int rc = target()->DestroySrq(srq);
   if (rc == 0) {
     std::lock_guard<std::mutex> lock(mu_);
     srq_recvs_.erase(srq);
   }
   return rc;
-}
-int CheckingBackend::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
-  return inner_->QueryDeviceEx(ctx, attr);
-}
-int CheckingBackend::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,
-                              uint32_t flags, ibv_sge* sg_list,
-                              uint32_t num_sge) {
-  return inner_->AdviseMr(pd, advice, flags, sg_list, num_sge);
-}
-int CheckingBackend::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
-  return inner_->ModifyQp(qp, attr, attr_mask);
 }
 
 // ---- wiring ----------------------------------------------------------------

@@ -79,7 +79,8 @@
 #include <string>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
+#include "verbs_backend/forwarding_backend.h"
 #include "verbs_backend/verbs_backend.h"
 
 namespace rpma_harness {
@@ -121,7 +122,7 @@ struct Finding {
   uint64_t times = 1;   // how often it happened (printed once)
 };
 
-class CheckingBackend final : public VerbsBackend {
+class CheckingBackend final : public ForwardingBackend {
  public:
   CheckingBackend(std::shared_ptr<VerbsBackend> inner, CheckOptions options);
   ~CheckingBackend() override;
@@ -134,7 +135,7 @@ class CheckingBackend final : public VerbsBackend {
   std::vector<Finding> Findings() const;
   bool Enabled(const std::string& check) const;
   const CheckOptions& options() const { return options_; }
-  VerbsBackend* inner() const { return inner_.get(); }
+  VerbsBackend* inner() const { return target(); }
   // The CQs it watches (alive ones), in creation order: for tests that
   // reach under the rpma layer.
   std::vector<ibv_cq*> Cqs() const;
@@ -158,57 +159,23 @@ class CheckingBackend final : public VerbsBackend {
   // _exit(kStrictExitCode) -- what the environment's checker does at exit.
   void ExitIfStrict();
 
-  // ---- VerbsBackend ----
-  const char* Name() const override;
-  int GetContextByAddress(const char* addr, bool local,
-                          ibv_context** ctx) override;
-  int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
-  ibv_pd* AllocPd(ibv_context* ctx) override;
-  int DeallocPd(ibv_pd* pd) override;
-  ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
+  // ---- VerbsBackend: the calls it checks; the rest pass straight through
+  // (ForwardingBackend) ----
   int DeregMr(ibv_mr* mr) override;
-  ibv_comp_channel* CreateCompChannel(ibv_context* ctx) override;
-  int DestroyCompChannel(ibv_comp_channel* channel) override;
   ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
                    ibv_comp_channel* channel, int comp_vector) override;
   int DestroyCq(ibv_cq* cq) override;
-  int ReqNotifyCq(ibv_cq* cq, int solicited_only) override;
   int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
                  void** cq_context) override;
   void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
   int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
   int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
   int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
-  int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
-              ibv_qp_init_attr* init_attr) override;
-  rdma_event_channel* CreateEventChannel() override;
-  void DestroyEventChannel(rdma_event_channel* channel) override;
-  int CreateId(rdma_event_channel* channel, rdma_cm_id** id,
-               void* context) override;
-  int DestroyId(rdma_cm_id* id) override;
-  int ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
-                  int timeout_ms) override;
-  int ResolveRoute(rdma_cm_id* id, int timeout_ms) override;
-  int BindAddr(rdma_cm_id* id, const char* addr, const char* port) override;
-  int Listen(rdma_cm_id* id, int backlog) override;
-  int GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) override;
-  int AckCmEvent(rdma_cm_event* event) override;
   int CreateQp(rdma_cm_id* id, ibv_pd* pd,
                ibv_qp_init_attr* init_attr) override;
   void DestroyQp(rdma_cm_id* id) override;
-  int Connect(rdma_cm_id* id, rdma_conn_param* param) override;
-  int Accept(rdma_cm_id* id, rdma_conn_param* param) override;
-  int Reject(rdma_cm_id* id, const void* private_data,
-             uint8_t private_data_len) override;
-  int Disconnect(rdma_cm_id* id) override;
-  int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
-  ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
   int DestroySrq(ibv_srq* srq) override;
   int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
-  int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
-  int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
-               ibv_sge* sg_list, uint32_t num_sge) override;
-  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
  private:
   struct Range {
@@ -315,8 +282,8 @@ class CheckingBackend final : public VerbsBackend {
   // its bytes at post (the chunks the NIC wrote left out); `moment` says
   // when. REQUIRES: mu_ held.
   void CompareRecv(OutstandingRecv* r, const char* moment, uint32_t qp_num);
-  // The fake's taps (mock/fake_nic.h SetSourceReadTap; the NIC-write tap of
-  // mock/fake_nic_user_memory.h): both run with the NIC's mutex held.
+  // The fake's taps (nic/fake_nic.h SetSourceReadTap; the NIC-write tap of
+  // nic/fake_nic_user_memory.h): both run with the NIC's mutex held.
   // recv-written: hashes newly posted receives and keeps their stack.
   void HashNewRecvs(std::vector<OutstandingRecv>* posts);
   void OnSourceRead(const FakeNic::SourceRead& read);
@@ -331,7 +298,6 @@ class CheckingBackend final : public VerbsBackend {
                          uint64_t to, uint32_t* out, uintptr_t* fault);
   static uint64_t TotalLength(const std::vector<Range>& ranges);
 
-  std::shared_ptr<VerbsBackend> inner_;
   const CheckOptions options_;
   // recv-written runs only over the fake (options_.trace_nic), whose
   // writes the NIC-write tap shows; over rdma-core a NIC write into a

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "mock/connected_pair.h"
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "mock/test_dir.h"
 #include "rpma/harness.h"
 
@@ -377,7 +377,8 @@ TEST(SourceChangedCheck, WithoutAnExecutionTapComparesPostWithReap) {
 ConnectedPairOptions CheckedMtu1024() {
   ConnectedPairOptions options = Checked(/*print=*/false);
   options.buffer_size = 8192;
-  options.nic.caps.active_mtu = IBV_MTU_1024;
+  options.nic.caps = FakeDeviceCaps();
+  options.nic.caps->active_mtu = IBV_MTU_1024;
   return options;
 }
 

@@ -42,8 +42,8 @@
 #include <vector>
 
 #include "check/checking_backend.h"
-#include "mock/fake_nic.h"
-#include "mock/fault_injection.h"
+#include "nic/fake_nic.h"
+#include "faults/fault_injection.h"
 #include "rpma/harness.h"
 
 namespace rpma_harness {

@@ -1,5 +1,5 @@
 // fabric_two_process.h: a client and a server FakeNic in two processes on
-// the cross-process fabric, for mock/fake_nic_fabric_test.cc and
+// the cross-process fabric, for nic/fake_nic_fabric_test.cc and
 // tools/bench/fabric_bench.cc. Test support only.
 //
 // Example:
@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "mock/test_dir.h"
 
 namespace rpma_harness {
@@ -273,7 +273,7 @@ struct Side {
 };
 
 inline std::string NewFabricDir() {
-  // Under TEST_TMPDIR: any length works (mock/unix_address.h).
+  // Under TEST_TMPDIR: any length works (nic/unix_address.h).
   return NewTestDir("fabtest");
 }
 

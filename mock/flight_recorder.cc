@@ -20,8 +20,8 @@
 #include <string>
 #include <utility>
 
-#include "mock/fake_nic.h"
-#include "mock/fake_nic_lifecycle.h"
+#include "nic/fake_nic.h"
+#include "nic/fake_nic_lifecycle.h"
 
 namespace rpma_harness {
 namespace {

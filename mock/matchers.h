@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mock/fake_nic.h"  // WcStatusName() and the other enum names
+#include "nic/fake_nic.h"  // WcStatusName() and the other enum names
 
 namespace rpma_harness {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "mock/matchers.h"
 #include "rpma/harness.h"
 

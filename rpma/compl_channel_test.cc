@@ -5,7 +5,7 @@
 
 #include <errno.h>
 
-#include "rpma/testing/mock_connection.h"
+#include "mock/mock_connection.h"
 
 namespace rpma_harness {
 namespace {

@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "rpma/testing/mock_connection.h"
+#include "mock/mock_connection.h"
 
 namespace rpma_harness {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "mock/fake_nic.h"
-#include "mock/fault_file.h"
+#include "nic/fake_nic.h"
+#include "faults/fault_file.h"
 #include "verbs_backend/rdma_core_backend.h"
 #include "verbs_backend/unavailable_backend.h"
 
@@ -17,7 +17,7 @@ namespace rpma_harness {
 namespace {
 
 // RPMA_HARNESS_FAULTS=<file>: the file's fault rules wrap this process's
-// backend (mock/fault_file.h; README, "Scenarios: faults on purpose"). A
+// backend (faults/fault_file.h; README, "Scenarios: faults on purpose"). A
 // file that cannot be used never means "run without faults": every call
 // fails as on a machine without a NIC (rpma_utils_get_ibv_context returns
 // RPMA_E_PROVIDER) and the first one prints the error.

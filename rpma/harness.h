@@ -3,7 +3,7 @@
 //
 // Programs need no change to run on a different NIC: the backend is chosen
 // once per process, on first use, from the environment:
-//   RPMA_HARNESS_BACKEND unset or "fake"  -> the fake NIC (mock/fake_nic.h)
+//   RPMA_HARNESS_BACKEND unset or "fake"  -> the fake NIC (nic/fake_nic.h)
 //                                            progressing on its own thread;
 //   RPMA_HARNESS_BACKEND="rdma-core"      -> libibverbs + librdmacm.
 // Tests instead install the instance they want (a configured FakeNic, a

@@ -6,7 +6,7 @@
 
 #include <cstring>
 
-#include "rpma/testing/mock_connection.h"
+#include "mock/mock_connection.h"
 
 namespace rpma_harness {
 namespace {

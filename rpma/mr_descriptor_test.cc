@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "rpma/librpma.h"
-#include "rpma/testing/mock_connection.h"
+#include "mock/mock_connection.h"
 
 namespace rpma_harness {
 namespace {

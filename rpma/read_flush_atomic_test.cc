@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "mock/matchers.h"
-#include "rpma/testing/mock_connection.h"
+#include "mock/mock_connection.h"
 
 namespace rpma_harness {
 namespace {

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "tests/connected_qps.h"
 
 namespace rpma_harness {

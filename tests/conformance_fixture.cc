@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "verbs_backend/rdma_core_backend.h"
 
 namespace rpma_harness {
@@ -69,7 +69,6 @@ void ConformanceTest::UseBackend(const std::string& name) {
     FakeNicConfig config;
     config.personality =
         name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
-    if (name == "fake_rxe") config.caps = FakeDeviceCaps::Rxe();
     auto fake = std::make_shared<FakeNic>(config);
     fake->StartBackgroundProgress();
     fake_ = fake.get();

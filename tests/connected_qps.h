@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 
 namespace rpma_harness {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "tests/connected_qps.h"
 #include "tests/guarded_buffer.h"
 

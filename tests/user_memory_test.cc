@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "rpma/harness.h"
 #include "tests/connected_qps.h"
 

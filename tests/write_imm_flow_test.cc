@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "mock/matchers.h"
 #include "rpma/harness.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "rpma/harness.h"
 
 namespace rpma_harness {

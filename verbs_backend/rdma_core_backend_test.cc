@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "rpma/testing/mock_connection.h"
+#include "mock/mock_connection.h"
 
 namespace rpma_harness {
 namespace {

@@ -4,7 +4,7 @@
 // calls a VerbsBackend. Two kinds of backend exist:
 //   - the real one (RdmaCoreBackend, rdma_core_backend.h), a straight
 //     pass-through to libibverbs and librdmacm;
-//   - the fake NIC (mock/fake_nic.h), a deterministic in-process NIC.
+//   - the fake NIC (nic/fake_nic.h), a deterministic in-process NIC.
 // Tests may also install a GoogleMock MockVerbsBackend
 // (mock/mock_verbs_backend.h).
 //

@@ -36,7 +36,7 @@
 
 #include "benchmark/benchmark.h"
 #include "mock/fabric_two_process.h"
-#include "mock/fake_nic_fabric_sequence.h"
+#include "nic/fake_nic_fabric_sequence.h"
 
 namespace rpma_harness {
 namespace {

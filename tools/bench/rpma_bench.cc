@@ -56,10 +56,10 @@
 #include <string>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "rpma/harness.h"
 #include "tests/connected_qps.h"
-#include "tools/bench/forwarding_backend.h"
+#include "verbs_backend/forwarding_backend.h"
 
 namespace rpma_harness {
 namespace {
@@ -755,8 +755,9 @@ struct ScalingWorld {
 
   explicit ScalingWorld(size_t n) : pairs(n) {
     FakeNicConfig config;
-    config.caps.max_qp = static_cast<int>(2 * n + 16);
-    config.caps.max_cq = static_cast<int>(2 * n + 16);
+    config.caps = FakeDeviceCaps();
+    config.caps->max_qp = static_cast<int>(2 * n + 16);
+    config.caps->max_cq = static_cast<int>(2 * n + 16);
     nic = std::make_unique<FakeNic>(config);
     fabric = std::make_unique<ConnectedQps>(nic.get(), "10.3.0.1", "7303");
     src_mr = fabric->RegMr(fabric->client_pd(), src.data(), src.size(),

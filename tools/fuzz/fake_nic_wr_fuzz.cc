@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "tests/connected_qps.h"
 #include "tests/guarded_buffer.h"
 #include "tools/fuzz/arena_check.h"

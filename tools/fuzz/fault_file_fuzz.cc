@@ -1,5 +1,5 @@
 // fault_file_fuzz.cc: arbitrary text through ParseFaultFileText, the
-// restricted reader of RPMA_HARNESS_FAULTS (mock/fault_file.h).
+// restricted reader of RPMA_HARNESS_FAULTS (faults/fault_file.h).
 //
 // Checked: no crash or uncaught exception, a failure always says
 // "<file>:<line>:<col>: ..." with a line inside the text, parsing is
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "mock/fault_file.h"
+#include "faults/fault_file.h"
 #include "tools/fuzz/fuzz_targets.h"
 
 namespace rpma_harness {

@@ -20,7 +20,7 @@
 #include <cstring>
 #include <memory>
 
-#include "mock/fake_nic.h"
+#include "nic/fake_nic.h"
 #include "rpma/harness.h"
 #include "rpma/mr_descriptor.h"
 #include "tests/guarded_buffer.h"

@@ -62,7 +62,7 @@ fi
 
 # What every target links: the fake NIC, the rpma layer, the backends.
 common_sources() {
-  ls mock/fake_nic*.cc mock/fault_injection.cc mock/fault_file.cc mock/fault_rule_text.cc rpma/*.cc verbs_backend/*.cc \
+  ls nic/*.cc faults/*.cc rpma/*.cc verbs_backend/*.cc \
     check/checking_backend.cc \
     2>/dev/null | grep -v '_test\.cc$'
 }
@@ -73,7 +73,7 @@ compile() {  # src obj extra-flags...
   mkdir -p "$(dirname "$obj")"
   # Up to date: newer than its source, every header and this script.
   if [ "$obj" -nt "$src" ] && [ "$obj" -nt "$0" ] &&
-     [ -z "$(find check mock rpma verbs_backend tests tools -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
+     [ -z "$(find check nic faults mock rpma verbs_backend tests tools -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
     return 0
   fi
   # shellcheck disable=SC2086

@@ -3,7 +3,7 @@
 # libraries (bazel build -c opt) and installs them for CMake and Make
 # projects (what `tools/harness install PREFIX` runs):
 #
-#   PREFIX/include/rpma-harness/   librpma.h, rpma/, check/, mock/, verbs_backend/
+#   PREFIX/include/rpma-harness/   librpma.h, rpma/, check/, nic/, faults/, mock/, verbs_backend/
 #   PREFIX/lib/librpma_harness.a           the librpma C API, FakeNic,
 #                                          FaultInjector, ScopedBackend,
 #                                          the rdma-core backend
@@ -35,7 +35,7 @@ here="$PWD/tools/install"
 
 # What goes into each archive: Bazel's own .a / .lo of each library (all
 # linkstatic, see copts.bzl).
-core=(//rpma:rpma //rpma:mr_descriptor //check:checking_backend //mock:fake_nic //mock:fault_injection //mock:fault_file
+core=(//rpma:rpma //rpma:mr_descriptor //check:checking_backend //nic:fake_nic //nic:fabric_sequence //faults:fault_injection //faults:fault_file
       //verbs_backend:rdma_core_backend //verbs_backend:unavailable_backend)
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend)
@@ -81,18 +81,19 @@ merge() {
 
 inc="$prefix/include/rpma-harness"
 lib="$prefix/lib"
-mkdir -p "$inc/rpma" "$inc/mock" "$inc/check" "$inc/verbs_backend" "$lib/pkgconfig" \
+mkdir -p "$inc/rpma" "$inc/mock" "$inc/nic" "$inc/faults" "$inc/check" "$inc/verbs_backend" "$lib/pkgconfig" \
   "$lib/cmake/rpma_harness" "$prefix/bin"
 
 # Headers: <librpma.h> at the top (as -I ${includedir}/rpma-harness), the
 # C++ ones under the paths they include each other by.
 install -m 644 rpma/librpma.h "$inc/librpma.h"
 install -m 644 rpma/harness.h rpma/librpma_check.h "$inc/rpma/"
-install -m 644 mock/fake_nic.h mock/fake_nic_lifecycle.h mock/fault_injection.h \
-  mock/matchers.h mock/rpma_matchers.h mock/connected_pair.h \
+install -m 644 nic/fake_nic.h nic/fake_nic_lifecycle.h "$inc/nic/"
+install -m 644 faults/fault_injection.h "$inc/faults/"
+install -m 644 mock/matchers.h mock/rpma_matchers.h mock/connected_pair.h \
   mock/flight_recorder.h mock/mock_verbs_backend.h "$inc/mock/"
 install -m 644 check/checking_backend.h "$inc/check/"
-install -m 644 verbs_backend/verbs_backend.h verbs_backend/rdma_core_backend.h \
+install -m 644 verbs_backend/verbs_backend.h verbs_backend/forwarding_backend.h verbs_backend/rdma_core_backend.h \
   "$inc/verbs_backend/"
 
 merge "$lib/librpma_harness.a" "${core[@]}"

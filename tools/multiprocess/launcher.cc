@@ -19,7 +19,7 @@
 #include <fstream>
 #include <memory>
 
-#include "mock/fake_nic_fabric_sequence.h"
+#include "nic/fake_nic_fabric_sequence.h"
 
 namespace rpma_harness {
 namespace {
@@ -53,7 +53,7 @@ void RemoveTree(const std::string& path) {
 }
 
 // The fabric's listener endpoint: a socket file "l-<addr>-<port>"
-// (mock/fake_nic_fabric.h, Fabric::ListenerPath).
+// (nic/fake_nic_fabric.h, Fabric::ListenerPath).
 bool HasListener(const std::string& fabric_dir) {
   DIR* dir = opendir(fabric_dir.c_str());
   if (dir == nullptr) return false;

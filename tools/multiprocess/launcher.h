@@ -6,7 +6,7 @@
 // and, when a trace or timeline is asked for, RPMA_HARNESS_TRACE=<its own
 // file>; its stdout and stderr come out line by line as "[label] line". The
 // clients start once the server is ready: by default when the fabric
-// directory holds a listener endpoint (`l-*`, mock/fake_nic_fabric.h), or when
+// directory holds a listener endpoint (`l-*`, nic/fake_nic_fabric.h), or when
 // a server output line matches a pattern, or after a delay. Each process runs
 // in its own process group; on the overall timeout every group still running
 // is killed with SIGKILL and the run fails naming who hung. The run passes
@@ -84,7 +84,7 @@ struct LaunchOptions {
   bool want_trace = false;  // set RPMA_HARNESS_TRACE and merge
   // Where the run's work directory (fabric, traces) is made: the test's
   // TEST_TMPDIR under `bazel test` (a test writes nowhere else), else
-  // $TMPDIR, else /tmp. Any length works (mock/unix_address.h).
+  // $TMPDIR, else /tmp. Any length works (nic/unix_address.h).
   std::string tmp_root = DefaultTmpRoot();
   bool keep_dir = false;
   std::vector<std::pair<std::string, std::string>> process_env;
@@ -92,7 +92,7 @@ struct LaunchOptions {
   // (the launcher's --faults LABEL=FILE: RPMA_HARNESS_FAULTS=FILE).
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>>
       label_env;
-  // The fabric's sequenced mode (mock/fake_nic_fabric_sequence.h): the
+  // The fabric's sequenced mode (nic/fake_nic_fabric_sequence.h): the
   // launcher runs the Sequencer with this seed, every process gets
   // RPMA_HARNESS_FABRIC_SEQUENCE=<seed> and runs without address-space
   // randomisation (personality(2) ADDR_NO_RANDOMIZE: the same addresses in

@@ -24,7 +24,7 @@
 //   --faults FILE       more kill rules, one "kill RULE" a line (# comments)
 //   --faults LABEL=FILE LABEL's NIC-level faults: the process gets
 //                       RPMA_HARNESS_FAULTS=FILE (a scenario's faults:
-//                       list, mock/fault_file.h); repeatable, one per label
+//                       list, faults/fault_file.h); repeatable, one per label
 //   --expect LABEL=W    W: 0 (default), a code, nonzero, any
 //   --trace FILE        the merged trace of every process (and the
 //                       launcher's start/ready/kill/exit lines)
@@ -54,7 +54,7 @@
 #include <string>
 #include <vector>
 
-#include "mock/fault_file.h"
+#include "faults/fault_file.h"
 #include "tools/multiprocess/launcher.h"
 #include "tools/multiprocess/trace_merge.h"
 
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
       o.kills.push_back(rule);
     } else if (a == "--faults" && IsLabelAssignment(v)) {
       // --faults LABEL=FILE: that process's NIC-level faults (its default
-      // backend reads RPMA_HARNESS_FAULTS, mock/fault_file.h). Read here
+      // backend reads RPMA_HARNESS_FAULTS, faults/fault_file.h). Read here
       // too, so a bad file fails the run before anything starts.
       const size_t eq = v.find('=');
       const std::string path = v.substr(eq + 1);

@@ -1,14 +1,14 @@
-// The faults file (RPMA_HARNESS_FAULTS, mock/fault_file.h, no yaml-cpp) and
+// The faults file (RPMA_HARNESS_FAULTS, faults/fault_file.h, no yaml-cpp) and
 // the scenario parser (yaml-cpp) read the same `faults:` list into the same
 // rules and refuse the same mistakes with the same message at the same
-// place: both go through mock/fault_rule_text.h.
+// place: both go through faults/fault_rule_text.h.
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "mock/fault_file.h"
+#include "faults/fault_file.h"
 #include "tools/scenario/scenario_parser.h"
 
 namespace rpma_harness {

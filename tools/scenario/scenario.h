@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "mock/fault_injection.h"
+#include "faults/fault_injection.h"
 
 namespace rpma_harness {
 

@@ -122,7 +122,7 @@ T OneOf(const YAML::Node& node, const std::string& what,
                  "' (expected one of: " + Join(names) + ")");
 }
 
-// The names are shared with the faults file (mock/fault_rule_text.h).
+// The names are shared with the faults file (faults/fault_rule_text.h).
 const std::vector<std::pair<std::string, ibv_wc_status>>& StatusNames() {
   return WcStatusNames();
 }
@@ -245,7 +245,7 @@ TextPosition At(const YAML::Mark& mark) {
 }
 
 // The YAML side of a fault: the entry's keys and values with their
-// positions; the checks and messages are mock/fault_rule_text.h's, shared
+// positions; the checks and messages are faults/fault_rule_text.h's, shared
 // with the per-process faults file (RPMA_HARNESS_FAULTS).
 void ParseFault(const YAML::Node& node, size_t index, Scenario* s) {
   const std::string where = "faults[" + std::to_string(index) + "]";

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mock/fault_rule_text.h"
+#include "faults/fault_rule_text.h"
 #include "tools/scenario/scenario.h"
 
 namespace rpma_harness {
@@ -26,7 +26,7 @@ namespace rpma_harness {
 // 1 KiB; 64 KiB of YAML parses in a few MB of yaml-cpp nodes.
 constexpr size_t kMaxScenarioFileBytes = 64 * 1024;
 constexpr size_t kMaxWorkloadItems = 256;  // `count:` repeats a write
-// kMaxFaults: mock/fault_rule_text.h.
+// kMaxFaults: faults/fault_rule_text.h.
 
 // Parses `text` (the contents of `file_name`). On failure returns false and
 // sets *error to "file:line:col: message".
@@ -38,7 +38,7 @@ bool ParseScenarioText(const std::string& text, const std::string& file_name,
 bool ParseScenarioFile(const std::string& path, Scenario* scenario,
                        std::string* error);
 
-// ParseUnsignedNumber, ParseProbability: mock/fault_rule_text.h.
+// ParseUnsignedNumber, ParseProbability: faults/fault_rule_text.h.
 
 // Reads the whole of `path` if it is at most `max_bytes`; false with
 // "path: message" for a missing, unreadable or larger file or a directory

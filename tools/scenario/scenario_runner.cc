@@ -18,8 +18,8 @@
 #include <utility>
 
 #include "check/checking_backend.h"
-#include "mock/fake_nic.h"
-#include "mock/fault_injection.h"
+#include "nic/fake_nic.h"
+#include "faults/fault_injection.h"
 #include "rpma/harness.h"
 #include "tools/scenario/scenario_parser.h"
 #include "verbs_backend/rdma_core_backend.h"
@@ -675,7 +675,6 @@ bool Run::MakeBackend() {
     config.personality = s_.personality == "rxe"   ? Personality::Rxe()
                          : s_.personality == "siw" ? Personality::Siw()
                                                    : Personality::Spec();
-    if (s_.personality == "rxe") config.caps = FakeDeviceCaps::Rxe();
     config.random_schedule = s_.random_schedule;
     nic_ = std::make_shared<FakeNic>(config);
     faults_ = std::make_shared<FaultInjector>(nic_, seed_);

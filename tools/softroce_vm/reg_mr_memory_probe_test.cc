@@ -1,6 +1,6 @@
 // reg_mr_memory_probe_test: what a real NIC's ibv_reg_mr does with memory the
 // process cannot access, the reference for the fake NIC's RegMr
-// (mock/fake_nic_user_memory.h, tests/user_memory_test.cc). Raw libibverbs on
+// (nic/fake_nic_user_memory.h, tests/user_memory_test.cc). Raw libibverbs on
 // the first device (rxe0 in tools/softroce_vm); prints "observed:" lines.
 //
 //   bazel build //tools/softroce_vm:reg_mr_memory_probe_test

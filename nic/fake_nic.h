@@ -1,0 +1,1066 @@
+// fake_nic.h: a deterministic, in-process RDMA NIC (RC QPs + rdma_cm) that
+// implements VerbsBackend without any RDMA hardware.
+//
+// The fake keeps rdma-core's types and return conventions (see
+// verbs_backend.h) and models what a real reliable-connected NIC does with
+// them: memory protection (lkey/rkey/PD/access checks), QP state machine,
+// send/receive queue depths, RNR retries, completion queues and channels,
+// and librdmacm's connection-management handshake. Two "hosts" in one
+// process talk through an in-process fabric: an RDMA write copies real bytes
+// from the requester's registered buffer into the responder's. With
+// FakeNicConfig::fabric_dir, NICs of different processes also reach each
+// other (fake_nic_fabric.h, fake_nic_remote.cc): the responder's half of a
+// WR then runs in the responder's process.
+//
+// The NIC only works when driven, like absl's SimulatedClock:
+//   - Step() performs one unit of work (execute or flush one WR, one RNR
+//     retry, or deliver one CM message) and RunUntilIdle() loops it, so a test
+//     controls every interleaving;
+//   - StartBackgroundProgress() runs a thread that steps whenever work is
+//     pending, for programs written like real clients and servers that block
+//     in GetCqEvent / GetCmEvent.
+// With a fixed seed and the same calls, the sequence of FakeNicEvent records
+// is identical run after run (in manual mode; with background progress it
+// also depends on how threads interleave with the progress thread). The
+// seed only chooses keys and QP numbers; work is ordered deterministically.
+//
+// Behaviour that differs between real NICs is data, not code paths: a
+// Personality (Spec, Rxe, Siw) selects it.
+//
+// Decisions worth knowing (each is cited where it is implemented):
+//   - PostSend below RTS is EINVAL; in ERR posts are accepted and flushed.
+//     PostRecv works from INIT on. Unmodelled RC opcodes (LOCAL_INV,
+//     BIND_MW, SEND_WITH_INV) are EOPNOTSUPP; non-RC opcodes EINVAL.
+//   - A send-queue slot frees when the NIC executes the WR, not at poll.
+//   - Completion errors move the QP to ERR; its other WRs then flush. A
+//     responder-side error (bad rkey, short receive) moves the responder QP
+//     to ERR too. A responder that is gone / not RTR gives RETRY_EXC_ERR.
+//   - rnr_retry N: N + 1 attempts, then RNR_RETRY_EXC_ERR; 7: the WR waits
+//     (and the NIC is idle) until the responder posts a receive.
+//   - A CQ overrun loses the CQE and PollCq returns -EOVERFLOW from then on.
+//   - Without background progress a blocking GetCqEvent / GetCmEvent runs
+//     the NIC itself and fails with ETIMEDOUT (and says why on stderr) if
+//     the NIC goes idle with no event for it.
+//   - SRQs: a QP created with init_attr->srq takes its receives from the
+//     SRQ (PostRecv on it is EINVAL); they complete on that QP's recv_cq;
+//     a QP in ERR flushes none of the SRQ's receives; DestroySrq while a QP
+//     uses it is EBUSY. No ODP (QueryDeviceEx), AdviseMr is EOPNOTSUPP.
+//   - A QP's WRs run one at a time, a READ completing before the next WR
+//     starts, so IBV_SEND_FENCE always holds. max_rd_atomic /
+//     max_dest_rd_atomic come from rdma_conn_param as the IB CM pairs them.
+//   - CM: Connect with no listener -> REJECTED, status 8; Reject -> REJECTED,
+//     status 28; a device that is down -> UNREACHABLE, status -ETIMEDOUT;
+//     resolving an address nobody owns -> EHOSTUNREACH (sync) or
+//     ADDR_ERROR (async); LoseConnection -> CONNECT_ERROR at both ends.
+//     Connect needs an id with an event channel (migrate a sync id first).
+//
+// Thread safety: every public method may be called from any thread; one
+// mutex serialises them. Observers run with that mutex held.
+//
+// Example:
+//   rpma_harness::FakeNic nic;                    // one device owning every IP
+//   ibv_context* ctx;
+//   nic.GetContextByAddress("10.0.0.1", /*local=*/true, &ctx);
+//   ibv_pd* pd = nic.AllocPd(ctx);
+//   ... build a connection with CreateId / BindAddr / Listen / Connect ...
+//   nic.PostSend(qp, &wr, &bad_wr);
+//   nic.RunUntilIdle();                           // the write happens here
+//   nic.PollCq(cq, 1, &wc);
+
+#ifndef RPMA_HARNESS_NIC_FAKE_NIC_H_
+#define RPMA_HARNESS_NIC_FAKE_NIC_H_
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "verbs_backend/verbs_backend.h"
+
+namespace rpma_harness {
+
+// Device limits, reported by QueryDevice and enforced at creation time.
+struct FakeDeviceCaps {
+  int max_qp = 256;
+  int max_qp_wr = 4096;
+  int max_sge = 16;
+  uint32_t max_inline_data = 256;
+  uint64_t max_mr_size = uint64_t{1} << 40;
+  int max_mr = 4096;
+  int max_pd = 256;
+  int max_cq = 256;
+  int max_cqe = 65536;
+  // Shared receive queues (ibv_query_device(3) max_srq / max_srq_wr /
+  // max_srq_sge), as generous as the QP limits.
+  int max_srq = 256;
+  int max_srq_wr = 4096;
+  int max_srq_sge = 16;
+
+  // ibv_query_device(3) max_qp_rd_atom / max_qp_init_rd_atom: the bound of
+  // a QP's max_dest_rd_atomic / max_rd_atomic (ibv_modify_qp(3)).
+  int max_qp_rd_atom = 16;
+  uint64_t page_size_cap = 4096;
+  // ibv_query_port(3) active_mtu; rdma_cm uses it as the path MTU, and the
+  // data path cuts messages into packets of the QP's path MTU. rxe over a
+  // 1500-byte netdev: IBV_MTU_1024 (rxe_net.c / rxe.c rxe_set_mtu).
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  // The local ACK timeout rdma_cm gives a QP at RTS (ibv_query_qp timeout):
+  // for RoCE the CM uses a packet life time of 18 (kernel cma.c
+  // CMA_IBOE_PACKET_LIFETIME) and the QP timeout is one more (cm.c
+  // cm_init_qp_rts_attr); 19 recorded on rxe.
+  uint8_t cm_qp_timeout = 19;
+
+  // What rxe (Linux 6.1) reports in ibv_query_device, recorded in the
+  // soft-RoCE VM (tests/testdata/rxe_streams.txt, DeviceCapsAsReported;
+  // rxe_param.h).
+  static FakeDeviceCaps Rxe();
+};
+
+// Behaviour on which real NICs disagree, as data (after
+// google/rdma-unit-test's introspection tables).
+struct Personality {
+  std::string name;
+  // PostSend / PostRecv return -errno instead of errno (siw does; mlx5 and
+  // rxe return positive values, as ibv_post_send(3) documents).
+  bool negative_errno = false;
+  // rxe (rxe_comp.c make_send_cqe) sets IBV_WC_WITH_IMM on the requester's
+  // success CQE of SEND_WITH_IMM / RDMA_WRITE_WITH_IMM and fills byte_len
+  // with the WR's length for every opcode. The spec leaves both undefined on
+  // send-side completions; Spec reports byte_len only for RDMA_READ/atomics.
+  bool send_cqe_has_imm_flag_and_byte_len = false;
+  // rxe sets IBV_WC_GRH on the responder's successful CQEs: every RoCE v2
+  // packet carries a GRH (rxe_resp.c do_complete: RXE_GRH_MASK ->
+  // IB_WC_GRH). Recorded on rxe in tests/testdata/rxe_streams.txt.
+  bool recv_cqe_has_grh_flag = false;
+  // rxe (rxe_queue.c rxe_queue_init) rounds a queue of n entries up to
+  // roundup_pow_of_two(n + 1) slots and reports one less as its capacity;
+  // the QP caps and cq->cqe written back are that real depth.
+  bool round_queues_to_power_of_two_minus_one = false;
+  // On IB and RoCE the CM messages have fixed-size private-data fields, and
+  // rdma_cm reports the whole field: CONNECT_REQUEST 56 bytes, the active
+  // side's ESTABLISHED (REP) 196, REJECTED 148, the bytes after the sender's
+  // being zero (kernel cma.c cma_set_req_event_data / cma_set_rep_event_data
+  // set private_data_len to the field size). iWARP's MPA carries the exact
+  // length. Code that trusts private_data_len to be what the peer sent works
+  // on siw and breaks on IB; this flag makes the fake break it too.
+  bool cm_private_data_padded_to_field_size = true;
+  // The responder's receive completion when a request that consumed it
+  // fails at the responder. Spec values: ibv_poll_cq(3) (LOC_ACCESS_ERR is
+  // "a protection error on a local data buffer during an RDMA Write with
+  // Immediate", LOC_LEN_ERR a receive buffer too small, LOC_PROT_ERR an SGE
+  // that names no valid MR). rxe's: rxe_resp.c rxe_receiver, the status
+  // passed to do_class_ac_error for RKEY_VIOLATION, LENGTH, MALFORMED_WQE.
+  ibv_wc_status recv_status_on_rkey_violation = IBV_WC_LOC_ACCESS_ERR;
+  ibv_wc_status recv_status_on_short_buffer = IBV_WC_LOC_LEN_ERR;
+  ibv_wc_status recv_status_on_bad_recv_sge = IBV_WC_LOC_PROT_ERR;
+  // What the requester of a SEND longer than the receive sees. Spec: the
+  // responder's "invalid request" NAK, REM_INV_REQ_ERR (ibv_poll_cq(3)). rxe
+  // 6.1: copy_data (rxe_mr.c) refuses a packet longer than what is left of
+  // the receive with -EINVAL, which send_data_in (rxe_resp.c) turns into
+  // RESPST_ERR_MALFORMED_WQE: a "remote operational error" NAK (REM_OP_ERR)
+  // and the receive LOC_QP_OP_ERR (recv_status_on_short_buffer); recorded.
+  ibv_wc_status send_status_on_short_receive = IBV_WC_REM_INV_REQ_ERR;
+  // A SEND / RDMA WRITE whose source SGE's lkey names no MR of the QP's PD.
+  // Spec: LOC_PROT_ERR (ibv_poll_cq(3)). rxe 6.1: LOC_QP_OP_ERR (rxe_req.c
+  // rxe_requester: finish_packet -> copy_data -> lookup_mr fails with
+  // -EINVAL, and only -EFAULT is LOC_PROT_ERR); an SGE reaching past its MR
+  // is LOC_PROT_ERR on both (rxe_mr_copy -EFAULT). An RDMA READ's local SGE
+  // is LOC_PROT_ERR either way (rxe_comp.c do_read); recorded.
+  ibv_wc_status send_status_on_bad_source_key = IBV_WC_LOC_PROT_ERR;
+  // Opcodes the provider refuses at post time with EINVAL although the
+  // ibv_post_send(3) table allows them on RC. siw (rdma-core
+  // providers/siw/siw.c map_send_opcode) has no immediate data and no
+  // atomics.
+  std::vector<ibv_wr_opcode> opcodes_refused_at_post;
+  // siw's push_recv_wqe refuses a receive with no SGE (EINVAL); the spec and
+  // rxe accept one (useful for RDMA_WRITE_WITH_IMM, which writes no SGE).
+  bool refuses_receive_without_sge = false;
+  // rxe_mr.c rxe_mr_init: rkey = lkey when the MR grants any remote access
+  // (IB_ACCESS_REMOTE), 0 otherwise. The spec leaves the rkey of an MR
+  // without remote access unspecified; Spec hands out a distinct random key.
+  bool rkey_zero_without_remote_access = false;
+  bool rkey_equals_lkey = false;
+  // Error completions (flushes included) carry opcode 0 (IBV_WC_SEND),
+  // byte_len 0 and wc_flags 0 on rxe: rxe_comp.c make_send_cqe and
+  // rxe_resp.c do_complete / flush_recv_wqe fill opcode only on success.
+  // ibv_poll_cq(3) leaves opcode undefined on error; Spec reports the WR's
+  // own opcode so traces stay readable.
+  bool error_cqe_opcode_zero = false;
+  // rxe_qp.c rxe_qp_init_req: the send WQE is sized
+  // max(max_send_sge * 16, max_inline_data) bytes, and both caps granted are
+  // derived from it: max_inline_data = that size, max_send_sge = size / 16.
+  // (Asking for 1 SGE and no inline gets 16 bytes of inline.)
+  bool send_caps_from_wqe_size = false;
+  // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
+  // protocol processing": the requester runs inside ibv_post_send, so the
+  // packets are on the wire before it returns. With background progress
+  // the fake does the same (PostSend executes what it can); in manual mode
+  // Step() stays the only thing that executes, so a test keeps control.
+  bool executes_at_post = false;
+  // What a DREQ does to the peer's QP. The kernel's rdma_cm moves only
+  // kernel consumers' QPs to ERR (cma.c cma_ib_handler IB_CM_DREQ_RECEIVED
+  // just reports RDMA_CM_EVENT_DISCONNECTED); a user-space QP stays in RTS
+  // until its own rdma_disconnect (librdmacm ucma_modify_qp_err), recorded
+  // on rxe (server state 3 in WritePostedBeforeDisconnectArrives). Spec
+  // keeps the fake's older, stricter behaviour (the peer's QP goes to ERR
+  // when the DREQ arrives, so its receives flush without the peer calling
+  // rdma_disconnect).
+  bool peer_qp_to_err_on_dreq = true;
+  // A receive posted to a QP already in ERR: the spec flushes it (IB spec
+  // C10-42; rdmavt's "post receive for QP in ERR state" fix). rxe 6.1
+  // queues it and never completes it: rxe_post_recv does not run the
+  // responder, whose flush ran once, when the QP entered ERR. Found by the
+  // random differential (program 2, shrunk: a write refused by the
+  // responder's access flags, then a receive).
+  bool flushes_receives_posted_in_err = true;
+  // Send WRs posted to a QP already in ERR. The spec flushes each (C10-42).
+  // rxe 6.1 flushes them only when a requester run finds a WQE at its own
+  // index (rxe_req.c rxe_requester, the QP_STATE_ERROR branch: req_next_wqe
+  // returns NULL when req.wqe_index equals the producer index; else that
+  // one WQE takes the err path, which advances req.wqe_index by one and runs
+  // the completer, whose error branch, rxe_comp.c rxe_drain_resp_pkts,
+  // flushes the whole ring). The index lags: it advances once per
+  // ibv_post_send in ERR however many WRs were posted, and a failure on a
+  // message's first packet leaves it on that WR. So once the ring (the
+  // depth + 1 slots of rxe_queue.c) wraps the index can equal the producer
+  // at a doorbell, and those WRs stay queued without a completion (until a
+  // later doorbell hits; on rxe also rxe_comp.c retransmit_timer, seconds
+  // later, which the fake does not model). Found by the random
+  // differential (programs 500, 644, 748: a 7-slot send queue).
+  bool sq_flush_follows_requester_index = false;
+
+  // The device's limits (ibv_query_device): a personality is the whole
+  // NIC, so Personality::Rxe() reports and enforces rxe's (max_sge 32,
+  // max_qp_wr 1048576, ...). FakeNicConfig::caps overrides them.
+  FakeDeviceCaps caps;
+
+  static Personality Spec();  // IB spec behaviour; the default.
+  static Personality Rxe();   // soft-RoCE (Linux 6.1), caps included.
+  // soft-iWARP (rdma-core providers/siw): negative errno from posts, no
+  // immediate data or atomics, exact-length private data.
+  static Personality Siw();
+};
+
+// One RDMA device on the in-process fabric. Every device routes to every
+// address some device owns.
+struct FakeDeviceConfig {
+  std::string name;
+  std::vector<std::string> addresses;  // numeric IPv4 / IPv6 addresses
+  bool owns_every_address = false;     // loopback-style catch-all
+};
+
+// When an RDMA write's (with or without imm) bytes land at the responder
+// (issue 15 item 3, "destination read too early"). IB spec vol. 1 9.5
+// (Transaction Ordering): the responder may not depend on the contents of
+// an RDMA WRITE buffer until the last packet of a write with immediate
+// completed (its receive completion), or a later SEND or ATOMIC arrived; a
+// real NIC places packets as they arrive, and the order in which their
+// bytes become visible to the CPU is not defined. A program that reads the
+// destination earlier sees whatever has landed.
+enum class Landing {
+  kAtOnce,        // every byte lands when the WR executes (the default)
+  kAtCompletion,  // the bytes land in the step that generates both
+                  // completions, one step after execution
+  kPieces,        // in 1-8 seeded sub-ranges, in a seeded order, one per
+                  // step of the QP; completions after the last one
+};
+const char* LandingName(Landing landing);  // "once", "completion", "pieces"
+
+struct FakeNicConfig {
+  uint64_t seed = 1;
+  Personality personality = Personality::Spec();
+  // When set, these limits instead of personality.caps (a test that needs a
+  // small max_qp_wr, a benchmark that needs 20 000 QPs). The NIC's config()
+  // always has it set: to personality.caps when it was not.
+  std::optional<FakeDeviceCaps> caps;
+  // Empty means one device "fake0" that owns every address.
+  std::vector<FakeDeviceConfig> devices;
+  // The device this process uses to reach remote addresses
+  // (GetContextByAddress with local=false, ResolveAddr on an unbound id);
+  // empty means the first device. It models the host's routing table.
+  std::string route_device;
+  // A blocking GetCqEvent / GetCmEvent without background progress first
+  // runs the NIC until an event arrives or it is idle; then it waits this
+  // long for another thread to make work before failing with ETIMEDOUT.
+  int idle_block_timeout_ms = 0;
+  // With background progress a blocking getter waits like rdma-core's, that
+  // is forever by default (0). A positive value makes it fail with ETIMEDOUT
+  // after that long, so a test with a lost event fails instead of hanging.
+  int background_block_timeout_ms = 0;
+  // How Step() picks among QPs with work: in turn (creation order), or at
+  // random from the seed, which interleaves the completions of different
+  // QPs differently per seed (still the same order for the same seed).
+  bool random_schedule = false;
+  // Adds a kPacket record per request packet of a write or a SEND (position,
+  // offset, the responder's ACK / NAK). Off by default: traces and their
+  // sequence numbers stay as they were without it.
+  bool trace_packets = false;
+  // Joins the cross-process fabric rooted at this directory (created, mode
+  // 0700): Connect reaches listeners of other processes on it, and their
+  // connections carry the data path (fake_nic_fabric.h; README "Two
+  // processes on the fake NIC"). Empty: the in-process fabric only. Needs
+  // background progress (StartBackgroundProgress), as the default backend
+  // has, or fabric_sequenced.
+  std::string fabric_dir;
+  // With fabric_dir: join the fabric's Sequencer (<fabric_dir>/sequencer,
+  // started by the launcher's --sequence; fake_nic_fabric_sequence.h):
+  // every NIC step runs only when granted, there is no progress thread,
+  // and trace lines carry the global step number instead of the clock.
+  // The default backend sets it from RPMA_HARNESS_FABRIC_SEQUENCE.
+  bool fabric_sequenced = false;
+  // Appends every event record to this file as
+  // "<CLOCK_MONOTONIC ns> <process_label> <ToString(event)>", one write per
+  // line (O_APPEND: processes may share the file). Empty: no file.
+  std::string trace_path;
+  std::string process_label;
+  // See Landing. The responder's checks (rkey, PD, bounds, access, RNR) and
+  // the read of the source still run when the WR executes, exactly as with
+  // kAtOnce; a piece whose target was deregistered or unmapped since is a
+  // REM_ACCESS_ERR when it would land. The source bytes are snapshotted at
+  // execution (ibv_post_send(3): the source may not change before the
+  // completion) and the head WR stays at the front of its send
+  // queue, later WRs behind it, until its last piece landed. The seed
+  // decides the pieces (a stream of its own: keys and QP numbers do not
+  // change). In-process peers only: a write to another process lands at
+  // once. FakeNic::SetLanding changes it later (the usage checker's
+  // `landing=` option).
+  Landing landing = Landing::kAtOnce;
+};
+
+// A send WR about to be carried out (first attempt only), as a fault
+// injector sees it. imm_data is in network byte order, as posted.
+struct ExecuteInfo {
+  uint32_t qp_num = 0;
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  uint64_t length = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm_data = 0;
+  bool signaled = false;
+};
+
+// What the NIC does with that WR instead of (or before) carrying it out.
+struct ExecuteVerdict {
+  enum class Kind {
+    kProceed,         // execute normally
+    kFail,            // complete with `status`; no data moves; QP to ERR
+    kTear,            // `torn_bytes` land at the responder, then `status`
+    kDelay,           // wait `delay_steps` more steps, then execute
+    kLoseConnection,  // the connection dies first (both QPs to ERR)
+    kOverrunCq,       // execute, but the requester's CQ overruns
+  };
+  Kind kind = Kind::kProceed;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  uint64_t torn_bytes = 0;
+  int delay_steps = 0;
+  std::string reason;  // recorded with the kFault event
+};
+
+// One observable thing the NIC did. Later work builds trace/replay on this.
+struct FakeNicEvent {
+  enum class Kind {
+    kPostSend,    // a send WR was queued (opcode: ibv_wr_opcode)
+    kPostRecv,    // a receive WR was queued
+    kPostFailed,  // a post was refused (status: positive errno)
+    kExecute,     // a send WR was carried out and its bytes moved
+    kRnrNak,      // the responder had no receive; the WR will retry
+    kCompletion,  // a CQE was added (opcode: ibv_wc_opcode)
+    kCqOverrun,   // a CQE was lost because the CQ was full
+    kQpState,     // a QP changed state (opcode: new ibv_qp_state)
+    kCmEvent,     // a CM event was queued (opcode: rdma_cm_event_type)
+    kFault,       // a fault hook fired
+    kPacket,      // one request packet and the responder's answer (text);
+                  // only with FakeNicConfig::trace_packets. Also one per
+                  // piece landed with a FakeNicConfig::landing other than
+                  // kAtOnce ("landed (pieces) piece 2/5 offset 130")
+  };
+  uint64_t seq = 0;
+  Kind kind = Kind::kPostSend;
+  uint32_t qp_num = 0;
+  uint64_t wr_id = 0;
+  int opcode = 0;
+  int status = 0;  // ibv_wc_status, errno or rdma_cm_event status
+  uint64_t byte_len = 0;
+  uint64_t local_addr = 0;   // first local SGE, as posted
+  uint64_t remote_addr = 0;  // as posted
+  // The same addresses as (MR, offset): MRs are numbered 1, 2, ... in
+  // registration order (0: no live MR matched the key), so records compare
+  // equal across processes even though heap addresses move (ASLR).
+  uint32_t local_mr = 0;
+  uint64_t local_offset = 0;
+  uint32_t remote_mr = 0;
+  uint64_t remote_offset = 0;
+  std::string text;
+};
+
+const char* ToString(FakeNicEvent::Kind kind);
+std::string ToString(const FakeNicEvent& event);
+
+// rdma-core enum values by the names traces print ("SUCCESS",
+// "RDMA_WRITE_WITH_IMM", "RECV_RDMA_WITH_IMM", "ERR", "ESTABLISHED").
+const char* WcStatusName(int status);
+const char* WcOpcodeName(int opcode);
+const char* WrOpcodeName(int opcode);
+const char* QpStateName(int state);
+const char* CmEventName(int event);
+
+namespace fake_nic_internal {
+struct Device;
+struct Pd;
+struct Mr;
+struct CompChannel;
+struct Cq;
+struct Qp;
+struct Srq;
+struct EventChannel;
+struct CmId;
+struct CmEvent;
+struct SendWqe;
+struct RecvWqe;
+struct RequestPacket;
+struct Sge;
+class SgeList;
+class Fabric;
+struct Frame;
+struct FrameView;
+struct RequestFrame;
+struct AnswerFrame;
+}  // namespace fake_nic_internal
+
+class FakeNic final : public VerbsBackend {
+ public:
+  FakeNic();
+  explicit FakeNic(FakeNicConfig config);
+  ~FakeNic() override;
+  FakeNic(const FakeNic&) = delete;
+  FakeNic& operator=(const FakeNic&) = delete;
+
+  const char* Name() const override { return "fake"; }
+
+  // ---- VerbsBackend ---------------------------------------------------------
+  int GetContextByAddress(const char* addr, bool local,
+                          ibv_context** ctx) override;
+  int QueryDevice(ibv_context* ctx, ibv_device_attr* attr) override;
+  ibv_pd* AllocPd(ibv_context* ctx) override;
+  int DeallocPd(ibv_pd* pd) override;
+  ibv_mr* RegMr(ibv_pd* pd, void* addr, size_t length, int access) override;
+  int DeregMr(ibv_mr* mr) override;
+  ibv_comp_channel* CreateCompChannel(ibv_context* ctx) override;
+  int DestroyCompChannel(ibv_comp_channel* channel) override;
+  ibv_cq* CreateCq(ibv_context* ctx, int cqe, void* cq_context,
+                   ibv_comp_channel* channel, int comp_vector) override;
+  int DestroyCq(ibv_cq* cq) override;
+  int ReqNotifyCq(ibv_cq* cq, int solicited_only) override;
+  int GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
+                 void** cq_context) override;
+  void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
+  int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
+  int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  int QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+              ibv_qp_init_attr* init_attr) override;
+  rdma_event_channel* CreateEventChannel() override;
+  void DestroyEventChannel(rdma_event_channel* channel) override;
+  int CreateId(rdma_event_channel* channel, rdma_cm_id** id,
+               void* context) override;
+  int DestroyId(rdma_cm_id* id) override;
+  int ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
+                  int timeout_ms) override;
+  int ResolveRoute(rdma_cm_id* id, int timeout_ms) override;
+  int BindAddr(rdma_cm_id* id, const char* addr, const char* port) override;
+  int Listen(rdma_cm_id* id, int backlog) override;
+  int GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) override;
+  int AckCmEvent(rdma_cm_event* event) override;
+  int CreateQp(rdma_cm_id* id, ibv_pd* pd,
+               ibv_qp_init_attr* init_attr) override;
+  void DestroyQp(rdma_cm_id* id) override;
+  int Connect(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Accept(rdma_cm_id* id, rdma_conn_param* param) override;
+  int Reject(rdma_cm_id* id, const void* private_data,
+             uint8_t private_data_len) override;
+  int Disconnect(rdma_cm_id* id) override;
+  int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
+
+  // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
+  ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
+  int DestroySrq(ibv_srq* srq) override;
+  int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
+  // Reports no on-demand paging (odp_caps all zero) and no extended
+  // capability flags, as rxe in Linux 6.1 does (rxe has no ODP there).
+  int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
+  // EOPNOTSUPP: no ODP, so no advice (rdma-core's ibv_advise_mr returns
+  // EOPNOTSUPP for a provider without advise_mr, which rxe is).
+  int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
+               ibv_sge* sg_list, uint32_t num_sge) override;
+
+  // ---- progress -------------------------------------------------------------
+
+  // Performs one unit of work; false when there was nothing to do. CM
+  // messages go first, then QPs take turns in creation order.
+  bool Step();
+  // Steps until idle or `max_steps`; returns the number of steps taken.
+  size_t RunUntilIdle(size_t max_steps = 1000000);
+  // True when Step() would return false.
+  bool Idle();
+  // A human-readable snapshot for a hung test: every QP (state, queue
+  // occupancy, peer), CQ occupancy, pending CM work and queued CM events.
+  std::string DebugString();
+  // Sequenced mode: how many application threads wait on the fabric now
+  // (for tests that must know a thread is parked before they go on).
+  int SequencedWaiters();
+  // How many objects of each kind the NIC holds now (a leak check: after a
+  // program deleted everything it made, every count but devices is 0).
+  struct Holdings {
+    size_t pds = 0, mrs = 0, comp_channels = 0, cqs = 0, qps = 0, srqs = 0;
+    size_t event_channels = 0, cm_ids = 0, cm_events = 0, cm_work = 0;
+    bool Empty() const {
+      return pds + mrs + comp_channels + cqs + qps + srqs + event_channels +
+                 cm_ids + cm_events + cm_work ==
+             0;
+    }
+  };
+  Holdings CurrentHoldings();
+  // A thread that steps whenever work is pending (it sleeps on a condition
+  // variable otherwise). Blocking GetCqEvent / GetCmEvent then wait like
+  // their rdma-core counterparts.
+  void StartBackgroundProgress();
+  void StopBackgroundProgress();
+
+  // ---- observation ----------------------------------------------------------
+
+  // REQUIRES: the observer does not call back into this FakeNic (it runs
+  // with the NIC's mutex held, which is what keeps the record ordered).
+  int AddObserver(std::function<void(const FakeNicEvent&)> observer);
+  void RemoveObserver(int handle);
+
+  // The requester is about to read bytes [offset, offset + length) of a
+  // send WR's gather list (one packet, several packets read in one copy, a
+  // whole SEND, or the payload a cross-process request carries): the moment
+  // the source goes on the wire. The usage checker's tap
+  // (check/checking_backend.cc: source-changed at execution). Not called
+  // for inline WRs (their bytes were copied at post).
+  struct SourceRead {
+    uint32_t qp_num = 0;
+    uint64_t wr_id = 0;
+    int opcode = 0;
+    uint64_t first_addr = 0;    // the first SGE's address
+    uint64_t total_length = 0;  // the WR's whole length
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    uint32_t mtu = 0;  // the path MTU the message is cut at
+  };
+  // One tap (an empty function removes it); it runs with the NIC's mutex
+  // held. REQUIRES: it does not call back into this FakeNic. Unset, the
+  // data path pays one test of an empty std::function per copy.
+  void SetSourceReadTap(std::function<void(const SourceRead&)> tap);
+
+  // ---- fault hooks ----------------------------------------------------------
+
+  // The connection of the QP `qp_num` dies: both QPs go to ERR (outstanding
+  // WRs flush) and both ids get RDMA_CM_EVENT_CONNECT_ERROR. False if no
+  // connected QP has that number.
+  bool LoseConnection(uint32_t qp_num);
+  // The next PostSend (on `qp_num`, or on any QP when 0) fails with
+  // `errno_value` (positive; the personality applies the sign), posting
+  // nothing and setting *bad_wr to the first WR.
+  void FailNextPostSend(int errno_value, uint32_t qp_num = 0);
+  // The next send WR with this wr_id (on `qp_num`, or any QP when 0) to be
+  // executed completes with `status` instead, moving no data; an error
+  // status moves the QP to ERR like a real completion error.
+  void CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
+                                uint32_t qp_num = 0);
+  // A device that is down keeps its addresses (they still resolve) but does
+  // not answer: Connect to it ends in RDMA_CM_EVENT_UNREACHABLE.
+  bool SetDeviceUp(const std::string& device_name, bool up);
+  // Consulted once for every send WR just before its first execution
+  // attempt; nullptr removes it. REQUIRES: the hook does not call back into
+  // this FakeNic (it runs with the NIC's mutex held).
+  void SetExecuteHook(std::function<ExecuteVerdict(const ExecuteInfo&)> hook);
+  // Adds a kFault record (a fault decided outside the NIC, e.g. by a
+  // wrapping backend) to the event stream, in order with the NIC's own.
+  void RecordFault(uint32_t qp_num, uint64_t wr_id, int status,
+                   std::string text);
+  // Marks the CQ overrun, as if a completion had been lost: PollCq fails
+  // from now on. False if `cq` is not this NIC's.
+  bool OverrunCq(ibv_cq* cq);
+  const FakeNicConfig& config() const { return config_; }
+  // The limits in force: config().caps, or the personality's.
+  const FakeDeviceCaps& caps() const { return *config_.caps; }
+  // FakeNicConfig::landing from now on (a WR already landing keeps its
+  // pieces).
+  void SetLanding(Landing landing);
+  Landing landing();
+
+ private:
+  using Device = fake_nic_internal::Device;
+  using Pd = fake_nic_internal::Pd;
+  using Mr = fake_nic_internal::Mr;
+  using CompChannel = fake_nic_internal::CompChannel;
+  using Cq = fake_nic_internal::Cq;
+  using Qp = fake_nic_internal::Qp;
+  using Srq = fake_nic_internal::Srq;
+  using EventChannel = fake_nic_internal::EventChannel;
+  using CmId = fake_nic_internal::CmId;
+  using CmEvent = fake_nic_internal::CmEvent;
+  using SendWqe = fake_nic_internal::SendWqe;
+  using Sge = fake_nic_internal::Sge;
+  using SgeList = fake_nic_internal::SgeList;
+
+  struct CmWork {
+    std::string what;
+    std::function<void()> run;
+  };
+  struct PostFault {
+    int errno_value;
+    uint32_t qp_num;
+  };
+  struct StatusFault {
+    uint64_t wr_id;
+    ibv_wc_status status;
+    uint32_t qp_num;
+  };
+
+  // A few recent lookups in front of a hashed map: a program posts with the
+  // same handful of keys again and again, and a hash lookup (a division)
+  // per call was a fifth of a round trip. Cleared whenever such an object is
+  // destroyed, so a stale key still misses. (QPs and CQs need none: see
+  // cq_slots_.)
+  template <typename K, typename V>
+  struct LookupCache {
+    static constexpr size_t kSize = 8;
+    K keys[kSize] = {};
+    V* values[kSize] = {};
+    static size_t Slot(K key) {
+      const uint64_t k = (uint64_t)(key);
+      return static_cast<size_t>((k >> 4) ^ (k >> 10) ^ k) % kSize;
+    }
+    V* Find(K key) const {
+      const size_t i = Slot(key);
+      return keys[i] == key ? values[i] : nullptr;
+    }
+    void Put(K key, V* value) {
+      const size_t i = Slot(key);
+      keys[i] = key;
+      values[i] = value;
+    }
+    void Clear() { *this = LookupCache(); }
+  };
+
+  // Everything below REQUIRES mu_ held.
+  void Record(FakeNicEvent event);
+  // Records the event `build` fills in, building it only when someone
+  // observes the records; the sequence advances (and waiters wake) either
+  // way, so observed runs number their events as unobserved ones do.
+  template <typename Build>
+  void RecordLazily(Build&& build) {
+    if (!Observed()) {
+      next_seq_++;
+      WakeWaiters();
+      return;
+    }
+    FakeNicEvent event;
+    build(&event);
+    Record(std::move(event));
+  }
+  Mr* FindMrByLkey(uint32_t lkey);
+  Mr* FindMrByRkey(uint32_t rkey);
+  uint32_t NextRandom32();
+  uint32_t NewKey();
+  uint32_t NewQpNum();
+  Device* FindDevice(ibv_context* ctx);
+  Device* DeviceOwning(const std::string& addr);
+  Device* RouteDevice();
+  Pd* FindPd(ibv_pd* pd);
+  Cq* FindCq(ibv_cq* cq);
+  Qp* FindQp(ibv_qp* qp);
+  Qp* FindQpByNum(uint32_t qp_num);
+  Srq* FindSrq(ibv_srq* srq);
+  void FillDeviceAttr(ibv_device_attr* attr) const;
+  CmId* FindId(rdma_cm_id* id);
+  EventChannel* FindEventChannel(rdma_event_channel* channel);
+  int PostErrno(int errno_value) const;
+  int RealDepth(int requested) const;
+
+  bool StepLocked();
+  // The scheduler keeps every QP that may have work in a bitmap over QP
+  // slots (creation order), so a step costs the same with 1 or 10 000 QPs
+  // instead of a scan of all of them. Invariant: a QP for which
+  // QpHasReadyWork() holds is marked; anything that can make it hold (a
+  // post, a state change of the QP or its peer, a peer detaching, a step of
+  // the QP) marks it. A marked QP found idle is unmarked.
+  static constexpr size_t kNoSlot = ~size_t{0};
+  void MarkMaybeReady(Qp* qp);
+  void UnmarkReady(size_t slot);
+  size_t NextMarked(size_t from) const;  // kNoSlot when none
+  bool QpHasReadyWork(Qp* qp);
+  // After a PostSend to a QP in ERR (Personality::
+  // sq_flush_follows_requester_index): the doorbell's requester run.
+  void RingSendDoorbellInErr(Qp* qp);
+  bool HasReadyWork();
+  // HasReadyWork without unmarking anything (the wake-up test).
+  bool AnyReadyWork();
+  void ExecuteOrFlushOne(Qp* qp);
+  void ExecuteSendWqe(Qp* qp);
+  // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
+  // packet by packet against `responder`'s per-packet checks.
+  void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  // fake_nic_packets.cc: the straight-line path of an RDMA write of one SGE
+  // when nobody is watching (quiet_): every check of the general path in
+  // one function, the payload copied once, both completions in place.
+  // Returns false, having changed nothing, for anything else (then the
+  // general path runs from the start and gives the outcome).
+  bool ExecuteQuietWrite(Qp* qp);
+  // A write's payload copy faulted at `fault` while landing [target, +
+  // copy_length): the error completions of ExecuteWriteByPackets (the
+  // head WR popped, both QPs' states as rxe leaves them).
+  void FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
+                            uint64_t copy_length, uintptr_t fault,
+                            bool took_receive, bool ends_message);
+  // fake_nic_packets.cc: the head SEND / SEND_WITH_IMM packet by packet (the
+  // receive taken at FIRST / ONLY, scattered into per packet).
+  void ExecuteSendByPackets(Qp* qp, Qp* responder);
+  // rxe_mr.c copy_data over one packet's bytes [offset, offset + length) of
+  // a message and the SGE list `sges` of `owner`: SGE by SGE, each piece's
+  // MR looked up (lkey, PD, `access`) and range-checked before its bytes
+  // move, so the pieces before a failing one have moved. `payload` null:
+  // checks only. kFault: memory the program protected (*fault).
+  enum class SgeWalk { kOk, kNoMr, kOutOfRange, kFault };
+  SgeWalk ScatterPacket(Qp* owner, const SgeList& sges, int access,
+                        uint64_t offset, const uint8_t* payload,
+                        uint64_t length, uintptr_t* fault);
+  // The first packet (of `count`, path MTU `mtu`) whose source bytes fail
+  // rxe_req.c's per-packet copy_data, and the requester's status for it;
+  // `count` when none does (inline data: none).
+  uint32_t FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
+                                uint32_t count, ibv_wc_status* status);
+  // The requester's own SGE failed at packet `index`: the WR completes with
+  // `status`, the QP to ERR; what the earlier packets did stays done.
+  void FailOnSourcePacket(Qp* qp, ibv_wc_status status, uint32_t index);
+  // Landing other than kAtOnce (fake_nic_landing.cc): cuts the executed
+  // head WR's snapshot into pieces, and lands the next one (completing the
+  // WR after the last).
+  void StartLanding(Qp* qp, Qp* responder, bool took_receive);
+  void LandNextPiece(Qp* qp);
+  // A head WR still landing is flushed: the receive it took is flushed too.
+  void AbandonLanding(Qp* qp, const SendWqe& wqe);
+  void RecordPacket(Qp* qp, const SendWqe& wqe,
+                    const fake_nic_internal::RequestPacket& packet,
+                    const char* answer);
+  void RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                      const char* why);
+  // Calls source_read_tap_, when set, for bytes [offset, offset + length)
+  // of `wqe`'s source (fake_nic_taps.cc).
+  void TapSourceRead(const Qp* qp, const SendWqe& wqe, uint64_t offset,
+                     uint64_t length, uint32_t mtu) {
+    if (source_read_tap_) TapSourceReadSlow(qp, wqe, offset, length, mtu);
+  }
+  void TapSourceReadSlow(const Qp* qp, const SendWqe& wqe, uint64_t offset,
+                         uint64_t length, uint32_t mtu);
+  void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
+                       const SendWqe& wqe, ibv_wc_status status,
+                       ibv_wc_opcode opcode, uint32_t byte_len);
+  // The responder answered the head WR with an RNR NAK: one retry used (or
+  // parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR.
+  void RnrNakHead(Qp* qp);
+  // Transmission order (fake_nic_packets.cc): runs `qp`'s requester now, WR
+  // after WR, until its send queue is empty or its head cannot go on (RNR,
+  // a delay fault, a state that does not send).
+  void RunRequesterNow(Qp* qp);
+  // Applies execute_hook_ to the head WR; true when the verdict consumed
+  // this step (the WR failed, was torn, or waits).
+  bool ApplyExecuteHook(Qp* qp);
+  void LoseConnectionLocked(Qp* qp);
+  void CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                    uint32_t byte_len);
+  void DescribeAddresses(FakeNicEvent* event, const SgeList& sges,
+                         uint32_t rkey, uint64_t remote_addr);
+  bool LocalSgesOk(Qp* qp, const SgeList& sges, int needed_access);
+  bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
+                  int needed_access);
+  void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
+  // A completion written in place: CqeSlot hands out the CQ ring's next
+  // slot (nullptr when the CQ is overrun or full: build the entry aside and
+  // AddCqe it, which reports the loss); the caller fills every field, then
+  // CommitCqe applies the personality, records it and signals the channel.
+  bool CqHasNoRoom(const Cq* cq) const;
+  ibv_wc* CqeSlot(Cq* cq);
+  void CommitCqe(Cq* cq, ibv_wc& wc, bool solicited);
+  void SetQpState(Qp* qp, ibv_qp_state state, const char* why);
+  // ibv_modify_qp(3) for the user and for rdma_cm (fake_nic_qp_state.cc).
+  int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
+                     const char* why);
+  void ResetQpQueues(Qp* qp);
+  struct CmQpParams {
+    uint32_t dest_qp_num = 0;
+    uint8_t retry_cnt = 7;
+    uint8_t rnr_retry = 7;
+    uint8_t initiator_depth = 0;       // ours: max_rd_atomic
+    uint8_t responder_resources = 0;   // ours: max_dest_rd_atomic
+    uint8_t peer_initiator_depth = 0;  // decides REMOTE_READ / ATOMIC
+  };
+  int CmModifyQpToInit(Qp* qp, int access_flags, const char* why);
+  // librdmacm's RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES (0xff) mean the
+  // device's limit; larger requests are clamped to it.
+  uint8_t RdDepth(int requested) const;
+  int CmModifyQpToRts(Qp* qp, const CmQpParams& params, const char* why);
+  // While one lives (mu_ held throughout), the background thread is not
+  // woken; at its end it is woken once, and only if a step is ready. A
+  // scope that records many times -- a fabric frame's handling
+  // (OnFabricFrame), a PostSend whose WRs go out at post -- then costs one
+  // futex at most instead of one per record.
+  class WorkWakeDeferral {
+   public:
+    WorkWakeDeferral(FakeNic* nic, bool on) : nic_(on ? nic : nullptr) {
+      if (nic_ != nullptr) nic_->defer_work_wake_ = true;
+    }
+    ~WorkWakeDeferral() {
+      if (nic_ == nullptr) return;
+      nic_->defer_work_wake_ = false;
+      if (nic_->work_waiters_ > 0 && nic_->HasReadyWork()) {
+        nic_->work_cv_.notify_all();
+      }
+    }
+    WorkWakeDeferral(const WorkWakeDeferral&) = delete;
+    WorkWakeDeferral& operator=(const WorkWakeDeferral&) = delete;
+
+   private:
+    FakeNic* const nic_;
+  };
+  // Notifies the condition variables that have waiters. Inline: the data
+  // path calls it once per sequence number (five times per round trip).
+  // The background thread is woken only for work it can do (a QP marked
+  // and ready, CM work): a record that changes nothing it could step must
+  // not cost a futex, a context switch and a contended mutex (two polling
+  // processes on the fabric paid ~16 futex calls per round trip for it).
+  // A QP that becomes ready later is marked then, and MarkMaybeReady wakes.
+  void WakeWaiters() {
+    if (work_waiters_ > 0 && !defer_work_wake_ && AnyReadyWork()) {
+      work_cv_.notify_all();
+    }
+    if (event_waiters_ > 0) event_cv_.notify_all();
+  }
+  std::string DebugStringLocked();
+  std::cv_status WaitForEventUntil(
+      std::unique_lock<std::mutex>& lock,
+      std::chrono::steady_clock::time_point deadline);
+  int BlockUntil(std::unique_lock<std::mutex>& lock,
+                 const std::function<bool()>& ready, const char* what);
+
+  void QueueCmWork(std::string what, std::function<void()> run);
+  // `ib_cm_field_size`: the private-data field of the IB CM message that
+  // carried the event (0: none); see Personality.
+  // Returns the queued event (nullptr if it was dropped).
+  CmEvent* DeliverCmEvent(uint64_t id_handle, rdma_cm_event_type type,
+                          int status, const void* private_data,
+                          size_t private_data_len, uint64_t listen_handle,
+                          uint32_t remote_qp_num, size_t ib_cm_field_size = 0);
+  void DetachFromPeer(Qp* qp);
+  void ReleaseId(CmId* id);  // REQUIRES: no QP, no unacked events
+  void SetLocalAddress(CmId* id, Device* device, const std::string& addr,
+                       uint16_t port);
+  // The listening id bound to addr:port, or to a wildcard address on that
+  // port; nullptr when nobody listens there.
+  CmId* FindListener(const std::string& addr, uint16_t port);
+  // A connection request arriving at `listener`: a new id in
+  // kRequestReceived bound to device / local_addr:local_port, its peer at
+  // remote_addr:remote_port, with the requester's retry counts and
+  // initiator depth; registered with the NIC (fake_nic_cm.cc).
+  CmId* NewRequestId(CmId* listener, Device* device,
+                     const std::string& local_addr, uint16_t local_port,
+                     const std::string& remote_addr, uint16_t remote_port,
+                     uint8_t retry_count, uint8_t rnr_retry_count,
+                     uint8_t initiator_depth);
+  int CmFail(int errno_value);
+
+  // ---- the cross-process fabric (fake_nic_remote.cc) ----
+  // Frames arriving on a Link and its end; both take mu_.
+  void OnFabricFrame(uint64_t link, const fake_nic_internal::FrameView& frame);
+  // ExecuteRemote's gather buffer (guarded by mu_).
+  std::vector<uint8_t> remote_payload_;
+  void OnLinkClosed(uint64_t link);
+  // The REQ found no listener in this process: dial one on the fabric.
+  // False when nobody listens there either.
+  bool DialRemote(CmId* active, const std::vector<uint8_t>& private_data);
+  // Sends a CM frame about `id` on its link.
+  // `rnr_retry`: the REP's (-1: the id's REQ value).
+  void SendCmFrame(CmId* id, uint32_t type, int status,
+                   const std::vector<uint8_t>& private_data,
+                   int rnr_retry = -1);
+  // The requester's half when the peer QP is in another process: the head
+  // WR goes out as one request frame and waits in flight for the answer.
+  void ExecuteRemote(Qp* qp);
+  void OnRemoteRequest(CmId* id, const fake_nic_internal::FrameView& frame);
+  void OnRemoteAnswer(CmId* id, const fake_nic_internal::FrameView& frame);
+  // Sends `answer` (its text trimmed to why_len) with `data` as its tail.
+  void SendAnswer(uint64_t link, fake_nic_internal::AnswerFrame* answer,
+                  const std::vector<uint8_t>& data);
+  // The responder's checks on this process's memory for a remote request.
+  void RespondToRemote(Qp* responder, const fake_nic_internal::RequestFrame& r,
+                       const uint8_t* payload, size_t payload_len,
+                       fake_nic_internal::AnswerFrame* answer,
+                       std::vector<uint8_t>* data);
+  // A receive was posted on `qp` (or its SRQ): a remote requester parked on
+  // an RNR wait (rnr_retry 7) may go.
+  void TellRemoteReceivePosted(Qp* qp);
+  // The head WR in flight to a dead peer ends (peer death).
+  void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
+  void WriteTraceLine(const FakeNicEvent& event);
+  // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----
+  // The application thread waits on the fabric: reports it, then blocks
+  // until a granted step ends the wait (`ready` holds, or any step of this
+  // process when `ready` is null) or the Sequencer releases it (`releasable`
+  // only). Returns 1 when released, -1 when the Sequencer is gone (errno
+  // EIO), else 0. Several threads may wait at once; the process reports
+  // kWait when its first waiter comes and no other thread of it was told to
+  // go and is still leaving, kRun when a step ends any wait. REQUIRES
+  // sequenced_.
+  int SequencedWait(std::unique_lock<std::mutex>& lock,
+                    const std::function<bool()>* ready, const char* what,
+                    bool releasable);
+  void OnSequencerGrant(uint32_t kind, uint64_t step);  // fabric thread
+  void OnSequencerRelease();                            // fabric thread
+  uint64_t SequencerLocalPending();                     // fabric thread
+  void OnSequencerLost();                               // fabric thread
+  // kWait's text and flag for all current waiters. REQUIRES mu_ held.
+  void SequencerWaitLocked(std::string* where, bool* releasable) const;
+
+  // True when someone looks at FakeNicEvent records (an observer, the
+  // RPMA_HARNESS_LOG log or a trace file): only then are their address
+  // details worked out.
+  bool Observed() const {
+    return log_enabled_ || trace_fd_ >= 0 || !observers_.empty();
+  }
+  // "Nobody is watching" (issue 14): nothing observes the records (see
+  // Observed), no packet trace, no execute hook, no pending post-time or
+  // status fault, landing at once. Then the data path skips the fault scans,
+  // the hook and every event object (the sequence still advances, so the
+  // numbering is the same either way). UpdateQuiet() recomputes it wherever
+  // one of those changes (constructor, Add/RemoveObserver, the fault setters
+  // and their consumption, SetExecuteHook, SetLanding); the personality is
+  // fixed at construction.
+  void UpdateQuiet();
+  bool quiet_ = false;
+
+  const FakeNicConfig config_;
+  const bool log_enabled_;  // RPMA_HARNESS_LOG, read once at construction
+  std::mutex mu_;
+  std::condition_variable work_cv_;   // background thread: work may exist
+  std::condition_variable event_cv_;  // blocked getters: an event may exist
+  // Threads waiting on each condition variable: a notify with nobody
+  // waiting is a futex call the data path does not need to make.
+  int work_waiters_ = 0;
+  // Set while a WorkWakeDeferral lives.
+  bool defer_work_wake_ = false;
+  int event_waiters_ = 0;
+  uint64_t rng_state_;
+  Landing landing_;             // FakeNicConfig::landing, SetLanding
+  uint64_t landing_rng_state_;  // the seed's stream for Landing::kPieces
+  uint64_t next_seq_ = 1;
+  uint64_t next_handle_ = 1;
+  uint32_t next_mr_ordinal_ = 1;
+  size_t slot_cursor_ = 0;  // the in-turn schedule resumes at this slot
+  int next_observer_ = 1;
+  uint16_t next_ephemeral_port_ = 40000;
+
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::map<const void*, std::unique_ptr<Pd>> pds_;
+  std::map<const void*, std::unique_ptr<Mr>> mrs_;
+  // Looked up on every post and poll: hashed, so the cost does not grow
+  // with the number of QPs, CQs and MRs.
+  std::unordered_map<uint32_t, Mr*> mrs_by_lkey_;
+  std::unordered_map<uint32_t, Mr*> mrs_by_rkey_;
+  std::map<const void*, std::unique_ptr<CompChannel>> comp_channels_;
+  // The owners of the live CQs and QPs, by slot (nullptr: destroyed, or
+  // a CQ slot free for reuse): an entry of 8 bytes instead of a hashed
+  // node of 40 per object; the slot tables below find them.
+  std::vector<std::unique_ptr<Cq>> cqs_;
+  std::vector<std::unique_ptr<Qp>> qps_;
+  // Handles validated without a hashed lookup (FindQp / FindCq): the
+  // ibv_qp / ibv_cq handed out carries its slot in `handle`, and a handle is
+  // ours when the slot holds the object whose `base` it is. A destroyed
+  // object is not freed but retired: emptied at once (its rings and buffers
+  // released), and reused only after kRetiredKept later destroys, oldest
+  // first, so a stale handle still points at our memory and fails the check
+  // even when the program creates a new QP / CQ right after the destroy.
+  static constexpr size_t kRetiredKept = 64;
+  std::vector<Cq*> cq_slots_;  // by Cq::slot; nullptr once destroyed
+  std::vector<size_t> free_cq_slots_;
+  std::deque<std::unique_ptr<Qp>> retired_qps_;
+  std::deque<std::unique_ptr<Cq>> retired_cqs_;
+  // Hashed, not ordered (nothing walks them in order): a node of 32
+  // bytes instead of 64 per QP / id (3 nodes per QP at 10 000 pairs).
+  std::unordered_map<uint32_t, Qp*> qps_by_num_;
+  std::map<const void*, std::unique_ptr<Srq>> srqs_;
+  std::vector<Qp*> qp_order_;             // creation order (DebugString)
+  std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
+  std::vector<uint64_t> marked_;          // one bit per slot
+  std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
+  // How many bits of marked_ are set, and a slot whose bit was set last or
+  // that the scan left as the only one marked: when the count is 1 and that
+  // slot's bit is set, it is the only marked QP and StepLocked runs it
+  // without a scan (the scan would find it from any cursor).
+  size_t marked_count_ = 0;
+  size_t last_marked_ = 0;
+  LookupCache<uint32_t, Mr> lkey_cache_;
+  LookupCache<uint32_t, Mr> rkey_cache_;
+  std::map<const void*, std::unique_ptr<EventChannel>> event_channels_;
+  // See qps_by_num_.
+  std::unordered_map<const void*, std::unique_ptr<CmId>> ids_;
+  std::unordered_map<uint64_t, CmId*> ids_by_handle_;
+  std::map<std::string, uint64_t> bound_;  // "addr|port" -> id handle
+  std::map<const void*, std::unique_ptr<CmEvent>> outstanding_events_;
+  std::deque<CmWork> cm_work_;
+  std::map<int, std::function<void(const FakeNicEvent&)>> observers_;
+  std::vector<PostFault> post_faults_;
+  std::vector<StatusFault> status_faults_;
+  std::function<ExecuteVerdict(const ExecuteInfo&)> execute_hook_;
+  std::function<void(const SourceRead&)> source_read_tap_;
+
+  bool background_running_ = false;
+  bool stop_background_ = false;
+  std::thread background_;
+
+  // The cross-process fabric (FakeNicConfig::fabric_dir), or null.
+  std::unique_ptr<fake_nic_internal::Fabric> fabric_;
+  std::map<uint64_t, uint64_t> id_by_link_;  // link -> CmId handle
+  uint64_t next_token_ = 1;
+  int trace_fd_ = -1;  // FakeNicConfig::trace_path
+  // Sequenced mode (guarded by mu_ once threads run).
+  bool sequenced_ = false;
+  uint64_t seq_step_ = 0;  // the last step granted to this process
+  // Every application thread waiting on the fabric, each with its own
+  // predicate and go flag; all are re-tested after every granted step.
+  struct SeqWaiter {
+    const std::function<bool()>* ready = nullptr;
+    std::string where;
+    bool releasable = false;
+    bool go = false;
+    bool released = false;
+  };
+  std::list<SeqWaiter*> seq_waiters_;
+  // Waiters told to go that have not left SequencedWait yet: they run
+  // (the Sequencer was told kRun), so a new waiter does not report kWait.
+  int seq_leaving_ = 0;
+  bool seq_reported_wait_ = false;  // kWait sent, no kRun / kRelease since
+  bool seq_lost_ = false;           // the Sequencer went away
+};
+
+}  // namespace rpma_harness
+
+#endif  // RPMA_HARNESS_NIC_FAKE_NIC_H_

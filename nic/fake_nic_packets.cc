@@ -1,0 +1,791 @@
+// fake_nic_packets.cc: RDMA WRITE and RDMA WRITE with immediate as the wire
+// carries them, packet by packet.
+//
+// The requester cuts a message into packets of the QP's path MTU
+// (ibv_query_qp path_mtu; rdma_cm sets the port's active MTU, 1024 on rxe
+// over a 1500-byte netdev): ONLY when it fits in one, otherwise FIRST,
+// MIDDLE..., LAST (IB spec 9.4.3; rxe_req.c next_opcode). The RETH (va,
+// rkey, DMA length) rides on FIRST / ONLY, the immediate on LAST / ONLY.
+// The responder runs rxe's checks on every packet, in rxe_resp.c's order:
+//   check_op_valid   (RESPST_CHK_OP_VALID)  qp_access_flags allow a write
+//                                           (done for the whole message in
+//                                           ExecuteSendWqe: same answer for
+//                                           every packet)
+//   check_resource   (RESPST_CHK_RESOURCE)  a packet with RXE_RWR_MASK takes
+//                                           a receive: for write with imm
+//                                           that is LAST / ONLY only
+//                                           (rxe_opcode.c); none -> RNR NAK
+//   check_rkey       (RESPST_CHK_RKEY)      a RETH packet: rkey, PD, access
+//                                           and the whole [va, va + len)
+//                                           (zero length: not checked,
+//                                           C9-88)
+//   execute          (RESPST_EXECUTE)       the payload lands at va + offset
+//   complete         (RESPST_COMPLETE)      LAST / ONLY with a receive:
+//                                           RECV_RDMA_WITH_IMM
+// so where a message fails decides what each side sees: a multi-packet
+// write with imm that fails check_rkey fails on FIRST, before any receive
+// was taken; the responder goes to ERR (do_class_ac_error) and the receive
+// is flushed (WR_FLUSH_ERR) instead of completing with the access error,
+// which only an ONLY packet (check_resource before check_rkey) produces. An
+// RNR NAK on LAST implicitly acknowledges the packets before it (IB spec
+// 9.7.5.1.1): their bytes have landed, and a retry resends LAST only.
+//
+// The wire here is the call stack: one Step() carries every packet of the
+// message from the requester to the responder and the ACK / NAK back, unless
+// an RNR NAK parks the message. See README "Fidelity" for why there is no
+// separately scheduled Wire yet.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "nic/fake_nic.h"
+#include "nic/fake_nic_internal.h"
+#include "nic/fake_nic_user_memory.h"
+
+namespace rpma_harness {
+
+using fake_nic_internal::RecvWqe;
+using fake_nic_internal::RequestPacket;
+using fake_nic_internal::Ring;
+using fake_nic_internal::Sge;
+
+namespace fake_nic_internal {
+
+uint32_t MtuBytes(ibv_mtu mtu) {
+  switch (mtu) {
+    case IBV_MTU_256:
+      return 256;
+    case IBV_MTU_512:
+      return 512;
+    case IBV_MTU_2048:
+      return 2048;
+    case IBV_MTU_4096:
+      return 4096;
+    case IBV_MTU_1024:
+    default:
+      return 1024;
+  }
+}
+
+uint32_t PacketCount(uint64_t length, uint32_t mtu) {
+  if (length == 0) return 1;
+  // Every IB MTU is a power of two (ibv_mtu): a shift, not a 64-bit divide
+  // (the divide was the hottest instruction of a one-packet write).
+  if ((mtu & (mtu - 1)) == 0) {
+    return static_cast<uint32_t>((length + mtu - 1) >> __builtin_ctz(mtu));
+  }
+  return static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
+RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
+                              uint32_t mtu, uint32_t index) {
+  RequestPacket p;
+  const uint32_t count = PacketCount(length, mtu);
+  p.index = index;
+  p.offset = uint64_t{index} * mtu;
+  p.length = static_cast<uint32_t>(
+      std::min<uint64_t>(mtu, length > p.offset ? length - p.offset : 0));
+  const bool first = index == 0;
+  const bool last = index + 1 == count;
+  p.position = count == 1 ? RequestPacket::Position::kOnly
+               : first    ? RequestPacket::Position::kFirst
+               : last     ? RequestPacket::Position::kLast
+                          : RequestPacket::Position::kMiddle;
+  p.has_reth = first;
+  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  p.has_imm = with_imm && last;
+  // rxe_opcode.c: RDMA_WRITE_LAST_WITH_IMMEDIATE and
+  // RDMA_WRITE_ONLY_WITH_IMMEDIATE carry RXE_RWR_MASK.
+  p.takes_receive = with_imm && last;
+  p.ends_message = last;
+  return p;
+}
+
+RequestPacket MakeSendPacket(ibv_wr_opcode opcode, uint64_t length,
+                             uint32_t mtu, uint32_t index) {
+  RequestPacket p = MakeWritePacket(opcode, length, mtu, index);
+  p.has_reth = false;
+  p.has_imm = opcode == IBV_WR_SEND_WITH_IMM && p.ends_message;
+  // rxe_opcode.c: SEND_FIRST, SEND_ONLY and SEND_ONLY_WITH_IMMEDIATE carry
+  // RXE_RWR_MASK (check_resource takes the receive there).
+  p.takes_receive = index == 0;
+  return p;
+}
+
+const char* PositionName(RequestPacket::Position position) {
+  switch (position) {
+    case RequestPacket::Position::kFirst:
+      return "FIRST";
+    case RequestPacket::Position::kMiddle:
+      return "MIDDLE";
+    case RequestPacket::Position::kLast:
+      return "LAST";
+    case RequestPacket::Position::kOnly:
+      return "ONLY";
+  }
+  return "?";
+}
+
+}  // namespace fake_nic_internal
+
+namespace {
+
+uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// Copies `length` bytes starting `offset` bytes into the gather list `src`
+// to `dst`, with GuardedCopy (memmove semantics: in loopback a packet's
+// source and target may overlap). A copy that faults stops there: returns
+// false with the faulting address in *fault (fake_nic_user_memory.h).
+bool GatherAt(const Sge* src, size_t nsrc, uint64_t offset, uint8_t* dst,
+              uint64_t length, uintptr_t* fault) {
+  for (size_t i = 0; i < nsrc && length > 0; ++i) {
+    if (offset >= src[i].length) {
+      offset -= src[i].length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(src[i].length - offset, length);
+    if (!fake_nic_internal::GuardedCopy(
+            dst, reinterpret_cast<const void*>(src[i].addr + offset), n,
+            fault)) {
+      return false;
+    }
+    dst += n;
+    length -= n;
+    offset = 0;
+  }
+  return true;
+}
+
+// Whether [addr, addr + length) overlaps any entry of the gather list.
+bool Overlaps(const Sge* src, size_t nsrc, uint64_t addr, uint64_t length) {
+  for (size_t i = 0; i < nsrc; ++i) {
+    if (src[i].addr < addr + length && addr < src[i].addr + src[i].length) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// After one copy of several packets faulted: memmove may have copied in
+// any order (glibc copies large blocks backwards to avoid 4 KiB aliasing),
+// so the packets before the fault may not have landed. Copies them again one
+// by one (the same bytes: source and target do not overlap) until the one
+// that faults, so what lands is what packet-by-packet copying lands. Returns
+// false with *fault set; `bulk` false: nothing to redo.
+bool RecopyByPackets(const Sge* src, size_t nsrc, uint8_t* dst, uint64_t length,
+                     uint32_t mtu, bool bulk, uintptr_t* fault) {
+  if (!bulk) return false;
+  for (uint64_t offset = 0; offset < length; offset += mtu) {
+    const uint64_t n = std::min<uint64_t>(mtu, length - offset);
+    if (!GatherAt(src, nsrc, offset, dst + offset, n, fault)) return false;
+  }
+  // Cannot happen (the same copy faulted a moment ago), but a copy that now
+  // succeeds is not a fault.
+  return true;
+}
+
+}  // namespace
+
+// The responder's answer to one packet.
+enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess };
+
+// Nobody watching: a write of one SGE (or inline data) meets the same
+// checks ExecuteSendWqe and ExecuteWriteByPackets make, in rxe's order, each
+// only tested here -- any that fails (or anything this path does not cover:
+// a landing in progress, a delay, a resumed message, a peer in another
+// process, more than one SGE) returns false before anything changed, and the
+// general path redoes them and gives the outcome. Requester (rxe_req.c): the
+// source SGE is checked as finish_packet's copy_data checks it
+// (FirstBadSourcePacket: the lkey names an MR of the QP's PD, the range lies
+// inside it; inline data was copied at post time). Responder (rxe_resp.c):
+// the QP answers (CanRespond: RTR / RTS / SQD), check_op_valid (REMOTE_WRITE
+// in qp_access_flags), check_resource (the ONLY / LAST WITH_IMMEDIATE packet
+// carries RXE_RWR_MASK and takes a receive; none is an RNR NAK, left to the
+// general path), check_rkey on the RETH for the whole message (RemoteMrOk; a
+// 0-byte write checks no rkey), then execute: the payload in one copy, the
+// receive consumed with byte_len the RDMA length and the immediate, both
+// completions written in their CQ slots.
+//
+// A message of several packets lands in one copy too, where the packet loop
+// makes two (FIRST and every MIDDLE at once, then LAST): the same bytes when
+// source and target do not overlap and nobody taps the source reads, which
+// are the only cases taken here. A copy that faults is handed to the packet
+// loop whole: for one packet FailWriteOnCopyFault reports it as the loop
+// does; for several the loop copies again (the same bytes over the same
+// non-overlapping target) and finds the fault where packet-by-packet copying
+// finds it.
+bool FakeNic::ExecuteQuietWrite(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  const ibv_wr_opcode opcode = head.opcode;
+  if (opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+    return false;
+  }
+  if (head.landing != nullptr || head.delay_steps_left > 0 ||
+      head.next_packet != 0 || qp->link != 0 || head.sges.size() > 1) {
+    return false;
+  }
+  // Requester: the payload and its source check.
+  const uint8_t* source;
+  uint64_t length;
+  if (head.is_inline) {
+    source = head.inline_data.data();
+    length = head.inline_data.size();
+  } else if (head.sges.empty()) {
+    source = nullptr;
+    length = 0;
+  } else {
+    const Sge& sge = head.sges.front();
+    source = reinterpret_cast<const uint8_t*>(sge.addr);
+    length = sge.length;
+    if (length > 0) {
+      const Mr* mr = FindMrByLkey(sge.lkey);
+      if (mr == nullptr || mr->pd != qp->pd) return false;
+      const uint64_t start = Address(mr->base.addr);
+      if (sge.addr < start || sge.addr - start > mr->base.length ||
+          length > mr->base.length - (sge.addr - start)) {
+        return false;
+      }
+    }
+  }
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const bool one_packet = length <= mtu;
+  uint8_t* const target = reinterpret_cast<uint8_t*>(head.remote_addr);
+  if (!one_packet &&
+      (source_read_tap_ || (Address(source) < Address(target) + length &&
+                            Address(target) < Address(source) + length))) {
+    return false;
+  }
+  // Responder.
+  Qp* responder = qp->peer;
+  if (responder == nullptr || !fake_nic_internal::CanRespond(responder->base) ||
+      (responder->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+    return false;
+  }
+  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  Ring<RecvWqe>& rq = responder->ReceiveQueue();
+  if (with_imm && rq.empty()) return false;
+  if (length > 0 && !RemoteMrOk(responder, head.rkey, head.remote_addr, length,
+                                IBV_ACCESS_REMOTE_WRITE)) {
+    return false;
+  }
+  // Every check passed: from here on the WR executes.
+  auto& resp = responder->responder;
+  resp.write_va = head.remote_addr;
+  resp.write_length = length;
+  resp.write_checked = true;
+  if (length > 0) {
+    TapSourceRead(qp, head, 0, length, mtu);
+    uintptr_t fault = 0;
+    if (!fake_nic_internal::GuardedCopy(target, source, length, &fault)) {
+      if (one_packet) {
+        FailWriteOnCopyFault(qp, responder, target, length, fault, with_imm,
+                             /*ends_message=*/true);
+      } else {
+        ExecuteWriteByPackets(qp, responder);
+      }
+      return true;
+    }
+  }
+  // RecordExecuted with nobody observing (quiet_): the sequence advances.
+  next_seq_++;
+  WakeWaiters();
+  if (with_imm) {
+    CompleteReceive(responder, rq.front(), head, IBV_WC_SUCCESS,
+                    IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(length));
+    rq.pop_front();
+  }
+  CompleteSend(qp, head, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+  qp->sq.pop_front();
+  return true;
+}
+
+void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
+  using fake_nic_internal::MakeWritePacket;
+  using fake_nic_internal::MtuBytes;
+  using fake_nic_internal::PacketCount;
+  SendWqe& head = qp->sq.front();
+  const uint64_t length = head.total_length();
+  const uint32_t mtu = MtuBytes(qp->attr.path_mtu);
+  const uint32_t count = PacketCount(length, mtu);
+  auto& resp = responder->responder;
+
+  const Sge inline_source{Address(head.inline_data.data()),
+                          static_cast<uint32_t>(head.inline_data.size()), 0};
+  const Sge* source = head.is_inline ? &inline_source : head.sges.begin();
+  const size_t num_source = head.is_inline ? 1 : head.sges.size();
+  // FakeNicConfig::landing other than kAtOnce: the payload goes to a
+  // snapshot, landed later by LandNextPiece (fake_nic_landing.cc).
+  // A WR that began landing at once (RNR-parked on LAST when the mode
+  // changed) keeps landing at once: its first packets are in place already.
+  if (landing_ != Landing::kAtOnce && head.landing == nullptr &&
+      head.next_packet == 0) {
+    head.landing = std::make_unique<fake_nic_internal::PendingLanding>();
+    head.landing->bytes.resize(length);
+  }
+  fake_nic_internal::PendingLanding* const deferred = head.landing.get();
+  // rxe_req.c finish_packet: the requester copies each packet's payload
+  // from its SGEs as it builds the packet, so a bad source SGE stops the
+  // write at the first packet that reaches it (deferred landing checked
+  // the SGEs up front, in ExecuteSendWqe).
+  ibv_wc_status source_status = IBV_WC_SUCCESS;
+  const uint32_t first_bad =
+      deferred != nullptr
+          ? count
+          : FirstBadSourcePacket(qp, head, mtu, count, &source_status);
+
+  for (uint32_t i = head.next_packet; i < count; ++i) {
+    const RequestPacket packet = MakeWritePacket(head.opcode, length, mtu, i);
+    if (i == first_bad) {
+      RecordPacket(qp, head, packet, "not sent: local SGE");
+      FailOnSourcePacket(qp, source_status, i);
+      return;
+    }
+    PacketAnswer answer = PacketAnswer::kAck;
+    bool took_receive = false;
+    // check_resource.
+    if (packet.takes_receive) {
+      if (responder->ReceiveQueue().empty()) {
+        answer = PacketAnswer::kRnrNak;
+      } else {
+        took_receive = true;
+      }
+    }
+    // check_rkey, on the RETH packet, for the whole message.
+    if (answer == PacketAnswer::kAck && packet.has_reth) {
+      resp.write_va = head.remote_addr;
+      resp.write_length = length;
+      resp.write_checked =
+          length == 0 || RemoteMrOk(responder, head.rkey, head.remote_addr,
+                                    length, IBV_ACCESS_REMOTE_WRITE);
+      if (!resp.write_checked) answer = PacketAnswer::kNakRemoteAccess;
+    }
+    RecordPacket(qp, head, packet,
+                 answer == PacketAnswer::kAck      ? "ACK"
+                 : answer == PacketAnswer::kRnrNak ? "RNR NAK"
+                                                   : "NAK remote access");
+    if (answer == PacketAnswer::kRnrNak) {
+      head.next_packet = i;  // the NAK acknowledged the packets before it
+      RnrNakHead(qp);
+      return;
+    }
+    if (answer == PacketAnswer::kNakRemoteAccess) {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      const char* why =
+          "rkey/PD/bounds/REMOTE_WRITE check failed at the responder";
+      if (took_receive) {
+        // An ONLY packet: check_resource took the receive before
+        // check_rkey failed, so it completes with the error.
+        RecvWqe recv = std::move(responder->ReceiveQueue().front());
+        responder->ReceiveQueue().pop_front();
+        CompleteReceive(responder, recv, wqe,
+                        config_.personality.recv_status_on_rkey_violation,
+                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
+      }
+      RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why);
+      SetQpState(responder, IBV_QPS_ERR, why);
+      qp->failed_on_last_packet = packet.ends_message;
+      CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, why);
+      return;
+    }
+    // execute: the payload lands.
+    uintptr_t fault = 0;
+    auto* target =
+        deferred != nullptr
+            ? deferred->bytes.data() + packet.offset
+            : reinterpret_cast<uint8_t*>(resp.write_va + packet.offset);
+    // A MIDDLE packet takes no receive, carries no RETH and cannot be RNR
+    // NAKed: its only effect is its copy (and its trace line). With nobody
+    // tracing packets, FIRST and every MIDDLE land in one copy -- the same
+    // bytes as packet by packet unless source and target overlap (loopback:
+    // chunked copies then differ from one memmove), so only then. One
+    // guarded copy instead of one per packet (~1 KiB each at rdma_cm's MTU)
+    // is what keeps a large write near memcpy's speed.
+    uint64_t copy_length = packet.length;
+    uint32_t last_copied = i;
+    if (packet.has_reth && count > 2 && first_bad >= count - 1 &&
+        !config_.trace_packets &&
+        !Overlaps(source, num_source, Address(target),
+                  uint64_t{count - 1} * mtu)) {
+      copy_length = uint64_t{count - 1} * mtu;
+      last_copied = count - 2;
+    }
+    if (copy_length > 0) {
+      TapSourceRead(qp, head, packet.offset, copy_length, mtu);
+    }
+    if (copy_length > 0 &&
+        !GatherAt(source, num_source, packet.offset, target, copy_length,
+                  &fault) &&
+        !RecopyByPackets(source, num_source, target, copy_length, mtu,
+                         copy_length > packet.length, &fault)) {
+      FailWriteOnCopyFault(qp, responder, target, copy_length, fault,
+                           took_receive, packet.ends_message);
+      return;
+    }
+    i = last_copied;
+    if (packet.ends_message && deferred != nullptr) {
+      StartLanding(qp, responder, took_receive);
+      return;
+    }
+    if (packet.ends_message) {
+      // Executed and completed where it sits; popping only advances the
+      // head (nothing on this path touches the send or receive queue).
+      const SendWqe& wqe = head;
+      RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+      if (took_receive) {
+        // The receive is consumed but its SGEs are not touched; byte_len is
+        // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
+        fake_nic_internal::Ring<RecvWqe>& rq = responder->ReceiveQueue();
+        CompleteReceive(responder, rq.front(), wqe, IBV_WC_SUCCESS,
+                        IBV_WC_RECV_RDMA_WITH_IMM,
+                        static_cast<uint32_t>(length));
+        rq.pop_front();
+      }
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      qp->sq.pop_front();
+      return;
+    }
+  }
+}
+
+void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
+                                   uint64_t copy_length, uintptr_t fault,
+                                   bool took_receive, bool ends_message) {
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  const uint64_t target_addr = Address(target);
+  if (fault >= target_addr && fault - target_addr < copy_length) {
+    // The responder's memory faulted: answered as its own protection
+    // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
+    // packet took completes with the error as on a failed check_rkey.
+    const std::string why =
+        fake_nic_internal::HarnessMemoryError("the responder's", wqe.wr_id);
+    if (took_receive) {
+      RecvWqe recv = std::move(responder->ReceiveQueue().front());
+      responder->ReceiveQueue().pop_front();
+      CompleteReceive(responder, recv, wqe,
+                      config_.personality.recv_status_on_rkey_violation,
+                      IBV_WC_RECV_RDMA_WITH_IMM, 0);
+    }
+    RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
+    SetQpState(responder, IBV_QPS_ERR, why.c_str());
+    qp->failed_on_last_packet = ends_message;
+    CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+  } else {
+    // The requester's own memory faulted: a local protection error
+    // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
+    // local SGE fails its checks. The message was cut: the responder's
+    // receive, if taken, is flushed with its QP.
+    const std::string why =
+        fake_nic_internal::HarnessMemoryError("the requester's", wqe.wr_id);
+    if (took_receive) {
+      RecvWqe recv = std::move(responder->ReceiveQueue().front());
+      responder->ReceiveQueue().pop_front();
+      CompleteReceive(responder, recv, wqe, IBV_WC_WR_FLUSH_ERR,
+                      IBV_WC_RECV_RDMA_WITH_IMM, 0);
+      SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
+    }
+    RecordExecuted(qp, wqe, IBV_WC_LOC_PROT_ERR, why.c_str());
+    CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, "local memory fault");
+  }
+}
+
+FakeNic::SgeWalk FakeNic::ScatterPacket(Qp* owner, const SgeList& sges,
+                                        int access, uint64_t offset,
+                                        const uint8_t* payload, uint64_t length,
+                                        uintptr_t* fault) {
+  for (const Sge& sge : sges) {
+    if (length == 0) break;
+    if (offset >= sge.length) {  // zero-length SGEs are skipped too
+      offset -= sge.length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(sge.length - offset, length);
+    // lookup_mr: the key, the PD, the access (any of `access`'s bits).
+    const Mr* mr = FindMrByLkey(sge.lkey);
+    if (mr == nullptr || mr->pd != owner->pd ||
+        (access != 0 && (mr->access & access) == 0)) {
+      return SgeWalk::kNoMr;
+    }
+    // rxe_mr_copy -> mr_check_range: this piece inside the MR.
+    const uint64_t addr = sge.addr + offset;
+    const uint64_t start = Address(mr->base.addr);
+    if (addr < start || addr - start > mr->base.length ||
+        n > mr->base.length - (addr - start)) {
+      return SgeWalk::kOutOfRange;
+    }
+    if (payload != nullptr) {
+      if (!fake_nic_internal::GuardedCopy(reinterpret_cast<void*>(addr),
+                                          payload, n, fault)) {
+        return SgeWalk::kFault;
+      }
+      payload += n;
+    }
+    length -= n;
+    offset = 0;
+  }
+  return SgeWalk::kOk;
+}
+
+uint32_t FakeNic::FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
+                                       uint32_t count, ibv_wc_status* status) {
+  if (wqe.is_inline) return count;  // copied at post time
+  uint64_t message_offset = 0;      // of this SGE's first byte
+  for (const Sge& sge : wqe.sges) {
+    if (sge.length == 0) continue;
+    const Mr* mr = FindMrByLkey(sge.lkey);
+    if (mr == nullptr || mr->pd != qp->pd) {
+      // copy_data looks the MR up when a packet first reaches the SGE.
+      *status = config_.personality.send_status_on_bad_source_key;
+      return static_cast<uint32_t>(message_offset / mtu);
+    }
+    // How much of the SGE, from its start, lies inside the MR: pieces are
+    // cut at packet boundaries, so the first piece reaching past the MR is
+    // the one holding the SGE's byte `inside` (mr_check_range, -EFAULT).
+    const uint64_t start = Address(mr->base.addr);
+    const uint64_t end = start + mr->base.length;
+    const uint64_t inside =
+        sge.addr < start || sge.addr > end
+            ? 0
+            : std::min<uint64_t>(sge.length, end - sge.addr);
+    if (inside < sge.length) {
+      *status = IBV_WC_LOC_PROT_ERR;
+      return static_cast<uint32_t>((message_offset + inside) / mtu);
+    }
+    message_offset += sge.length;
+  }
+  return count;
+}
+
+void FakeNic::FailOnSourcePacket(Qp* qp, ibv_wc_status status, uint32_t index) {
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  const std::string why =
+      std::string(status == IBV_WC_LOC_PROT_ERR
+                      ? "local SGE reaches outside its MR"
+                      : "local SGE's lkey names no MR of the QP's PD") +
+      " (packet " + std::to_string(index) + ")";
+  RecordExecuted(qp, wqe, status, why.c_str());
+  // rxe_req.c err: the requester's index passes the WR, the QP to ERR.
+  CompleteSend(qp, wqe, status, 0);
+  SetQpState(qp, IBV_QPS_ERR, why.c_str());
+}
+
+void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
+  using fake_nic_internal::MakeSendPacket;
+  using fake_nic_internal::MtuBytes;
+  using fake_nic_internal::PacketCount;
+  SendWqe& head = qp->sq.front();
+  const uint64_t length = head.total_length();
+  const uint32_t mtu = MtuBytes(qp->attr.path_mtu);
+  const uint32_t count = PacketCount(length, mtu);
+  ibv_wc_status source_status = IBV_WC_SUCCESS;
+  const uint32_t first_bad =
+      FirstBadSourcePacket(qp, head, mtu, count, &source_status);
+  if (first_bad == 0) {
+    // The first packet is never built: nothing reaches the responder.
+    RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
+                 "not sent: local SGE");
+    FailOnSourcePacket(qp, source_status, 0);
+    return;
+  }
+  // check_resource on FIRST / ONLY: a receive, or an RNR NAK (with an SRQ
+  // the receive comes from it, IB spec 10.2.9; rxe_resp.c get_srq_wqe).
+  Ring<RecvWqe>& rq = responder->ReceiveQueue();
+  if (rq.empty()) {
+    RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
+                 "RNR NAK");
+    RnrNakHead(qp);
+    return;
+  }
+  head.waiting_for_receive = false;
+  // The receive stays at the head of its queue until the message ends
+  // (rxe advances the consumer index in do_complete).
+  const RecvWqe& recv = rq.front();
+  uint64_t capacity = 0;
+  for (const Sge& sge : recv.sges) capacity += sge.length;
+
+  const Sge inline_source{Address(head.inline_data.data()),
+                          static_cast<uint32_t>(head.inline_data.size()), 0};
+  const Sge* source = head.is_inline ? &inline_source : head.sges.begin();
+  const size_t num_source = head.is_inline ? 1 : head.sges.size();
+
+  // A responder-detected error: the receive completes with `recv_status`,
+  // the requester with `requester_status`, both QPs to ERR (rxe_resp.c
+  // do_class_ac_error, then RESPST_COMPLETE and RESPST_ERROR).
+  auto nak = [&](const RequestPacket& packet, ibv_wc_status recv_status,
+                 ibv_wc_status requester_status, const std::string& why) {
+    RecordPacket(qp, head, packet, why.c_str());
+    RecvWqe taken = std::move(rq.front());
+    rq.pop_front();
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    CompleteReceive(responder, taken, wqe, recv_status, IBV_WC_RECV, 0);
+    RecordExecuted(qp, wqe, requester_status, why.c_str());
+    SetQpState(responder, IBV_QPS_ERR, why.c_str());
+    qp->failed_on_last_packet = packet.ends_message;
+    CompleteSend(qp, wqe, requester_status, 0);
+    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+  };
+
+  uint8_t payload[4096];  // one packet: MtuBytes() <= 4096
+  for (uint32_t i = 0; i < count; ++i) {
+    const RequestPacket packet = MakeSendPacket(head.opcode, length, mtu, i);
+    if (i == first_bad) {
+      // rxe_req.c finish_packet: this packet is never sent; the receive the
+      // FIRST packet took stays in progress (no completion, the bytes of
+      // the packets before in place) and the responder stays as it is.
+      RecordPacket(qp, head, packet, "not sent: local SGE");
+      FailOnSourcePacket(qp, source_status, i);
+      return;
+    }
+    uintptr_t fault = 0;
+    if (packet.length > 0) {
+      TapSourceRead(qp, head, packet.offset, packet.length, mtu);
+    }
+    if (packet.length > 0 && !GatherAt(source, num_source, packet.offset,
+                                       payload, packet.length, &fault)) {
+      // The requester's own memory faulted (HarnessMemoryError): a local
+      // protection error; the message was cut, so the receive is flushed
+      // with the responder's QP.
+      const std::string why =
+          fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
+      RecvWqe taken = std::move(rq.front());
+      rq.pop_front();
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      CompleteReceive(responder, taken, wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
+                      0);
+      SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
+      RecordExecuted(qp, wqe, IBV_WC_LOC_PROT_ERR, why.c_str());
+      CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, "local memory fault");
+      return;
+    }
+    // send_data_in -> copy_data: a packet longer than what is left of the
+    // receive is refused whole (rxe_mr.c: length > resid), so only the
+    // packets before it have landed.
+    if (packet.length > capacity - std::min(capacity, packet.offset)) {
+      nak(packet, config_.personality.recv_status_on_short_buffer,
+          config_.personality.send_status_on_short_receive,
+          "send longer than the posted receive (packet " + std::to_string(i) +
+              ")");
+      return;
+    }
+    // Then SGE by SGE: a receive SGE that fails its lookup or range check
+    // stops the copy there (the pieces before it in this packet landed):
+    // RESPST_ERR_MALFORMED_WQE, a "remote operational error" NAK.
+    const SgeWalk walk =
+        ScatterPacket(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE,
+                      packet.offset, payload, packet.length, &fault);
+    if (walk == SgeWalk::kFault) {
+      nak(packet, config_.personality.recv_status_on_bad_recv_sge,
+          IBV_WC_REM_OP_ERR,
+          fake_nic_internal::HarnessMemoryError("the responder's", head.wr_id));
+      return;
+    }
+    if (walk != SgeWalk::kOk) {
+      nak(packet, config_.personality.recv_status_on_bad_recv_sge,
+          IBV_WC_REM_OP_ERR,
+          "receive SGE fails lkey/PD/bounds/access (packet " +
+              std::to_string(i) + ")");
+      return;
+    }
+    RecordPacket(qp, head, packet, "ACK");
+  }
+  // LAST / ONLY: RESPST_COMPLETE. byte_len is the message's length, the
+  // immediate (SEND_WITH_IMM) came on this packet (ibv_poll_cq(3)).
+  RecvWqe taken = std::move(rq.front());
+  rq.pop_front();
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+  CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
+                  static_cast<uint32_t>(length));
+  CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+}
+
+void FakeNic::RunRequesterNow(Qp* qp) {
+  while (qp->base.state == IBV_QPS_RTS && !qp->sq.empty() &&
+         QpHasReadyWork(qp)) {
+    const size_t before = qp->sq.size();
+    ExecuteSendWqe(qp);
+    if (qp->sq.size() == before) break;  // RNR NAK, delay: retried by Step()
+  }
+  MarkMaybeReady(qp);
+  MarkMaybeReady(qp->peer);
+}
+
+void FakeNic::RecordPacket(Qp* qp, const SendWqe& wqe,
+                           const RequestPacket& packet, const char* answer) {
+  if (!config_.trace_packets) return;
+  RecordLazily([&](FakeNicEvent* event) {
+    event->kind = FakeNicEvent::Kind::kPacket;
+    event->qp_num = qp->base.qp_num;
+    event->wr_id = wqe.wr_id;
+    event->opcode = wqe.opcode;
+    event->byte_len = packet.length;
+    event->text =
+        std::string(fake_nic_internal::PositionName(packet.position)) + " #" +
+        std::to_string(packet.index) + " offset " +
+        std::to_string(packet.offset) + ": " + answer;
+  });
+}
+
+void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
+                             const char* why) {
+  if (!Observed()) {  // as RecordLazily: the sequence advances all the same
+    next_seq_++;
+    WakeWaiters();
+    return;
+  }
+  FakeNicEvent executed;
+  executed.kind = FakeNicEvent::Kind::kExecute;
+  executed.qp_num = qp->base.qp_num;
+  executed.wr_id = wqe.wr_id;
+  executed.opcode = wqe.opcode;
+  executed.status = status;
+  executed.byte_len = wqe.total_length();
+  executed.text = why;
+  DescribeAddresses(&executed, wqe.sges, wqe.rkey, wqe.remote_addr);
+  Record(std::move(executed));
+}
+
+void FakeNic::CompleteReceive(Qp* responder, const RecvWqe& recv,
+                              const SendWqe& wqe, ibv_wc_status status,
+                              ibv_wc_opcode opcode, uint32_t byte_len) {
+  // Written in place in the CQ's ring (CqeSlot), or built aside for
+  // AddCqe to report when the CQ has no room.
+  ibv_wc lost;
+  ibv_wc* const slot = CqeSlot(responder->recv_cq);
+  ibv_wc& wc = slot != nullptr ? *slot : lost;
+  memset(&wc, 0, sizeof(wc));
+  wc.wr_id = recv.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = responder->base.qp_num;
+  const bool with_imm = wqe.opcode == IBV_WR_SEND_WITH_IMM ||
+                        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (status == IBV_WC_SUCCESS && with_imm) {
+    // ibv_poll_cq(3): imm_data is in network byte order, passed through.
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = wqe.imm_data;
+  }
+  if (status == IBV_WC_SUCCESS && config_.personality.recv_cqe_has_grh_flag) {
+    wc.wc_flags |= IBV_WC_GRH;
+  }
+  const bool solicited = wqe.send_flags & IBV_SEND_SOLICITED;
+  if (slot != nullptr) {
+    CommitCqe(responder->recv_cq, wc, solicited);
+  } else {
+    AddCqe(responder->recv_cq, wc, solicited);
+  }
+}
+
+}  // namespace rpma_harness

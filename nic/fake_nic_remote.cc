@@ -1,0 +1,967 @@
+// fake_nic_remote.cc: what the frames of the cross-process fabric
+// (fake_nic_fabric.h) mean to the NIC: the IB CM handshake with a peer in
+// another process, the requester's half of a WR whose responder is there,
+// the responder's half of a WR whose requester is there, and a peer's death.
+//
+// The rules are the in-process NIC's (fake_nic_cm.cc, fake_nic_data_path.cc,
+// fake_nic_packets.cc), cited there; this file only changes where each half
+// runs: the responder's checks (rkey, bounds, access, receive consumption,
+// RNR) run in the responder's process on its own registered memory, and the
+// requester completes its WR when the answer comes back. A WR waits "in
+// flight" for that answer without any lock held, so two processes stepping
+// each other cannot deadlock.
+//
+// Example (what a request looks like on the wire):
+//   requester: ExecuteRemote -> kFrameRequest {token, opcode, rkey, va, ...}
+//              + the message's bytes (writes, sends)
+//   responder: OnRemoteRequest -> RespondToRemote -> kFrameAnswer {token,
+//              ACK | RNR NAK | NAK status | no answer} + READ / atomic data
+//   requester: OnRemoteAnswer -> CompleteSend, as the in-process NIC does.
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nic/fake_nic.h"
+#include "nic/fake_nic_fabric.h"
+#include "nic/fake_nic_fabric_sequence.h"
+#include "nic/fake_nic_internal.h"
+#include "nic/fake_nic_user_memory.h"
+
+namespace rpma_harness {
+
+using fake_nic_internal::AnswerFrame;
+using fake_nic_internal::CanRespond;
+using fake_nic_internal::CmFrame;
+using fake_nic_internal::CmState;
+using fake_nic_internal::Frame;
+using fake_nic_internal::FrameView;
+using fake_nic_internal::GuardedCopy;
+using fake_nic_internal::RecvWqe;
+using fake_nic_internal::RequestFrame;
+using fake_nic_internal::RequestPacket;
+
+namespace {
+
+uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+void CopyText(char* dst, size_t size, const std::string& text) {
+  snprintf(dst, size, "%s", text.c_str());
+}
+
+// The fixed body of a frame, and where its tail starts; false if the frame
+// is shorter than its body (a peer speaking another version).
+template <typename Body>
+bool ParseBody(const FrameView& frame, Body* body, const uint8_t** tail,
+               size_t* tail_len) {
+  if (frame.body_len < sizeof(Body)) return false;
+  memcpy(body, frame.body, sizeof(Body));
+  *tail = frame.body + sizeof(Body);
+  *tail_len = frame.body_len - sizeof(Body);
+  return true;
+}
+
+// Copies `length` bytes from the gather list at `offset` into `dst`;
+// false on a faulting source.
+bool Gather(const fake_nic_internal::Sge* src, size_t nsrc, uint64_t offset,
+            uint8_t* dst, uint64_t length) {
+  uintptr_t fault = 0;
+  for (size_t i = 0; i < nsrc && length > 0; ++i) {
+    if (offset >= src[i].length) {
+      offset -= src[i].length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(src[i].length - offset, length);
+    if (!GuardedCopy(dst, reinterpret_cast<const void*>(src[i].addr + offset),
+                     n, &fault)) {
+      return false;
+    }
+    dst += n;
+    length -= n;
+    offset = 0;
+  }
+  return length == 0;
+}
+
+// Scatters `length` bytes of `src` over the SGE list; false on a faulting
+// destination.
+bool Scatter(const uint8_t* src, uint64_t length,
+             const fake_nic_internal::SgeList& sges) {
+  uintptr_t fault = 0;
+  for (const fake_nic_internal::Sge& sge : sges) {
+    if (length == 0) break;
+    const uint64_t n = std::min<uint64_t>(sge.length, length);
+    if (!GuardedCopy(reinterpret_cast<void*>(sge.addr), src, n, &fault)) {
+      return false;
+    }
+    src += n;
+    length -= n;
+  }
+  return length == 0;
+}
+
+}  // namespace
+
+// ---- CM ---------------------------------------------------------------------
+
+void FakeNic::SendCmFrame(CmId* id, uint32_t type, int status,
+                          const std::vector<uint8_t>& private_data,
+                          int rnr_retry) {
+  CmFrame f;
+  memset(&f, 0, sizeof(f));
+  CopyText(f.src_addr, sizeof(f.src_addr), id->local_addr);
+  CopyText(f.dst_addr, sizeof(f.dst_addr), id->remote_addr);
+  f.src_port = id->local_port;
+  f.dst_port = id->remote_port;
+  f.qp_num = id->qp != nullptr ? id->qp->base.qp_num : 0;
+  f.status = status;
+  f.retry_count = id->req_retry_count;
+  f.rnr_retry_count = static_cast<uint8_t>(
+      rnr_retry >= 0 ? rnr_retry : id->req_rnr_retry_count);
+  f.initiator_depth = id->initiator_depth;
+  f.responder_resources = id->responder_resources;
+  fabric_->Send(id->link, type, &f, sizeof(f), private_data.data(),
+                private_data.size());
+}
+
+bool FakeNic::DialRemote(CmId* active,
+                         const std::vector<uint8_t>& private_data) {
+  uint64_t link = 0;
+  if (fabric_->Dial(active->remote_addr, active->remote_port, &link) != 0) {
+    return false;
+  }
+  active->link = link;
+  id_by_link_[link] = active->handle;
+  SendCmFrame(active, fake_nic_internal::kFrameReq, 0, private_data);
+  return true;
+}
+
+void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // One wake-up of the background thread per frame, and only when the
+  // frame made a step ready (StepLocked runs one exactly then): a frame
+  // handled inline by a polling program (Fabric::DrainInline) must not
+  // cost a futex and a context switch of a thread with nothing to do.
+  // Every path that makes a step ready marks it (MarkMaybeReady), so
+  // HasReadyWork at the end sees all of this frame's work.
+  const WorkWakeDeferral wake_at_end(this, true);
+  auto by_link = id_by_link_.find(link);
+  CmId* id = nullptr;
+  if (by_link != id_by_link_.end()) {
+    auto it = ids_by_handle_.find(by_link->second);
+    if (it != ids_by_handle_.end()) id = it->second;
+  }
+  CmFrame f;
+  const uint8_t* tail = nullptr;
+  size_t tail_len = 0;
+  const bool is_cm = frame.type != fake_nic_internal::kFrameRequest &&
+                     frame.type != fake_nic_internal::kFrameAnswer;
+  memset(&f, 0, sizeof(f));
+  // DREQ and DREP carry no body.
+  if (is_cm && frame.body_len != 0 && !ParseBody(frame, &f, &tail, &tail_len)) {
+    return;
+  }
+  f.src_addr[sizeof(f.src_addr) - 1] = '\0';
+  f.dst_addr[sizeof(f.dst_addr) - 1] = '\0';
+
+  switch (frame.type) {
+    case fake_nic_internal::kFrameReq: {
+      if (id != nullptr) return;  // one connection per link
+      CmId* listener = FindListener(f.dst_addr, f.dst_port);
+      if (listener == nullptr) {
+        // The listener went away after the dial: REJ, invalid service id,
+        // as for a connect nobody listens to (fake_nic_cm.cc Connect).
+        CmFrame rej;
+        memset(&rej, 0, sizeof(rej));
+        rej.status = fake_nic_internal::kRejectInvalidServiceId;
+        fabric_->Send(link, fake_nic_internal::kFrameRej, &rej, sizeof(rej));
+        fabric_->Close(link);
+        return;
+      }
+      // The same child id the in-process REQ makes (fake_nic_cm.cc Connect).
+      Device* device = DeviceOwning(f.dst_addr);
+      if (device == nullptr) device = listener->device;
+      CmId* child = NewRequestId(listener, device, f.dst_addr, f.dst_port,
+                                 f.src_addr, f.src_port, f.retry_count,
+                                 f.rnr_retry_count, f.initiator_depth);
+      child->link = link;
+      child->remote_qp_num = f.qp_num;
+      const uint64_t child_handle = child->handle;
+      id_by_link_[link] = child_handle;
+      DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0, tail,
+                     tail_len, listener->handle, f.qp_num,
+                     fake_nic_internal::kMaxConnectPrivateData);
+      break;
+    }
+    case fake_nic_internal::kFrameRep: {
+      if (id == nullptr || id->state != CmState::kConnecting) return;
+      id->remote_qp_num = f.qp_num;
+      const uint64_t handle = id->handle;
+      CmEvent* established =
+          DeliverCmEvent(handle, RDMA_CM_EVENT_ESTABLISHED, 0, tail, tail_len,
+                         0, f.qp_num, fake_nic_internal::kMaxAcceptPrivateData);
+      if (established == nullptr) return;
+      // As in-process: the REP is processed inside rdma_get_cm_event
+      // (librdmacm ucma_process_conn_resp), then the RTU goes out.
+      established->on_get = [this, handle, f] {
+        auto a = ids_by_handle_.find(handle);
+        if (a == ids_by_handle_.end() ||
+            a->second->state != CmState::kConnecting) {
+          return;
+        }
+        CmId* active = a->second;
+        active->state = CmState::kConnected;
+        if (active->qp != nullptr) {
+          CmQpParams qp_params;
+          qp_params.retry_cnt = active->req_retry_count;
+          qp_params.rnr_retry = f.rnr_retry_count;
+          qp_params.initiator_depth =
+              std::min(active->initiator_depth, f.responder_resources);
+          qp_params.responder_resources = f.initiator_depth;
+          qp_params.peer_initiator_depth = f.initiator_depth;
+          qp_params.dest_qp_num = f.qp_num;
+          active->qp->link = active->link;
+          CmModifyQpToRts(active->qp, qp_params, "REP processed");
+        }
+        if (id_by_link_.count(active->link) != 0) {
+          SendCmFrame(active, fake_nic_internal::kFrameRtu, 0, {});
+        }
+        WakeWaiters();
+      };
+      break;
+    }
+    case fake_nic_internal::kFrameRtu:
+      if (id == nullptr || id->state != CmState::kAccepted) return;
+      id->state = CmState::kConnected;
+      DeliverCmEvent(id->handle, RDMA_CM_EVENT_ESTABLISHED, 0, nullptr, 0, 0,
+                     f.qp_num);
+      break;
+    case fake_nic_internal::kFrameRej:
+      if (id == nullptr) return;
+      if (id->state == CmState::kConnecting) {
+        id->state = CmState::kRejected;
+        DeliverCmEvent(id->handle, RDMA_CM_EVENT_REJECTED, f.status, tail,
+                       tail_len, 0, 0,
+                       fake_nic_internal::kMaxRejectPrivateData);
+      } else if (id->state == CmState::kRequestReceived ||
+                 id->state == CmState::kAccepted) {
+        // The active side gave up mid-handshake (fake_nic_cm.cc ReleaseId).
+        id->state = CmState::kRejected;
+        if (id->qp != nullptr) SetQpState(id->qp, IBV_QPS_ERR, "REJ received");
+        DeliverCmEvent(id->handle, RDMA_CM_EVENT_REJECTED, f.status, nullptr, 0,
+                       0, 0, fake_nic_internal::kMaxRejectPrivateData);
+      }
+      break;
+    case fake_nic_internal::kFrameDreq:
+      if (id == nullptr) return;
+      // fake_nic_cm.cc Disconnect's DREQ work, on this side of the link.
+      if (id->state == CmState::kConnected || id->state == CmState::kAccepted) {
+        id->state = CmState::kDisconnected;
+        if (id->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
+          SetQpState(id->qp, IBV_QPS_ERR, "DREQ received");
+        }
+      }
+      if (id->state == CmState::kDisconnected && !id->disconnect_seen) {
+        id->disconnect_seen = true;
+        DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
+                       0);
+      }
+      fabric_->Send(link, fake_nic_internal::kFrameDrep, nullptr, 0);
+      break;
+    case fake_nic_internal::kFrameDrep:
+      if (id == nullptr || id->disconnect_seen) return;
+      id->disconnect_seen = true;
+      DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
+                     0);
+      break;
+    case fake_nic_internal::kFrameRequest:
+      if (id != nullptr) OnRemoteRequest(id, frame);
+      break;
+    case fake_nic_internal::kFrameAnswer:
+      if (id != nullptr) OnRemoteAnswer(id, frame);
+      break;
+    case fake_nic_internal::kFrameRecvPosted:
+      if (id != nullptr && id->qp != nullptr && !id->qp->sq.empty()) {
+        id->qp->sq.front().waiting_for_receive = false;
+        MarkMaybeReady(id->qp);
+      }
+      break;
+    default:
+      break;
+  }
+  WakeWaiters();  // the background thread may have work now
+}
+
+// The peer process closed the link: it destroyed the id, or it exited or
+// was killed (the kernel closes a dead process's sockets). What the
+// survivor sees is what it sees when the peer's id and QP vanish
+// (peer death as recorded on rxe: tools/softroce_vm/README.md "When the
+// peer process dies"; see
+// README "Two processes on the fake NIC").
+void FakeNic::OnLinkClosed(uint64_t link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto by_link = id_by_link_.find(link);
+  if (by_link == id_by_link_.end()) return;
+  auto it = ids_by_handle_.find(by_link->second);
+  id_by_link_.erase(by_link);
+  if (it == ids_by_handle_.end()) return;
+  CmId* id = it->second;
+  Qp* qp = id->qp;
+  if (qp != nullptr && qp->link == link) {
+    qp->link_dead = true;
+    // Requests to a QP that is gone are never answered: the requester
+    // exhausts its transport retries (rxe_comp.c COMPST_ERROR_RETRY).
+    FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, "peer process gone");
+    MarkMaybeReady(qp);
+  }
+  switch (id->state) {
+    case CmState::kConnected:
+    case CmState::kAccepted:
+      // The dead process's ids are destroyed by its kernel, which sends a
+      // DREQ (cma.c rdma_destroy_id): DISCONNECTED, as for a DREQ.
+      id->state = CmState::kDisconnected;
+      if (qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
+        SetQpState(qp, IBV_QPS_ERR, "peer process gone");
+      }
+      [[fallthrough]];
+    case CmState::kDisconnected:
+      if (!id->disconnect_seen) {
+        id->disconnect_seen = true;
+        DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
+                       0);
+      }
+      break;
+    case CmState::kConnecting:
+      // The listener's process went before answering: its kernel rejects
+      // the request it held (cm.c cm_destroy_id, IB_CM_REQ_RCVD).
+      id->state = CmState::kRejected;
+      DeliverCmEvent(id->handle, RDMA_CM_EVENT_REJECTED,
+                     fake_nic_internal::kRejectConsumer, nullptr, 0, 0, 0,
+                     fake_nic_internal::kMaxRejectPrivateData);
+      break;
+    case CmState::kRequestReceived:
+      // The active side went mid-handshake (cm.c cm_destroy_id in
+      // IB_CM_REQ_SENT: REJ, timeout).
+      id->state = CmState::kRejected;
+      if (qp != nullptr) SetQpState(qp, IBV_QPS_ERR, "peer process gone");
+      DeliverCmEvent(id->handle, RDMA_CM_EVENT_REJECTED,
+                     fake_nic_internal::kRejectTimeout, nullptr, 0, 0, 0,
+                     fake_nic_internal::kMaxRejectPrivateData);
+      break;
+    default:
+      break;
+  }
+  WakeWaiters();
+}
+
+// ---- data path: the requester's half ----------------------------------------
+
+void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
+  if (qp->sq.empty() || !qp->sq.front().in_flight) return;
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  RecordExecuted(qp, wqe, status, why);
+  CompleteSend(qp, wqe, status, 0);
+  SetQpState(qp, IBV_QPS_ERR, why);
+}
+
+void FakeNic::ExecuteRemote(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  auto fail = [&](ibv_wc_status status, const char* why) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    RecordExecuted(qp, wqe, status, why);
+    CompleteSend(qp, wqe, status, 0);
+    SetQpState(qp, IBV_QPS_ERR, why);
+  };
+  // A responder that is gone drops requests (fake_nic_data_path.cc).
+  if (qp->link_dead || id_by_link_.count(qp->link) == 0) {
+    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer (peer process gone)");
+    return;
+  }
+  RequestFrame r;
+  memset(&r, 0, sizeof(r));
+  r.token = next_token_++;
+  r.wr_id = head.wr_id;
+  r.remote_addr = head.remote_addr;
+  r.length = head.total_length();
+  r.compare_add = head.compare_add;
+  r.swap = head.swap;
+  r.rkey = head.rkey;
+  r.imm_data = head.imm_data;
+  r.opcode = head.opcode;
+  r.send_flags = head.send_flags;
+  r.first_packet = head.next_packet;
+  r.mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  // The message's bytes travel with the request; READ and atomics carry
+  // none (their data comes back in the answer).
+  const bool carries_payload = head.opcode == IBV_WR_RDMA_WRITE ||
+                               head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+                               head.opcode == IBV_WR_SEND ||
+                               head.opcode == IBV_WR_SEND_WITH_IMM;
+  // Gathered into the NIC's scratch buffer (under mu_), kept between WRs:
+  // no allocation and no zero-filling of the message each time.
+  const size_t payload_len = carries_payload ? r.length : 0;
+  if (remote_payload_.size() < payload_len) remote_payload_.resize(payload_len);
+  uint8_t* const payload = remote_payload_.data();
+  if (payload_len > 0) {
+    TapSourceRead(qp, head, 0, r.length, r.mtu);
+    const fake_nic_internal::Sge inline_source{
+        Address(head.inline_data.data()),
+        static_cast<uint32_t>(head.inline_data.size()), 0};
+    const bool gathered =
+        head.is_inline ? Gather(&inline_source, 1, 0, payload, r.length)
+                       : Gather(head.sges.begin(), head.sges.size(), 0,
+                                payload, r.length);
+    if (!gathered) {
+      // The requester's own memory faulted: ibv_poll_cq(3)
+      // IBV_WC_LOC_PROT_ERR, as in-process.
+      const std::string why =
+          fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
+      fail(IBV_WC_LOC_PROT_ERR, why.c_str());
+      return;
+    }
+  }
+  head.token = r.token;
+  head.in_flight = true;
+  head.waiting_for_receive = false;
+  const bool sent =
+      fabric_->Send(qp->link, fake_nic_internal::kFrameRequest, &r, sizeof(r),
+                    payload_len > 0 ? payload : nullptr, payload_len);
+  // A buffer grown for a large message is not kept for the NIC's life.
+  if (remote_payload_.size() > (size_t{4} << 20)) {
+    remote_payload_ = std::vector<uint8_t>();
+  }
+  if (!sent) {
+    head.in_flight = false;
+    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer (peer process gone)");
+  }
+}
+
+namespace {
+
+// An answer frame's wire form (fake_nic_fabric.h AnswerFrame): the fixed
+// fields, why_len bytes of text, the tail.
+constexpr size_t kAnswerFixed = offsetof(AnswerFrame, why);
+
+// False if the frame is shorter than its fields or its text says.
+bool ParseAnswer(const FrameView& frame, AnswerFrame* a, const uint8_t** tail,
+                 size_t* tail_len) {
+  if (frame.body_len < kAnswerFixed) return false;
+  memcpy(a, frame.body, kAnswerFixed);
+  const size_t why_len = a->why_len;
+  if (why_len >= sizeof(a->why) || frame.body_len - kAnswerFixed < why_len) {
+    return false;
+  }
+  memcpy(a->why, frame.body + kAnswerFixed, why_len);
+  a->why[why_len] = '\0';
+  *tail = frame.body + kAnswerFixed + why_len;
+  *tail_len = frame.body_len - kAnswerFixed - why_len;
+  return true;
+}
+
+}  // namespace
+
+void FakeNic::SendAnswer(uint64_t link, AnswerFrame* answer,
+                         const std::vector<uint8_t>& data) {
+  answer->why[sizeof(answer->why) - 1] = '\0';
+  answer->why_len = static_cast<uint32_t>(strlen(answer->why));
+  fabric_->Send(link, fake_nic_internal::kFrameAnswer, answer,
+                kAnswerFixed + answer->why_len, data.data(), data.size());
+}
+
+void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
+  AnswerFrame a;
+  const uint8_t* data = nullptr;
+  size_t data_len = 0;
+  if (!ParseAnswer(frame, &a, &data, &data_len)) return;
+  Qp* qp = id->qp;
+  // A WR flushed meanwhile (the QP went to ERR) has no answer to take.
+  if (qp == nullptr || qp->sq.empty() || !qp->sq.front().in_flight ||
+      qp->sq.front().token != a.token) {
+    return;
+  }
+  SendWqe& head = qp->sq.front();
+  head.in_flight = false;
+  MarkMaybeReady(qp);
+  auto end_with = [&](ibv_wc_status status, const char* why,
+                      uint32_t byte_len) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    RecordExecuted(qp, wqe, status, why);
+    CompleteSend(qp, wqe, status, byte_len);
+    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+  };
+  switch (a.kind) {
+    case AnswerFrame::kAck: {
+      const uint64_t length = head.total_length();
+      if (head.opcode == IBV_WR_RDMA_READ && length > 0) {
+        if (data_len != length || !Scatter(data, length, head.sges)) {
+          const std::string why = fake_nic_internal::HarnessMemoryError(
+              "the requester's", head.wr_id);
+          end_with(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
+          return;
+        }
+      }
+      if (head.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+          head.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        uintptr_t fault = 0;
+        if (data_len != 8 ||
+            !GuardedCopy(reinterpret_cast<void*>(head.sges[0].addr), data, 8,
+                         &fault)) {
+          const std::string why = fake_nic_internal::HarnessMemoryError(
+              "the requester's", head.wr_id);
+          end_with(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
+          return;
+        }
+        end_with(IBV_WC_SUCCESS, "", 8);
+        return;
+      }
+      end_with(IBV_WC_SUCCESS, "", static_cast<uint32_t>(length));
+      return;
+    }
+    case AnswerFrame::kRnrNak: {
+      // The NAK acknowledged the packets before it (fake_nic_packets.cc):
+      // never fewer than were acknowledged before, never past the message.
+      const uint64_t total = fake_nic_internal::PacketCount(
+          head.total_length(), fake_nic_internal::MtuBytes(qp->attr.path_mtu));
+      if (a.acked_packets < head.next_packet || a.acked_packets >= total) {
+        end_with(IBV_WC_REM_OP_ERR,
+                 "malformed answer from the peer process (RNR NAK)", 0);
+        return;
+      }
+      head.next_packet = a.acked_packets;
+      RnrNakHead(qp);
+      return;
+    }
+    case AnswerFrame::kNak:
+      end_with(static_cast<ibv_wc_status>(a.status), a.why, 0);
+      return;
+    default:
+      end_with(IBV_WC_RETRY_EXC_ERR, a.why, 0);
+      return;
+  }
+}
+
+// ---- data path: the responder's half ----------------------------------------
+
+void FakeNic::OnRemoteRequest(CmId* id, const FrameView& frame) {
+  RequestFrame r;
+  const uint8_t* payload = nullptr;
+  size_t payload_len = 0;
+  if (!ParseBody(frame, &r, &payload, &payload_len)) return;
+  AnswerFrame answer;
+  memset(&answer, 0, sizeof(answer));
+  answer.token = r.token;
+  std::vector<uint8_t> data;
+  Qp* responder = id->qp;
+  if (responder == nullptr) {
+    answer.kind = AnswerFrame::kNoAnswer;
+    CopyText(answer.why, sizeof(answer.why), "responder QP is gone");
+  } else {
+    RespondToRemote(responder, r, payload, payload_len, &answer, &data);
+  }
+  SendAnswer(id->link, &answer, data);
+}
+
+// The responder's checks, in rxe_resp.c's order and with the in-process
+// NIC's outcomes (fake_nic_data_path.cc ExecuteSendWqe, fake_nic_packets.cc
+// ExecuteWriteByPackets; each rule is cited there).
+void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
+                              const uint8_t* payload, size_t payload_len,
+                              AnswerFrame* answer, std::vector<uint8_t>* data) {
+  const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  auto nak = [&](ibv_wc_status status, const std::string& why) {
+    answer->kind = AnswerFrame::kNak;
+    answer->status = status;
+    CopyText(answer->why, sizeof(answer->why), why);
+    SetQpState(responder, IBV_QPS_ERR, why.c_str());
+  };
+  if (!CanRespond(responder->base)) {
+    answer->kind = AnswerFrame::kNoAnswer;
+    CopyText(answer->why, sizeof(answer->why), "responder does not answer");
+    return;
+  }
+  const unsigned int needed = fake_nic_internal::RemoteAccessNeeded(opcode);
+  if ((responder->attr.qp_access_flags & needed) != needed) {
+    nak(IBV_WC_REM_INV_REQ_ERR,
+        "responder QP's qp_access_flags refuse the operation");
+    return;
+  }
+  // What CompleteReceive needs of the requester's WR.
+  SendWqe wqe;
+  wqe.wr_id = r.wr_id;
+  wqe.opcode = opcode;
+  wqe.imm_data = r.imm_data;
+  wqe.send_flags = r.send_flags;
+  const uint64_t length = r.length;
+  const bool carries_payload =
+      opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+      opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
+  if (carries_payload && payload_len != length) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (payload length)");
+    return;
+  }
+  // The rest of the request is input from another process too: an MTU IB
+  // allows (ibv_mtu: 256..4096), and a write resumes past its first packet
+  // only where this responder's RNR NAK left that same write.
+  if (r.mtu != 256 && r.mtu != 512 && r.mtu != 1024 && r.mtu != 2048 &&
+      r.mtu != 4096) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (path MTU)");
+    return;
+  }
+  if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
+                              r.wr_id != responder->resume_wr_id ||
+                              length != responder->resume_length)) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (resumed packet)");
+    return;
+  }
+  responder->resume_packet = 0;
+  auto& rq = responder->ReceiveQueue();
+  auto take_receive = [&]() {
+    RecvWqe recv = std::move(rq.front());
+    rq.pop_front();
+    return recv;
+  };
+
+  switch (opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: {
+      const uint32_t count = fake_nic_internal::PacketCount(length, r.mtu);
+      auto& resp = responder->responder;
+      for (uint32_t i = r.first_packet; i < count; ++i) {
+        const RequestPacket packet =
+            fake_nic_internal::MakeWritePacket(opcode, length, r.mtu, i);
+        // check_resource.
+        if (packet.takes_receive && rq.empty()) {
+          answer->kind = AnswerFrame::kRnrNak;
+          answer->acked_packets = i;
+          responder->remote_waits_for_receive = true;
+          responder->resume_wr_id = r.wr_id;
+          responder->resume_length = length;
+          responder->resume_packet = i;
+          return;
+        }
+        const bool took_receive = packet.takes_receive;
+        // check_rkey, on the RETH packet, for the whole message.
+        if (packet.has_reth) {
+          resp.write_va = r.remote_addr;
+          resp.write_length = length;
+          resp.write_checked =
+              length == 0 || RemoteMrOk(responder, r.rkey, r.remote_addr,
+                                        length, IBV_ACCESS_REMOTE_WRITE);
+        }
+        bool ok = resp.write_checked;
+        if (ok && packet.length > 0) {
+          uintptr_t fault = 0;
+          ok = GuardedCopy(
+              reinterpret_cast<void*>(resp.write_va + packet.offset),
+              payload + packet.offset, packet.length, &fault);
+        }
+        if (!ok) {
+          if (took_receive) {
+            CompleteReceive(responder, take_receive(), wqe,
+                            config_.personality.recv_status_on_rkey_violation,
+                            IBV_WC_RECV_RDMA_WITH_IMM, 0);
+          }
+          nak(IBV_WC_REM_ACCESS_ERR,
+              resp.write_checked
+                  ? fake_nic_internal::HarnessMemoryError("the responder's",
+                                                          r.wr_id)
+                  : "rkey/PD/bounds/REMOTE_WRITE check failed at the "
+                    "responder");
+          return;
+        }
+        if (packet.ends_message && took_receive) {
+          CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
+                          IBV_WC_RECV_RDMA_WITH_IMM,
+                          static_cast<uint32_t>(length));
+        }
+      }
+      answer->kind = AnswerFrame::kAck;
+      return;
+    }
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: {
+      if (rq.empty()) {
+        answer->kind = AnswerFrame::kRnrNak;
+        answer->acked_packets = r.first_packet;
+        responder->remote_waits_for_receive = true;
+        return;
+      }
+      RecvWqe recv = take_receive();
+      uint64_t capacity = 0;
+      for (const auto& sge : recv.sges) capacity += sge.length;
+      if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
+        CompleteReceive(responder, recv, wqe,
+                        config_.personality.recv_status_on_bad_recv_sge,
+                        IBV_WC_RECV, 0);
+        nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
+        return;
+      }
+      if (length > capacity) {
+        CompleteReceive(responder, recv, wqe,
+                        config_.personality.recv_status_on_short_buffer,
+                        IBV_WC_RECV, 0);
+        nak(config_.personality.send_status_on_short_receive,
+            "send longer than the posted receive");
+        return;
+      }
+      if (!Scatter(payload, length, recv.sges)) {
+        CompleteReceive(responder, recv, wqe,
+                        config_.personality.recv_status_on_bad_recv_sge,
+                        IBV_WC_RECV, 0);
+        nak(IBV_WC_REM_OP_ERR,
+            fake_nic_internal::HarnessMemoryError("the responder's", r.wr_id));
+        return;
+      }
+      CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
+                      static_cast<uint32_t>(length));
+      answer->kind = AnswerFrame::kAck;
+      return;
+    }
+    case IBV_WR_RDMA_READ: {
+      if (length > 0) {
+        if (!RemoteMrOk(responder, r.rkey, r.remote_addr, length,
+                        IBV_ACCESS_REMOTE_READ)) {
+          nak(IBV_WC_REM_ACCESS_ERR,
+              "rkey/PD/bounds/REMOTE_READ check failed at the responder");
+          return;
+        }
+        data->resize(length);
+        uintptr_t fault = 0;
+        if (!GuardedCopy(data->data(),
+                         reinterpret_cast<const void*>(r.remote_addr), length,
+                         &fault)) {
+          data->clear();
+          nak(IBV_WC_REM_ACCESS_ERR, fake_nic_internal::HarnessMemoryError(
+                                         "the responder's", r.wr_id));
+          return;
+        }
+      }
+      answer->kind = AnswerFrame::kAck;
+      return;
+    }
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      if (r.remote_addr % 8 != 0) {
+        nak(IBV_WC_REM_INV_REQ_ERR, "misaligned atomic");
+        return;
+      }
+      if (!RemoteMrOk(responder, r.rkey, r.remote_addr, 8,
+                      IBV_ACCESS_REMOTE_ATOMIC)) {
+        nak(IBV_WC_REM_ACCESS_ERR,
+            "rkey/PD/bounds/REMOTE_ATOMIC check failed at the responder");
+        return;
+      }
+      uint64_t original = 0;
+      uintptr_t fault = 0;
+      auto* target = reinterpret_cast<void*>(r.remote_addr);
+      if (!GuardedCopy(&original, target, 8, &fault)) {
+        nak(IBV_WC_REM_ACCESS_ERR,
+            fake_nic_internal::HarnessMemoryError("the responder's", r.wr_id));
+        return;
+      }
+      uint64_t updated = original;
+      if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        updated = original + r.compare_add;
+      } else if (original == r.compare_add) {
+        updated = r.swap;
+      }
+      if (!GuardedCopy(target, &updated, 8, &fault)) {
+        nak(IBV_WC_REM_ACCESS_ERR,
+            fake_nic_internal::HarnessMemoryError("the responder's", r.wr_id));
+        return;
+      }
+      data->resize(8);
+      memcpy(data->data(), &original, 8);
+      answer->kind = AnswerFrame::kAck;
+      return;
+    }
+    default:
+      nak(IBV_WC_REM_INV_REQ_ERR, "opcode not executable");
+      return;
+  }
+}
+
+void FakeNic::TellRemoteReceivePosted(Qp* qp) {
+  qp->remote_waits_for_receive = false;
+  if (qp->link == 0 || qp->id == nullptr || qp->link_dead) return;
+  CmFrame f;
+  memset(&f, 0, sizeof(f));
+  f.qp_num = qp->base.qp_num;
+  fabric_->Send(qp->link, fake_nic_internal::kFrameRecvPosted, &f, sizeof(f));
+}
+
+// ---- sequenced mode
+// -----------------------------------------------------------
+
+int FakeNic::SequencedWait(std::unique_lock<std::mutex>& lock,
+                           const std::function<bool()>* ready, const char* what,
+                           bool releasable) {
+  if (seq_lost_) {
+    errno = EIO;
+    return -1;
+  }
+  // The deadlock report names the call the program is in.
+  SeqWaiter w;
+  w.ready = ready;
+  w.releasable = releasable;
+  w.where = strcmp(what, "GetCmEvent") == 0   ? "rdma_get_cm_event"
+            : strcmp(what, "GetCqEvent") == 0 ? "ibv_get_cq_event"
+                                              : what;
+  seq_waiters_.push_back(&w);
+  // Unlocked: the fabric thread may need mu_ to flush what this thread sent.
+  // No step is granted to a process that runs; a process already reported
+  // waiting may get a step meanwhile, which then tests this waiter too.
+  lock.unlock();
+  fabric_->WaitFlushed();
+  lock.lock();
+  // Under mu_, so that kWait and the grant hook's kRun (also sent under
+  // mu_) reach the Sequencer in the order they were decided in.
+  if (!w.go && !seq_lost_ && seq_leaving_ == 0) {
+    // The first waiter reports the process waiting; a later one updates
+    // where it waits and whether an empty release would help.
+    std::string where;
+    bool any_releasable = false;
+    SequencerWaitLocked(&where, &any_releasable);
+    fabric_->SendWait(where.c_str(), any_releasable);
+    seq_reported_wait_ = true;
+  }
+  event_waiters_++;
+  while (!w.go) event_cv_.wait(lock);
+  event_waiters_--;
+  seq_waiters_.remove(&w);
+  if (seq_leaving_ > 0) seq_leaving_--;
+  if (seq_lost_ && !w.released) {
+    errno = EIO;
+    return -1;
+  }
+  return w.released ? 1 : 0;
+}
+
+int FakeNic::SequencedWaiters() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(seq_waiters_.size());
+}
+
+void FakeNic::SequencerWaitLocked(std::string* where, bool* releasable) const {
+  where->clear();
+  *releasable = false;
+  for (const SeqWaiter* w : seq_waiters_) {
+    if (w->go) continue;
+    if (!where->empty()) *where += " and ";
+    *where += w->where;
+    *releasable = *releasable || w->releasable;
+  }
+}
+
+// One granted step on the fabric thread: a unit of local NIC work
+// (StepLocked: a WR, CM work) or the oldest frame / link end that came in.
+// Then, before any waiting application thread can go on, kRun if the step
+// ended a wait: every waiter's predicate is tested.
+void FakeNic::OnSequencerGrant(uint32_t kind, uint64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq_step_ = step;
+    if (kind == fake_nic_internal::SequenceMessage::kLocal) StepLocked();
+  }
+  if (kind == fake_nic_internal::SequenceMessage::kFrame) {
+    uint64_t link = 0;
+    Frame frame;
+    bool closed = false;
+    if (fabric_->PopPending(&link, &frame, &closed)) {
+      if (closed) {
+        OnLinkClosed(link);
+      } else {
+        OnFabricFrame(link, frame.view());
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  int woken = 0;
+  for (SeqWaiter* w : seq_waiters_) {
+    if (w->go) continue;
+    if (w->ready == nullptr || (*w->ready)()) {
+      w->go = true;
+      ++woken;
+    }
+  }
+  if (woken == 0) return;
+  seq_leaving_ += woken;
+  if (seq_reported_wait_) {
+    fabric_->ReportRun();
+    seq_reported_wait_ = false;
+  }
+  event_cv_.notify_all();
+}
+
+void FakeNic::OnSequencerRelease() {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The Sequencer now counts this process as running.
+  seq_reported_wait_ = false;
+  int woken = 0;
+  for (SeqWaiter* w : seq_waiters_) {
+    if (w->go || !w->releasable) continue;
+    w->go = true;
+    w->released = true;
+    ++woken;
+  }
+  seq_leaving_ += woken;
+  if (woken > 0) {
+    event_cv_.notify_all();
+    return;
+  }
+  // Nobody to release (the releasable waiter was woken by a step in
+  // between): the threads still waiting report the process waiting again.
+  std::string where;
+  bool releasable = false;
+  SequencerWaitLocked(&where, &releasable);
+  if (!where.empty() && seq_leaving_ == 0) {
+    fabric_->SendWait(where.c_str(), releasable);
+    seq_reported_wait_ = true;
+  }
+}
+
+void FakeNic::OnSequencerLost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  seq_lost_ = true;
+  for (SeqWaiter* w : seq_waiters_) w->go = true;
+  event_cv_.notify_all();
+}
+
+uint64_t FakeNic::SequencerLocalPending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return HasReadyWork() ? 1 : 0;
+}
+
+// ---- trace ------------------------------------------------------------------
+
+void FakeNic::WriteTraceLine(const FakeNicEvent& event) {
+  // Sequenced: the global step number is the time (logical time: the same
+  // for the same seed), so the merged trace sorts the same every run.
+  uint64_t ns = seq_step_;
+  if (!sequenced_) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    ns = static_cast<uint64_t>(now.tv_sec) * 1000000000u +
+         static_cast<uint64_t>(now.tv_nsec);
+  }
+  std::string line = std::to_string(ns) + " " + config_.process_label + " " +
+                     ToString(event) + "\n";
+  // One write per line: with O_APPEND, lines of several processes sharing
+  // the file do not interleave.
+  ssize_t n = write(trace_fd_, line.data(), line.size());
+  (void)n;
+}
+
+}  // namespace rpma_harness
