@@ -702,6 +702,21 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     if (c == nullptr) return -EINVAL;
     if (c->overrun) return -EOVERFLOW;
   }
+  // Background progress: a poll that finds its CQ empty runs the NIC's
+  // ready work itself before it answers, as rxe runs its requester in the
+  // caller's ibv_post_send (rxe_verbs.c rxe_post_send) and a real NIC needs
+  // no host CPU at all. Otherwise a program spinning on its CQ waits for the
+  // progress thread to get a core: two spinning threads and that thread on
+  // two cores took milliseconds a round trip (issue 28,
+  // //tools/bench:program_bench). Which thread runs a step does not change
+  // which step runs: StepLocked picks it from the same scheduler state under
+  // the same mutex. Manual stepping and the sequenced mode are untouched:
+  // without background progress no step runs here.
+  if (background_running_ && num_entries > 0) {
+    for (int i = 0;
+         i < kStepsPerEmptyPoll && c->entries.empty() && StepLocked(); ++i) {
+    }
+  }
   int n = 0;
   while (n < num_entries && !c->entries.empty()) {
     wc[n++] = c->entries.front();
@@ -924,6 +939,9 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
   }
   while (!ready()) {
     if (background_running_) {
+      // The waiter does the ready work itself first (see PollCq): the
+      // progress thread is for work nobody waits on.
+      if (StepLocked()) continue;
       if (bg_timeout_ms <= 0) {
         event_waiters_++;
         event_cv_.wait(lock);

@@ -82,8 +82,8 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -698,6 +698,9 @@ class FakeNic final : public VerbsBackend {
   int RealDepth(int requested) const;
 
   bool StepLocked();
+  // At most this many steps run inside one PollCq that found its CQ empty
+  // (background progress), so that a poll returns in bounded time.
+  static constexpr int kStepsPerEmptyPoll = 16;
   // The scheduler keeps every QP that may have work in a bitmap over QP
   // slots (creation order), so a step costs the same with 1 or 10 000 QPs
   // instead of a scan of all of them. Invariant: a QP for which
