@@ -713,6 +713,7 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // the same mutex. Manual stepping and the sequenced mode are untouched:
   // without background progress no step runs here.
   if (background_running_ && num_entries > 0) {
+    if (c->entries.empty()) ++empty_polls_;
     for (int i = 0;
          i < kStepsPerEmptyPoll && c->entries.empty() && StepLocked(); ++i) {
     }
@@ -870,7 +871,19 @@ void FakeNic::StartBackgroundProgress() {
   stop_background_ = false;
   background_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
+    uint64_t polls_seen = empty_polls_;
     while (!stop_background_) {
+      // A thread that polled its empty CQ since we last looked drives the
+      // NIC itself (PollCq): stay off the CPU and the mutex for a moment
+      // rather than compete with it, and take over only once nobody polls
+      // (a blocked waiter steps before it sleeps, so it needs no one).
+      if (empty_polls_ != polls_seen) {
+        polls_seen = empty_polls_;
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(kPollerGraceUs));
+        lock.lock();
+        continue;
+      }
       if (StepLocked()) {
         // Let API callers in between steps.
         lock.unlock();

@@ -701,6 +701,11 @@ class FakeNic final : public VerbsBackend {
   // At most this many steps run inside one PollCq that found its CQ empty
   // (background progress), so that a poll returns in bounded time.
   static constexpr int kStepsPerEmptyPoll = 16;
+  // Empty polls under background progress; while it grows, the progress
+  // thread leaves the work to the pollers, looking again every
+  // kPollerGraceUs.
+  uint64_t empty_polls_ = 0;
+  static constexpr int kPollerGraceUs = 200;
   // The scheduler keeps every QP that may have work in a bitmap over QP
   // slots (creation order), so a step costs the same with 1 or 10 000 QPs
   // instead of a scan of all of them. Invariant: a QP for which

@@ -4,17 +4,17 @@
 // ordinary librpma programs on the default backend (the fake NIC with its
 // background progress), placed and waiting four ways:
 //
-//   BM_Program/threads/polling     server and client threads of one process,
+//   BM_Program/threads_polling     server and client threads of one process,
 //                                  each spinning on rpma_cq_get_wc
-//   BM_Program/threads/blocking    the same, each waiting in rpma_cq_wait
-//   BM_Program/processes/polling   two processes on one fabric
+//   BM_Program/threads_blocking    the same, each waiting in rpma_cq_wait
+//   BM_Program/processes_polling   two processes on one fabric
 //                                  (RPMA_HARNESS_FABRIC), spinning
-//   BM_Program/processes/blocking  the same, blocking
+//   BM_Program/processes_blocking  the same, blocking
 //
 // and beside them, in the same run, the floor of each placement: two
 // threads (two processes) handing a turn back and forth through shared
-// memory, spinning (BM_Floor/.../spin) or sleeping in FUTEX_WAIT and waking
-// each other with FUTEX_WAKE (BM_Floor/.../futex). The closing table prints
+// memory, spinning (BM_Floor/..._spin) or sleeping in FUTEX_WAIT and waking
+// each other with FUTEX_WAKE (BM_Floor/..._futex). The closing table prints
 // each case against its floor (polling against spin, blocking against
 // futex).
 //
@@ -372,12 +372,10 @@ void BM_Program(benchmark::State& state, bool processes, bool blocking) {
     ThreadsCase(state, blocking);
   }
 }
-BENCHMARK_CAPTURE(BM_Program, threads / polling, false, false)->UseManualTime();
-BENCHMARK_CAPTURE(BM_Program, threads / blocking, false, true)->UseManualTime();
-BENCHMARK_CAPTURE(BM_Program, processes / polling, true, false)
-    ->UseManualTime();
-BENCHMARK_CAPTURE(BM_Program, processes / blocking, true, true)
-    ->UseManualTime();
+BENCHMARK_CAPTURE(BM_Program, threads_polling, false, false)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Program, threads_blocking, false, true)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Program, processes_polling, true, false)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Program, processes_blocking, true, true)->UseManualTime();
 
 // ---- floors: a turn handed back and forth through shared memory
 // --------------
@@ -451,10 +449,10 @@ void BM_Floor(benchmark::State& state, bool processes, bool futex) {
   }
   munmap(shared, 4096);
 }
-BENCHMARK_CAPTURE(BM_Floor, threads / spin, false, false)->UseManualTime();
-BENCHMARK_CAPTURE(BM_Floor, threads / futex, false, true)->UseManualTime();
-BENCHMARK_CAPTURE(BM_Floor, processes / spin, true, false)->UseManualTime();
-BENCHMARK_CAPTURE(BM_Floor, processes / futex, true, true)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Floor, threads_spin, false, false)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Floor, threads_futex, false, true)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Floor, processes_spin, true, false)->UseManualTime();
+BENCHMARK_CAPTURE(BM_Floor, processes_futex, true, true)->UseManualTime();
 
 // Prints the usual table, then each program case against its floor.
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -467,8 +465,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (run.run_type == Run::RT_Aggregate && run.aggregate_name != "median") {
         continue;
       }
-      std::string name = run.run_name.function_name + "/" + run.run_name.args;
-      if (name.back() == '/') name.pop_back();
+      // "BM_Program/threads_polling/manual_time[_median]" -> up to the
+      // second slash.
+      std::string name = run.benchmark_name();
+      const size_t first = name.find('/');
+      const size_t second =
+          first == std::string::npos ? first : name.find('/', first + 1);
+      if (second != std::string::npos) name.resize(second);
       if (run.run_type == Run::RT_Iteration && seen_aggregate_.count(name)) {
         continue;
       }
@@ -485,9 +488,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
            std::vector<std::pair<std::string, std::string>>{
                {"polling", "spin"}, {"blocking", "futex"}}) {
         const std::string p =
-            std::string("BM_Program/") + placement + "/" + wait;
+            std::string("BM_Program/") + placement + "_" + wait;
         const std::string f =
-            std::string("BM_Floor/") + placement + "/" + floor;
+            std::string("BM_Floor/") + placement + "_" + floor;
         if (!seconds_.count(p) || !seconds_.count(f)) continue;
         printf("  %-10s %-9s %10.2f us   floor (%s) %8.2f us   %7.1fx\n",
                placement, wait.c_str(), seconds_[p] * 1e6, floor.c_str(),
