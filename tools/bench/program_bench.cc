@@ -284,11 +284,15 @@ void ThreadsCase(benchmark::State& state, bool blocking) {
 
 std::string g_self;  // this binary, for the process placement
 
+// Runs this binary with `args` as a fresh process on the fabric `fabric`,
+// with `stdin_fd` / `stdout_fd` (when >= 0) as its fd 0 / 1. Every other
+// descriptor of ours is close-on-exec (the pipes are made with O_CLOEXEC).
 pid_t Spawn(const std::vector<std::string>& args, const std::string& fabric,
-            int stdout_fd) {
+            int stdin_fd, int stdout_fd) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
   setenv("RPMA_HARNESS_FABRIC", fabric.c_str(), 1);
+  if (stdin_fd >= 0) dup2(stdin_fd, 0);
   if (stdout_fd >= 0) dup2(stdout_fd, 1);
   std::vector<char*> argv;
   for (const std::string& a : args)
@@ -321,23 +325,15 @@ void ProcessesCase(benchmark::State& state, bool blocking) {
   }
   const std::string port = NextPort();
   const std::string wait = blocking ? "blocking" : "polling";
-  const pid_t server = Spawn({g_self, "--server", port, wait}, dir, -1);
   int to_client[2], from_client[2];
-  if (pipe(to_client) != 0 || pipe(from_client) != 0) {
+  if (pipe2(to_client, O_CLOEXEC) != 0 || pipe2(from_client, O_CLOEXEC) != 0) {
     state.SkipWithError("pipe");
+    rmdir(dir);
     return;
   }
-  const pid_t client = fork();
-  if (client == 0) {
-    dup2(to_client[0], 0);
-    close(to_client[1]);
-    close(from_client[0]);
-    setenv("RPMA_HARNESS_FABRIC", dir, 1);
-    dup2(from_client[1], 1);
-    execl(g_self.c_str(), g_self.c_str(), "--client", port.c_str(),
-          wait.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t server = Spawn({g_self, "--server", port, wait}, dir, -1, -1);
+  const pid_t client = Spawn({g_self, "--client", port, wait}, dir,
+                             to_client[0], from_client[1]);
   close(to_client[0]);
   close(from_client[1]);
   uint64_t value = 0;
