@@ -863,6 +863,15 @@ bool FakeNic::Idle() {
   return !HasReadyWork();
 }
 
+bool FakeNic::Quiescent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (HasReadyWork()) return false;
+  for (Qp* qp : qp_order_) {
+    if (!qp->sq.empty() && qp->sq.front().in_flight) return false;
+  }
+  return true;
+}
+
 void FakeNic::StartBackgroundProgress() {
   std::lock_guard<std::mutex> lock(mu_);
   if (background_running_) return;

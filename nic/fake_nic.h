@@ -518,6 +518,9 @@ class FakeNic final : public VerbsBackend {
   size_t RunUntilIdle(size_t max_steps = 1000000);
   // True when Step() would return false.
   bool Idle();
+  // Idle, and no send WR waits for a peer process's answer (fabric): what
+  // this NIC owes is done until a program or another NIC gives it work.
+  bool Quiescent();
   // A human-readable snapshot for a hung test: every QP (state, queue
   // occupancy, peer), CQ occupancy, pending CM work and queued CM events.
   std::string DebugString();
@@ -757,6 +760,16 @@ class FakeNic final : public VerbsBackend {
   // `count` when none does (inline data: none).
   uint32_t FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
                                 uint32_t count, ibv_wc_status* status);
+  // The responder's half of one SEND packet (rxe_resp.c send_data_in),
+  // in process and for a peer process alike: the packet lands in `recv`
+  // (of `capacity` bytes) at its offset, or the NAK's requester status is
+  // returned with the receive's status and the reason.
+  ibv_wc_status ReceivePacket(Qp* responder,
+                              const fake_nic_internal::RecvWqe& recv,
+                              uint64_t capacity,
+                              const fake_nic_internal::RequestPacket& packet,
+                              const uint8_t* payload, uint64_t wr_id,
+                              ibv_wc_status* recv_status, std::string* why);
   // The requester's own SGE failed at packet `index`: the WR completes with
   // `status`, the QP to ERR; what the earlier packets did stays done.
   void FailOnSourcePacket(Qp* qp, ibv_wc_status status, uint32_t index);
@@ -925,7 +938,7 @@ class FakeNic final : public VerbsBackend {
                        std::vector<uint8_t>* data);
   // A receive was posted on `qp` (or its SRQ): a remote requester parked on
   // an RNR wait (rnr_retry 7) may go.
-  void TellRemoteReceivePosted(Qp* qp);
+  void TellRemoteToRetry(Qp* qp);
   // The head WR in flight to a dead peer ends (peer death).
   void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
   void WriteTraceLine(const FakeNicEvent& event);

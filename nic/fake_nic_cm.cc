@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1059,7 +1060,7 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
 // Calling it again, or on a connection the peer already closed, is a no-op
 // success, as answering a DREQ with a DREP is for librdmacm.
 int FakeNic::Disconnect(rdma_cm_id* id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   CmId* c = FindId(id);
   if (c == nullptr) return CmFail(EINVAL);
   if (c->state == CmState::kDisconnected) {
@@ -1075,6 +1076,35 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   // them). With background progress the fake sends them now; in manual
   // mode the test decides with Step() and they flush.
   if (c->qp != nullptr && background_running_) RunRequesterNow(c->qp);
+  // Toward a peer in another process the same WRs are answered before the
+  // QP leaves RTS, as rxe's loopback on one host answers them inside
+  // ibv_post_send (found by the one-process / two-process differential,
+  // WritePostedBeforeDisconnectArrives). Bounded: a peer that stopped
+  // answering does not hold rdma_disconnect.
+  if (c->qp != nullptr && c->qp->link != 0 && background_running_) {
+    Qp* qp = c->qp;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (FindId(id) == c && c->qp == qp && qp->base.state == IBV_QPS_RTS &&
+           !qp->sq.empty() && !qp->link_dead &&
+           std::chrono::steady_clock::now() < deadline) {
+      if (!qp->sq.front().in_flight) {
+        const size_t before = qp->sq.size();
+        RunRequesterNow(qp);
+        if (qp->sq.size() == before && !qp->sq.front().in_flight) break;
+        continue;
+      }
+      WaitForEventUntil(lock,
+                        std::min(deadline, std::chrono::steady_clock::now() +
+                                               std::chrono::milliseconds(1)));
+    }
+    // Meanwhile the id may have gone, or the peer's DREQ have come.
+    if (FindId(id) != c) return CmFail(EINVAL);
+    if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
+      if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
+      return 0;
+    }
+  }
   if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
   c->state = CmState::kDisconnected;
   const uint64_t local = c->handle;

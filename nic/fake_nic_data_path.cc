@@ -369,7 +369,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     // they are marked: a mark on an idle QP costs the next step a scan.
     if (q->base.state == IBV_QPS_ERR) MarkMaybeReady(q);
     if (q->peer != nullptr && !q->peer->sq.empty()) MarkMaybeReady(q->peer);
-    if (q->remote_waits_for_receive) TellRemoteReceivePosted(q);
+    if (q->remote_waits_for_receive) TellRemoteToRetry(q);
   }
   return 0;
 }
@@ -420,7 +420,7 @@ int FakeNic::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     s->rq.push_back(std::move(wqe));
     for (Qp* q : s->qps) {
       MarkMaybeReady(q->peer);
-      if (q->remote_waits_for_receive) TellRemoteReceivePosted(q);
+      if (q->remote_waits_for_receive) TellRemoteToRetry(q);
     }
   }
   return 0;
@@ -796,17 +796,18 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // FirstBadSourcePacket), READ responses written into them packet by packet
   // (rxe_comp.c do_read; below), so what the packets before a bad SGE did
   // stays done; an atomic's local SGE is written when its response comes
-  // (rxe_comp.c do_atomic), after the remote value changed. A peer in
-  // another process and deferred landing (writes) check the SGEs here,
-  // before anything is sent.
+  // (rxe_comp.c do_atomic), after the remote value changed. Toward a peer
+  // in another process the same holds (ExecuteRemote ships the packets
+  // before a bad source SGE; OnRemoteAnswer writes READ and atomic
+  // responses packet by packet). Deferred landing (writes) checks the SGEs
+  // here, before anything is sent.
   const bool is_write = head.opcode == IBV_WR_RDMA_WRITE ||
                         head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool is_send =
       head.opcode == IBV_WR_SEND || head.opcode == IBV_WR_SEND_WITH_IMM;
   const bool checked_per_packet =
-      qp->link == 0 &&
-      (is_send || head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode) ||
-       (is_write && landing_ == Landing::kAtOnce));
+      is_send || head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode) ||
+      (is_write && (qp->link != 0 || landing_ == Landing::kAtOnce));
   if (!head.is_inline && !checked_per_packet) {
     if (is_send || is_write) {
       // Any bad source SGE (one "packet" as long as the message), with the

@@ -124,6 +124,12 @@ struct RequestFrame {
   uint32_t send_flags;
   uint32_t first_packet;  // a retry after an RNR NAK resumes here
   uint32_t mtu;           // path MTU in bytes
+  // Packets of the message the requester built: all of them, or (SEND /
+  // WRITE) those before the first whose source SGE fails its check
+  // (rxe_req.c finish_packet): the message then stops there. The payload
+  // is the bytes of packets [0, sent_packets).
+  uint32_t sent_packets;
+  uint32_t reserved;
 };
 
 struct AnswerFrame {
@@ -136,6 +142,8 @@ struct AnswerFrame {
   uint64_t token;
   uint32_t kind;
   int32_t status;  // ibv_wc_status for the requester (kNak)
+  // kRnrNak: the packets before the NAKed one; kNak: the NAKed packet;
+  // kAck: the packets taken (RequestFrame::sent_packets).
   uint32_t acked_packets;
   // On the wire the frame is the struct up to `why`, then why_len bytes
   // of `why` (no NUL; 0 for an ACK), then the tail: an ACK is 24 bytes,

@@ -667,33 +667,13 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       SetQpState(qp, IBV_QPS_ERR, "local memory fault");
       return;
     }
-    // send_data_in -> copy_data: a packet longer than what is left of the
-    // receive is refused whole (rxe_mr.c: length > resid), so only the
-    // packets before it have landed.
-    if (packet.length > capacity - std::min(capacity, packet.offset)) {
-      nak(packet, config_.personality.recv_status_on_short_buffer,
-          config_.personality.send_status_on_short_receive,
-          "send longer than the posted receive (packet " + std::to_string(i) +
-              ")");
-      return;
-    }
-    // Then SGE by SGE: a receive SGE that fails its lookup or range check
-    // stops the copy there (the pieces before it in this packet landed):
-    // RESPST_ERR_MALFORMED_WQE, a "remote operational error" NAK.
-    const SgeWalk walk =
-        ScatterPacket(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE,
-                      packet.offset, payload, packet.length, &fault);
-    if (walk == SgeWalk::kFault) {
-      nak(packet, config_.personality.recv_status_on_bad_recv_sge,
-          IBV_WC_REM_OP_ERR,
-          fake_nic_internal::HarnessMemoryError("the responder's", head.wr_id));
-      return;
-    }
-    if (walk != SgeWalk::kOk) {
-      nak(packet, config_.personality.recv_status_on_bad_recv_sge,
-          IBV_WC_REM_OP_ERR,
-          "receive SGE fails lkey/PD/bounds/access (packet " +
-              std::to_string(i) + ")");
+    ibv_wc_status recv_status = IBV_WC_SUCCESS;
+    std::string why;
+    const ibv_wc_status status =
+        ReceivePacket(responder, recv, capacity, packet, payload, head.wr_id,
+                      &recv_status, &why);
+    if (status != IBV_WC_SUCCESS) {
+      nak(packet, recv_status, status, why);
       return;
     }
     RecordPacket(qp, head, packet, "ACK");
@@ -708,6 +688,38 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
                   static_cast<uint32_t>(length));
   CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+}
+
+ibv_wc_status FakeNic::ReceivePacket(Qp* responder, const RecvWqe& recv,
+                                     uint64_t capacity,
+                                     const RequestPacket& packet,
+                                     const uint8_t* payload, uint64_t wr_id,
+                                     ibv_wc_status* recv_status,
+                                     std::string* why) {
+  const uint32_t index = packet.index;
+  // send_data_in -> copy_data: a packet longer than what is left of the
+  // receive is refused whole (rxe_mr.c: length > resid), so only the
+  // packets before it have landed.
+  if (packet.length > capacity - std::min(capacity, packet.offset)) {
+    *recv_status = config_.personality.recv_status_on_short_buffer;
+    *why = "send longer than the posted receive (packet " +
+           std::to_string(index) + ")";
+    return config_.personality.send_status_on_short_receive;
+  }
+  // Then SGE by SGE: a receive SGE that fails its lookup or range check
+  // stops the copy there (the pieces before it in this packet landed):
+  // RESPST_ERR_MALFORMED_WQE, a "remote operational error" NAK.
+  uintptr_t fault = 0;
+  const SgeWalk walk =
+      ScatterPacket(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE, packet.offset,
+                    payload, packet.length, &fault);
+  if (walk == SgeWalk::kOk) return IBV_WC_SUCCESS;
+  *recv_status = config_.personality.recv_status_on_bad_recv_sge;
+  *why = walk == SgeWalk::kFault
+             ? fake_nic_internal::HarnessMemoryError("the responder's", wr_id)
+             : "receive SGE fails lkey/PD/bounds/access (packet " +
+                   std::to_string(index) + ")";
+  return IBV_WC_REM_OP_ERR;
 }
 
 void FakeNic::RunRequesterNow(Qp* qp) {

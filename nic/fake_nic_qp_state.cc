@@ -199,6 +199,10 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     qp->peer->sq.front().waiting_for_receive = false;
     MarkMaybeReady(qp->peer);
   }
+  // The same for a peer in another process (found by the one-process /
+  // two-process differential: tests/conformance_fixture.h
+  // "fake_rxe_fabric").
+  if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
   if (next == IBV_QPS_ERR && !qp->stranded_rq.empty()) {
     // Every ibv_modify_qp to ERR, from ERR too, runs rxe_qp_error (rxe_qp.c
     // rxe_qp_from_attr), whose responder run flushes the whole receive queue
@@ -248,7 +252,8 @@ namespace rpma_harness {
 //   - RTS: retry counts from the CM exchange, max_rd_atomic = our initiator
 //     depth, the timeout the CM computed (cm.c cm_init_qp_rts_attr).
 uint8_t FakeNic::RdDepth(int requested) const {
-  return static_cast<uint8_t>(std::min(requested, config_.caps->max_qp_rd_atom));
+  return static_cast<uint8_t>(
+      std::min(requested, config_.caps->max_qp_rd_atom));
 }
 
 int FakeNic::CmModifyQpToInit(Qp* qp, int access_flags, const char* why) {

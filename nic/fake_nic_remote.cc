@@ -23,8 +23,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstddef>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -88,23 +88,6 @@ bool Gather(const fake_nic_internal::Sge* src, size_t nsrc, uint64_t offset,
     dst += n;
     length -= n;
     offset = 0;
-  }
-  return length == 0;
-}
-
-// Scatters `length` bytes of `src` over the SGE list; false on a faulting
-// destination.
-bool Scatter(const uint8_t* src, uint64_t length,
-             const fake_nic_internal::SgeList& sges) {
-  uintptr_t fault = 0;
-  for (const fake_nic_internal::Sge& sge : sges) {
-    if (length == 0) break;
-    const uint64_t n = std::min<uint64_t>(sge.length, length);
-    if (!GuardedCopy(reinterpret_cast<void*>(sge.addr), src, n, &fault)) {
-      return false;
-    }
-    src += n;
-    length -= n;
   }
   return length == 0;
 }
@@ -408,20 +391,39 @@ void FakeNic::ExecuteRemote(Qp* qp) {
                                head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
                                head.opcode == IBV_WR_SEND ||
                                head.opcode == IBV_WR_SEND_WITH_IMM;
+  // rxe_req.c finish_packet: each packet's payload is read from the SGEs
+  // as the packet is built, so the message goes out up to the packet
+  // before the first bad source SGE (FirstBadSourcePacket); OnRemoteAnswer
+  // then fails the WR there, unless the responder NAKed an earlier packet.
+  const uint32_t count =
+      carries_payload ? fake_nic_internal::PacketCount(r.length, r.mtu) : 1;
+  r.sent_packets = count;
+  if (carries_payload) {
+    ibv_wc_status source_status = IBV_WC_SUCCESS;
+    r.sent_packets =
+        FirstBadSourcePacket(qp, head, r.mtu, count, &source_status);
+    if (r.sent_packets == 0) {
+      FailOnSourcePacket(qp, source_status, 0);
+      return;
+    }
+  }
   // Gathered into the NIC's scratch buffer (under mu_), kept between WRs:
   // no allocation and no zero-filling of the message each time.
-  const size_t payload_len = carries_payload ? r.length : 0;
+  const size_t payload_len =
+      carries_payload
+          ? std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)
+          : 0;
   if (remote_payload_.size() < payload_len) remote_payload_.resize(payload_len);
   uint8_t* const payload = remote_payload_.data();
   if (payload_len > 0) {
-    TapSourceRead(qp, head, 0, r.length, r.mtu);
+    TapSourceRead(qp, head, 0, payload_len, r.mtu);
     const fake_nic_internal::Sge inline_source{
         Address(head.inline_data.data()),
         static_cast<uint32_t>(head.inline_data.size()), 0};
     const bool gathered =
-        head.is_inline ? Gather(&inline_source, 1, 0, payload, r.length)
-                       : Gather(head.sges.begin(), head.sges.size(), 0,
-                                payload, r.length);
+        head.is_inline ? Gather(&inline_source, 1, 0, payload, payload_len)
+                       : Gather(head.sges.begin(), head.sges.size(), 0, payload,
+                                payload_len);
     if (!gathered) {
       // The requester's own memory faulted: ibv_poll_cq(3)
       // IBV_WC_LOC_PROT_ERR, as in-process.
@@ -501,30 +503,64 @@ void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
     CompleteSend(qp, wqe, status, byte_len);
     if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
   };
+  const bool carries_payload = head.opcode == IBV_WR_RDMA_WRITE ||
+                               head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+                               head.opcode == IBV_WR_SEND ||
+                               head.opcode == IBV_WR_SEND_WITH_IMM;
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const uint32_t count =
+      carries_payload ? fake_nic_internal::PacketCount(head.total_length(), mtu)
+                      : 1;
   switch (a.kind) {
     case AnswerFrame::kAck: {
-      const uint64_t length = head.total_length();
-      if (head.opcode == IBV_WR_RDMA_READ && length > 0) {
-        if (data_len != length || !Scatter(data, length, head.sges)) {
-          const std::string why = fake_nic_internal::HarnessMemoryError(
-              "the requester's", head.wr_id);
-          end_with(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
-          return;
-        }
-      }
-      if (head.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-          head.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        uintptr_t fault = 0;
-        if (data_len != 8 ||
-            !GuardedCopy(reinterpret_cast<void*>(head.sges[0].addr), data, 8,
-                         &fault)) {
-          const std::string why = fake_nic_internal::HarnessMemoryError(
-              "the requester's", head.wr_id);
-          end_with(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
-          return;
-        }
-        end_with(IBV_WC_SUCCESS, "", 8);
+      if (carries_payload && a.acked_packets < count) {
+        // The message stopped at a bad source SGE (ExecuteRemote): the
+        // packets before it were taken, this one never went out.
+        ibv_wc_status status = IBV_WC_LOC_PROT_ERR;
+        const uint32_t bad =
+            FirstBadSourcePacket(qp, head, mtu, count, &status);
+        if (bad == count) status = IBV_WC_LOC_PROT_ERR;  // the MR changed since
+        FailOnSourcePacket(qp, status, a.acked_packets);
         return;
+      }
+      const uint64_t length = head.total_length();
+      const bool atomic = head.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                          head.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      if ((head.opcode == IBV_WR_RDMA_READ && length > 0) || atomic) {
+        // rxe_comp.c do_read / do_atomic: each response packet goes into
+        // the local SGEs as it arrives (copy_data, LOCAL_WRITE), so a bad
+        // SGE stops the copy at the packet reaching it, the bytes before
+        // it in place; the remote side has done its part (as in process,
+        // fake_nic_data_path.cc ExecuteSendWqe).
+        const uint64_t expected = atomic ? 8 : length;
+        if (data_len != expected) {
+          end_with(IBV_WC_REM_OP_ERR,
+                   "malformed answer from the peer process (response data)", 0);
+          return;
+        }
+        for (uint64_t offset = 0; offset < expected; offset += mtu) {
+          const uint64_t n = std::min<uint64_t>(mtu, expected - offset);
+          uintptr_t fault = 0;
+          const SgeWalk walk =
+              ScatterPacket(qp, head.sges, IBV_ACCESS_LOCAL_WRITE, offset,
+                            data + offset, n, &fault);
+          if (walk == SgeWalk::kOk) continue;
+          const std::string why =
+              walk == SgeWalk::kFault ? fake_nic_internal::HarnessMemoryError(
+                                            "the requester's", head.wr_id)
+              : atomic ? std::string(
+                             "local SGE fails lkey/PD/bounds/LOCAL_WRITE "
+                             "check (atomic response)")
+                       : "local SGE fails lkey/PD/bounds/LOCAL_WRITE "
+                         "check (response packet " +
+                             std::to_string(offset / mtu) + ")";
+          end_with(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
+          return;
+        }
+        if (atomic) {
+          end_with(IBV_WC_SUCCESS, "", 8);
+          return;
+        }
       }
       end_with(IBV_WC_SUCCESS, "", static_cast<uint32_t>(length));
       return;
@@ -544,6 +580,10 @@ void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
       return;
     }
     case AnswerFrame::kNak:
+      // rxe_req.c update_state passes a WR only on its last packet, so a
+      // NAK of an earlier one leaves the requester's index on it
+      // (CompleteSend, Personality::sq_flush_follows_requester_index).
+      qp->failed_on_last_packet = a.acked_packets + 1 >= count;
       end_with(static_cast<ibv_wc_status>(a.status), a.why, 0);
       return;
     default:
@@ -607,16 +647,26 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   const bool carries_payload =
       opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
       opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
-  if (carries_payload && payload_len != length) {
-    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (payload length)");
-    return;
-  }
-  // The rest of the request is input from another process too: an MTU IB
-  // allows (ibv_mtu: 256..4096), and a write resumes past its first packet
-  // only where this responder's RNR NAK left that same write.
+  // The request is input from another process: an MTU IB allows (ibv_mtu:
+  // 256..4096), as many packets as the message has and at least one past
+  // where it resumes, their bytes, and a write resumes past its first
+  // packet only where this responder's RNR NAK left that same write.
+  answer->acked_packets = r.first_packet;
   if (r.mtu != 256 && r.mtu != 512 && r.mtu != 1024 && r.mtu != 2048 &&
       r.mtu != 4096) {
     nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (path MTU)");
+    return;
+  }
+  const uint32_t count =
+      carries_payload ? fake_nic_internal::PacketCount(length, r.mtu) : 1;
+  if (r.sent_packets > count || r.sent_packets <= r.first_packet) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (packet count)");
+    return;
+  }
+  if (carries_payload &&
+      payload_len !=
+          std::min<uint64_t>(length, uint64_t{r.sent_packets} * r.mtu)) {
+    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (payload length)");
     return;
   }
   if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
@@ -636,9 +686,8 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   switch (opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: {
-      const uint32_t count = fake_nic_internal::PacketCount(length, r.mtu);
       auto& resp = responder->responder;
-      for (uint32_t i = r.first_packet; i < count; ++i) {
+      for (uint32_t i = r.first_packet; i < r.sent_packets; ++i) {
         const RequestPacket packet =
             fake_nic_internal::MakeWritePacket(opcode, length, r.mtu, i);
         // check_resource.
@@ -673,6 +722,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
                             config_.personality.recv_status_on_rkey_violation,
                             IBV_WC_RECV_RDMA_WITH_IMM, 0);
           }
+          answer->acked_packets = i;
           nak(IBV_WC_REM_ACCESS_ERR,
               resp.write_checked
                   ? fake_nic_internal::HarnessMemoryError("the responder's",
@@ -688,6 +738,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         }
       }
       answer->kind = AnswerFrame::kAck;
+      answer->acked_packets = r.sent_packets;
       return;
     }
     case IBV_WR_SEND:
@@ -698,35 +749,34 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         responder->remote_waits_for_receive = true;
         return;
       }
-      RecvWqe recv = take_receive();
+      // Packet by packet into the receive at the head of its queue, which
+      // stays there until the message ends (as ExecuteSendByPackets).
+      const RecvWqe& recv = rq.front();
       uint64_t capacity = 0;
       for (const auto& sge : recv.sges) capacity += sge.length;
-      if (!LocalSgesOk(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE)) {
-        CompleteReceive(responder, recv, wqe,
-                        config_.personality.recv_status_on_bad_recv_sge,
-                        IBV_WC_RECV, 0);
-        nak(IBV_WC_REM_OP_ERR, "receive SGE fails lkey/PD/bounds/access");
-        return;
+      for (uint32_t i = 0; i < r.sent_packets; ++i) {
+        const RequestPacket packet =
+            fake_nic_internal::MakeSendPacket(opcode, length, r.mtu, i);
+        ibv_wc_status recv_status = IBV_WC_SUCCESS;
+        std::string why;
+        const ibv_wc_status status =
+            ReceivePacket(responder, recv, capacity, packet,
+                          payload + packet.offset, r.wr_id, &recv_status, &why);
+        if (status != IBV_WC_SUCCESS) {
+          CompleteReceive(responder, take_receive(), wqe, recv_status,
+                          IBV_WC_RECV, 0);
+          answer->acked_packets = i;
+          nak(status, why);
+          return;
+        }
       }
-      if (length > capacity) {
-        CompleteReceive(responder, recv, wqe,
-                        config_.personality.recv_status_on_short_buffer,
-                        IBV_WC_RECV, 0);
-        nak(config_.personality.send_status_on_short_receive,
-            "send longer than the posted receive");
-        return;
-      }
-      if (!Scatter(payload, length, recv.sges)) {
-        CompleteReceive(responder, recv, wqe,
-                        config_.personality.recv_status_on_bad_recv_sge,
-                        IBV_WC_RECV, 0);
-        nak(IBV_WC_REM_OP_ERR,
-            fake_nic_internal::HarnessMemoryError("the responder's", r.wr_id));
-        return;
-      }
-      CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
-                      static_cast<uint32_t>(length));
       answer->kind = AnswerFrame::kAck;
+      answer->acked_packets = r.sent_packets;
+      // A message cut short by the requester leaves its receive in
+      // progress (ExecuteSendByPackets).
+      if (r.sent_packets < count) return;
+      CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
+                      IBV_WC_RECV, static_cast<uint32_t>(length));
       return;
     }
     case IBV_WR_RDMA_READ: {
@@ -793,7 +843,10 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   }
 }
 
-void FakeNic::TellRemoteReceivePosted(Qp* qp) {
+// The peer's requester parked on our RNR NAK (rnr_retry 7) retries now: a
+// receive was posted, or the QP changed (state, access flags) in a way its
+// next RNR-timer retry would see (rxe_comp.c rnr_nak_timer).
+void FakeNic::TellRemoteToRetry(Qp* qp) {
   qp->remote_waits_for_receive = false;
   if (qp->link == 0 || qp->id == nullptr || qp->link_dead) return;
   CmFrame f;

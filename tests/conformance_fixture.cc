@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "mock/test_dir.h"
 #include "nic/fake_nic.h"
 #include "verbs_backend/rdma_core_backend.h"
 
@@ -53,26 +54,79 @@ std::vector<BackendUnderTest> BackendsUnderTest() {
     return {BackendUnderTest{"rdma_core", true}};
   }
   return {BackendUnderTest{"fake_spec", false},
-          BackendUnderTest{"fake_rxe", true}};
+          BackendUnderTest{"fake_rxe", true},
+          BackendUnderTest{"fake_rxe_fabric", true}};
 }
 
 void ConformanceTest::SetUp() { UseBackend(GetParam().name); }
 
+void ConformanceTest::StopFakes() {
+  if (fake_ != nullptr) fake_->StopBackgroundProgress();
+  if (server_fake_ != nullptr) server_fake_->StopBackgroundProgress();
+}
+
 void ConformanceTest::UseBackend(const std::string& name) {
   if (in_section_) EndSection();
-  if (fake_ != nullptr) fake_->StopBackgroundProgress();
+  StopFakes();
   fake_ = nullptr;
+  server_fake_ = nullptr;
   backend_.reset();
+  server_backend_.reset();
+  if (!fabric_dir_.empty()) {
+    const std::string cmd = "rm -rf '" + fabric_dir_ + "'";
+    if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd;
+    fabric_dir_.clear();
+  }
   if (name == "rdma_core") {
     backend_ = std::make_shared<RdmaCoreBackend>();
-  } else {
-    FakeNicConfig config;
-    config.personality =
-        name == "fake_rxe" ? Personality::Rxe() : Personality::Spec();
-    auto fake = std::make_shared<FakeNic>(config);
-    fake->StartBackgroundProgress();
-    fake_ = fake.get();
-    backend_ = fake;
+    return;
+  }
+  FakeNicConfig config;
+  config.personality =
+      name == "fake_spec" ? Personality::Spec() : Personality::Rxe();
+  // A lost event fails the case instead of hanging it.
+  config.background_block_timeout_ms = 20000;
+  if (name == "fake_rxe_fabric") {
+    // Client and server on two NICs that meet only through a fabric
+    // directory, as two processes do (fake_nic_fabric.h): the in-process
+    // and the cross-process paths must give the same streams.
+    fabric_dir_ = NewTestDir("conformance-fabric");
+    ASSERT_FALSE(fabric_dir_.empty());
+    config.fabric_dir = fabric_dir_;
+    config.process_label = "server";
+    auto server = std::make_shared<FakeNic>(config);
+    server->StartBackgroundProgress();
+    server_fake_ = server.get();
+    server_backend_ = server;
+    config.process_label = "client";
+  }
+  auto fake = std::make_shared<FakeNic>(config);
+  fake->StartBackgroundProgress();
+  fake_ = fake.get();
+  backend_ = fake;
+}
+
+void ConformanceTest::Settle() {
+  if (fake_ == nullptr) return;
+  if (server_fake_ == nullptr) {
+    fake_->RunUntilIdle();
+    return;
+  }
+  // Two NICs on a fabric: done when neither has work nor a WR waiting for
+  // the other's answer, and that holds for a while (a frame either NIC
+  // sent, such as a DREQ or a receive-posted notice, is handled within it).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  int quiet_checks = 0;
+  while (quiet_checks < 10 && std::chrono::steady_clock::now() < deadline) {
+    fake_->RunUntilIdle();
+    server_fake_->RunUntilIdle();
+    if (fake_->Quiescent() && server_fake_->Quiescent()) {
+      ++quiet_checks;
+    } else {
+      quiet_checks = 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 
@@ -86,11 +140,17 @@ void ConformanceTest::TearDown() {
   if (in_section_) EndSection();
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);
-  if (listen_id_ != nullptr) nic().DestroyId(listen_id_);
-  if (listen_channel_ != nullptr) nic().DestroyEventChannel(listen_channel_);
+  if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);
+  if (listen_channel_ != nullptr)
+    nic(server_).DestroyEventChannel(listen_channel_);
   listen_id_ = nullptr;
   listen_channel_ = nullptr;
-  if (fake_ != nullptr) fake_->StopBackgroundProgress();
+  StopFakes();
+  if (!fabric_dir_.empty()) {
+    const std::string cmd = "rm -rf '" + fabric_dir_ + "'";
+    if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd;
+    fabric_dir_.clear();
+  }
 
   // The completion stream: printed for the differential test to collect
   // (inside the VM), and compared with rxe's recorded stream when this is the
@@ -101,8 +161,8 @@ void ConformanceTest::TearDown() {
       std::printf("STREAM %s %s\n", name.c_str(), line.c_str());
     }
   }
-  if (GetParam().name == "fake_rxe" && compare_with_recording_ &&
-      !stream_.empty()) {
+  if ((GetParam().name == "fake_rxe" || GetParam().name == "fake_rxe_fabric") &&
+      compare_with_recording_ && !stream_.empty()) {
     std::ifstream golden("tests/testdata/rxe_streams.txt");
     if (!golden) return;  // no recording yet (see tools/softroce_vm)
     std::vector<std::string> expected;
@@ -126,40 +186,41 @@ void ConformanceTest::TearDown() {
   }
 }
 
-rdma_cm_event_type ConformanceTest::NextCmEvent(rdma_event_channel* channel) {
+rdma_cm_event_type ConformanceTest::NextCmEvent(Endpoint& side) {
   rdma_cm_event* event = nullptr;
-  if (nic().GetCmEvent(channel, &event) != 0) {
+  if (nic(side).GetCmEvent(side.channel, &event) != 0) {
     ADD_FAILURE() << "GetCmEvent failed: " << std::strerror(errno);
     return RDMA_CM_EVENT_ADDR_ERROR;
   }
   rdma_cm_event_type type = event->event;
-  nic().AckCmEvent(event);
+  nic(side).AckCmEvent(event);
   return type;
 }
 
 void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
                                           const QpOptions& options) {
-  side.pd = nic().AllocPd(side.id->verbs);
+  side.pd = nic(side).AllocPd(side.id->verbs);
   ASSERT_NE(side.pd, nullptr);
   const bool is_server = &side == &server_;
   if (is_server && options.server_shared_channel) {
-    side.comp_channel = nic().CreateCompChannel(side.id->verbs);
+    side.comp_channel = nic(side).CreateCompChannel(side.id->verbs);
     ASSERT_NE(side.comp_channel, nullptr);
   }
-  side.cq = nic().CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
+  side.cq =
+      nic(side).CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
   ASSERT_NE(side.cq, nullptr);
   if (side.comp_channel != nullptr) {
     side.rcq =
-        nic().CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
+        nic(side).CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
     ASSERT_NE(side.rcq, nullptr);
-    ASSERT_EQ(nic().ReqNotifyCq(side.cq, 0), 0);
-    ASSERT_EQ(nic().ReqNotifyCq(side.rcq, 0), 0);
+    ASSERT_EQ(nic(side).ReqNotifyCq(side.cq, 0), 0);
+    ASSERT_EQ(nic(side).ReqNotifyCq(side.rcq, 0), 0);
   }
   if (is_server && options.server_srq_wr > 0) {
     ibv_srq_init_attr srq_attr{};
     srq_attr.attr.max_wr = options.server_srq_wr;
     srq_attr.attr.max_sge = 1;
-    side.srq = nic().CreateSrq(side.pd, &srq_attr);
+    side.srq = nic(side).CreateSrq(side.pd, &srq_attr);
     ASSERT_NE(side.srq, nullptr) << std::strerror(errno);
   }
   ibv_qp_init_attr attr{};
@@ -173,15 +234,16 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
   attr.cap.max_send_sge = options.max_send_sge;
   attr.cap.max_recv_sge = options.max_recv_sge;
   attr.cap.max_inline_data = options.max_inline_data;
-  ASSERT_EQ(nic().CreateQp(side.id, side.pd, &attr), 0) << std::strerror(errno);
+  ASSERT_EQ(nic(side).CreateQp(side.id, side.pd, &attr), 0)
+      << std::strerror(errno);
   side.qp = side.id->qp;
   side.buffer.assign(kBufferSize, 0);
   if (&side == &client_) {
     for (size_t i = 0; i < kBufferSize; ++i) side.buffer[i] = Pattern(i);
   }
-  side.mr = nic().RegMr(side.pd, side.buffer.data(), side.buffer.size(),
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                            IBV_ACCESS_REMOTE_READ);
+  side.mr = nic(side).RegMr(side.pd, side.buffer.data(), side.buffer.size(),
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                IBV_ACCESS_REMOTE_READ);
   ASSERT_NE(side.mr, nullptr);
 }
 
@@ -190,53 +252,56 @@ void ConformanceTest::Connect(const QpOptions& options,
   in_section_ = true;
   const std::string addr = TestAddress();
   const std::string port = std::to_string(NextPort());
-  listen_channel_ = nic().CreateEventChannel();
+  listen_channel_ = nic(server_).CreateEventChannel();
   ASSERT_NE(listen_channel_, nullptr);
-  ASSERT_EQ(nic().CreateId(listen_channel_, &listen_id_, nullptr), 0);
-  ASSERT_EQ(nic().BindAddr(listen_id_, addr.c_str(), port.c_str()), 0)
+  ASSERT_EQ(nic(server_).CreateId(listen_channel_, &listen_id_, nullptr), 0);
+  ASSERT_EQ(nic(server_).BindAddr(listen_id_, addr.c_str(), port.c_str()), 0)
       << addr << ":" << port << ": " << std::strerror(errno);
-  ASSERT_EQ(nic().Listen(listen_id_, 8), 0);
+  ASSERT_EQ(nic(server_).Listen(listen_id_, 8), 0);
 
-  ASSERT_EQ(nic().CreateId(nullptr, &client_.id, nullptr), 0);
-  ASSERT_EQ(nic().ResolveAddr(client_.id, addr.c_str(), port.c_str(), 2000), 0);
-  ASSERT_EQ(nic().ResolveRoute(client_.id, 2000), 0);
+  ASSERT_EQ(nic(client_).CreateId(nullptr, &client_.id, nullptr), 0);
+  ASSERT_EQ(
+      nic(client_).ResolveAddr(client_.id, addr.c_str(), port.c_str(), 2000),
+      0);
+  ASSERT_EQ(nic(client_).ResolveRoute(client_.id, 2000), 0);
   ASSERT_NO_FATAL_FAILURE(SetUpEndpointQueues(client_, options));
-  client_.channel = nic().CreateEventChannel();
-  ASSERT_EQ(nic().MigrateId(client_.id, client_.channel), 0);
+  client_.channel = nic(client_).CreateEventChannel();
+  ASSERT_EQ(nic(client_).MigrateId(client_.id, client_.channel), 0);
   rdma_conn_param param{};
   param.responder_resources = options.client_responder_resources;
   param.initiator_depth = options.client_initiator_depth;
   param.retry_count = options.retry_count;
   param.rnr_retry_count = options.rnr_retry_count;
-  ASSERT_EQ(nic().Connect(client_.id, &param), 0);
+  ASSERT_EQ(nic(client_).Connect(client_.id, &param), 0);
 
   rdma_cm_event* request = nullptr;
-  ASSERT_EQ(nic().GetCmEvent(listen_channel_, &request), 0);
+  ASSERT_EQ(nic(server_).GetCmEvent(listen_channel_, &request), 0);
   ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST);
   server_.id = request->id;
-  ASSERT_EQ(nic().AckCmEvent(request), 0);
+  ASSERT_EQ(nic(server_).AckCmEvent(request), 0);
   ASSERT_NO_FATAL_FAILURE(SetUpEndpointQueues(server_, options));
-  server_.channel = nic().CreateEventChannel();
-  ASSERT_EQ(nic().MigrateId(server_.id, server_.channel), 0);
+  server_.channel = nic(server_).CreateEventChannel();
+  ASSERT_EQ(nic(server_).MigrateId(server_.id, server_.channel), 0);
   if (before_accept) before_accept();
   param.responder_resources = options.server_responder_resources;
   param.initiator_depth = options.server_initiator_depth;
-  ASSERT_EQ(nic().Accept(server_.id, &param), 0) << std::strerror(errno);
-  ASSERT_EQ(NextCmEvent(client_.channel), RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_EQ(NextCmEvent(server_.channel), RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_EQ(nic(server_).Accept(server_.id, &param), 0) << std::strerror(errno);
+  ASSERT_EQ(NextCmEvent(client_), RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_EQ(NextCmEvent(server_), RDMA_CM_EVENT_ESTABLISHED);
 }
 
 void ConformanceTest::TearDownEndpoint(Endpoint& side) {
   if (side.id == nullptr) return;
-  if (side.qp != nullptr) nic().DestroyQp(side.id);
-  if (side.mr != nullptr) nic().DeregMr(side.mr);
-  if (side.srq != nullptr) nic().DestroySrq(side.srq);
-  if (side.rcq != nullptr) nic().DestroyCq(side.rcq);
-  if (side.cq != nullptr) nic().DestroyCq(side.cq);
-  if (side.comp_channel != nullptr) nic().DestroyCompChannel(side.comp_channel);
-  if (side.pd != nullptr) nic().DeallocPd(side.pd);
-  nic().DestroyId(side.id);
-  if (side.channel != nullptr) nic().DestroyEventChannel(side.channel);
+  if (side.qp != nullptr) nic(side).DestroyQp(side.id);
+  if (side.mr != nullptr) nic(side).DeregMr(side.mr);
+  if (side.srq != nullptr) nic(side).DestroySrq(side.srq);
+  if (side.rcq != nullptr) nic(side).DestroyCq(side.rcq);
+  if (side.cq != nullptr) nic(side).DestroyCq(side.cq);
+  if (side.comp_channel != nullptr)
+    nic(side).DestroyCompChannel(side.comp_channel);
+  if (side.pd != nullptr) nic(side).DeallocPd(side.pd);
+  nic(side).DestroyId(side.id);
+  if (side.channel != nullptr) nic(side).DestroyEventChannel(side.channel);
   side = Endpoint{};
 }
 
@@ -251,7 +316,7 @@ int ConformanceTest::PostRecv(Endpoint& side, uint64_t wr_id, size_t offset,
     wr.num_sge = 1;
   }
   ibv_recv_wr* bad = nullptr;
-  const int ret = nic().PostRecv(side.qp, &wr, &bad);
+  const int ret = nic(side).PostRecv(side.qp, &wr, &bad);
   RecordPost(&side == &client_ ? "recv client" : "recv server", ret,
              ret == 0 ? -1 : (bad == &wr ? 0 : -2));
   return ret;
@@ -282,7 +347,7 @@ ibv_send_wr ConformanceTest::WriteWr(uint64_t wr_id, size_t src_offset,
 int ConformanceTest::PostSend(Endpoint& side, ibv_send_wr* wr,
                               ibv_send_wr** bad_wr) {
   *bad_wr = nullptr;
-  const int ret = nic().PostSend(side.qp, wr, bad_wr);
+  const int ret = nic(side).PostSend(side.qp, wr, bad_wr);
   int bad_index = -1;
   if (ret != 0) {
     bad_index = -2;  // *bad_wr names no WR of the chain
@@ -303,7 +368,7 @@ int ConformanceTest::PostSrqRecv(uint64_t wr_id, size_t offset, uint32_t len) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  return nic().PostSrqRecv(server_.srq, &wr, &bad);
+  return nic(server_).PostSrqRecv(server_.srq, &wr, &bad);
 }
 
 bool ConformanceTest::WaitCompletion(Endpoint& side, ibv_wc* wc, int timeout_ms,
@@ -312,7 +377,7 @@ bool ConformanceTest::WaitCompletion(Endpoint& side, ibv_wc* wc, int timeout_ms,
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
-    int n = nic().PollCq(cq, 1, wc);
+    int n = nic(side).PollCq(cq, 1, wc);
     if (n == 1) {
       Record(&side == &client_ ? "client" : "server", *wc);
       return true;
@@ -328,13 +393,13 @@ bool ConformanceTest::WaitCompletion(Endpoint& side, ibv_wc* wc, int timeout_ms,
 
 bool ConformanceTest::NoCompletionPending(Endpoint& side) {
   if (fake_ != nullptr) {
-    fake_->RunUntilIdle();
+    Settle();
   } else {
     // A kernel driver finishes a loopback WR well within this.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   ibv_wc wc;
-  int n = nic().PollCq(side.cq, 1, &wc);
+  int n = nic(side).PollCq(side.cq, 1, &wc);
   if (n == 1) Record(&side == &client_ ? "client" : "server", wc);
   return n == 0;
 }
@@ -342,7 +407,7 @@ bool ConformanceTest::NoCompletionPending(Endpoint& side) {
 ibv_qp_state ConformanceTest::QpState(Endpoint& side) {
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  EXPECT_EQ(nic().QueryQp(side.qp, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(nic(side).QueryQp(side.qp, &attr, IBV_QP_STATE, &init), 0);
   return attr.qp_state;
 }
 
@@ -379,8 +444,8 @@ void ConformanceTest::DrainAndRecord(Endpoint& side) {
   if (side.cq == nullptr) return;
   ibv_wc wc;
   if (fake_ != nullptr) {
-    fake_->RunUntilIdle();
-    while (nic().PollCq(side.cq, 1, &wc) == 1) {
+    Settle();
+    while (nic(side).PollCq(side.cq, 1, &wc) == 1) {
       Record(&side == &client_ ? "client" : "server", wc);
     }
     return;
@@ -390,7 +455,7 @@ void ConformanceTest::DrainAndRecord(Endpoint& side) {
   const auto quiet = std::chrono::milliseconds(drain_quiet_ms_);
   auto quiet_until = std::chrono::steady_clock::now() + quiet;
   while (std::chrono::steady_clock::now() < quiet_until) {
-    if (nic().PollCq(side.cq, 1, &wc) == 1) {
+    if (nic(side).PollCq(side.cq, 1, &wc) == 1) {
       Record(&side == &client_ ? "client" : "server", wc);
       quiet_until = std::chrono::steady_clock::now() + quiet;
     } else {
@@ -431,8 +496,9 @@ void ConformanceTest::EndSection() {
   }
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);
-  if (listen_id_ != nullptr) nic().DestroyId(listen_id_);
-  if (listen_channel_ != nullptr) nic().DestroyEventChannel(listen_channel_);
+  if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);
+  if (listen_channel_ != nullptr)
+    nic(server_).DestroyEventChannel(listen_channel_);
   listen_id_ = nullptr;
   listen_channel_ = nullptr;
   section_.clear();

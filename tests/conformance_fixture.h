@@ -45,7 +45,10 @@ struct BackendUnderTest {
 };
 
 // Every backend the current process can test: the fake NIC in both
-// personalities on a host; the real rdma-core backend when
+// personalities on a host, and the rxe personality once more as two NICs
+// that meet only through a cross-process fabric directory
+// ("fake_rxe_fabric": client and server each on their own NIC, as two
+// processes are); the real rdma-core backend when
 // RPMA_HARNESS_BACKEND=rdma-core (inside the soft-RoCE VM).
 std::vector<BackendUnderTest> BackendsUnderTest();
 
@@ -102,7 +105,12 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   void Connect(const QpOptions& options,
                const std::function<void()>& before_accept = nullptr);
 
-  VerbsBackend& nic() { return *backend_; }
+  // The backend that owns `side`'s objects: the one backend, or with
+  // "fake_rxe_fabric" the client's NIC or the server's.
+  VerbsBackend& nic(const Endpoint& side) {
+    return &side == &server_ && server_backend_ != nullptr ? *server_backend_
+                                                           : *backend_;
+  }
   const BackendUnderTest& quirks() const { return GetParam(); }
   Endpoint& client() { return client_; }
   Endpoint& server() { return server_; }
@@ -170,10 +178,18 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
  private:
   void SetUpEndpointQueues(Endpoint& side, const QpOptions& options);
   void TearDownEndpoint(Endpoint& side);
-  rdma_cm_event_type NextCmEvent(rdma_event_channel* channel);
+  rdma_cm_event_type NextCmEvent(Endpoint& side);
+  void StopFakes();
+  // On the fake: runs the NIC(s) until nothing more will happen by itself
+  // (with two NICs on a fabric, also nothing in flight between them).
+  void Settle();
 
   std::shared_ptr<VerbsBackend> backend_;
   FakeNic* fake_ = nullptr;  // set when the backend is the fake NIC
+  // "fake_rxe_fabric": the server's own NIC, and the fabric directory.
+  std::shared_ptr<VerbsBackend> server_backend_;
+  FakeNic* server_fake_ = nullptr;
+  std::string fabric_dir_;
   rdma_event_channel* listen_channel_ = nullptr;
   rdma_cm_id* listen_id_ = nullptr;
   Endpoint client_;

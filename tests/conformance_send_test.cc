@@ -79,7 +79,7 @@ class SendConformance : public ConformanceTest {
     wr.sg_list = sges.empty() ? nullptr : sges.data();
     wr.num_sge = static_cast<int>(sges.size());
     ibv_recv_wr* bad = nullptr;
-    const int ret = nic().PostRecv(server().qp, &wr, &bad);
+    const int ret = nic(server()).PostRecv(server().qp, &wr, &bad);
     RecordPost("recv server", ret, ret == 0 ? -1 : (bad == &wr ? 0 : -2));
     return ret;
   }
@@ -393,10 +393,10 @@ TEST_P(SendConformance, AtomicWithABadLocalSge) {
     BeginSection(remote_atomic ? "mr_remote_atomic"
                                : "mr_without_remote_atomic");
     Connect(QpOptions{});
-    ibv_mr* atomic_mr =
-        nic().RegMr(server().pd, server().buffer.data(), server().buffer.size(),
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                        IBV_ACCESS_REMOTE_ATOMIC);
+    ibv_mr* atomic_mr = nic(server()).RegMr(
+        server().pd, server().buffer.data(), server().buffer.size(),
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+            IBV_ACCESS_REMOTE_ATOMIC);
     ASSERT_NE(atomic_mr, nullptr);
     ibv_sge sge{reinterpret_cast<uint64_t>(client().buffer.data()), 8,
                 client().mr->lkey ^ 0x5a5a};
@@ -418,7 +418,7 @@ TEST_P(SendConformance, AtomicWithABadLocalSge) {
               remote_atomic ? IBV_WC_LOC_PROT_ERR : IBV_WC_REM_ACCESS_ERR);
     // The fetch-and-add of 5 on zero: the remote byte is 5 when it ran.
     EXPECT_EQ(server().buffer[64], remote_atomic ? 5 : 0);
-    EXPECT_EQ(nic().DeregMr(atomic_mr), 0);
+    EXPECT_EQ(nic(server()).DeregMr(atomic_mr), 0);
   }
 }
 

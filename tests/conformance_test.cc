@@ -136,9 +136,9 @@ TEST_P(WriteImmConformance, MrWithoutRemoteWriteIsRemoteAccessError) {
     SCOPED_TRACE(size);
     BeginSection("size=" + std::to_string(size));
     Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 9), 0); });
-    ibv_mr* read_only =
-        nic().RegMr(server().pd, server().buffer.data(), server().buffer.size(),
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    ibv_mr* read_only = nic(server()).RegMr(
+        server().pd, server().buffer.data(), server().buffer.size(),
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     ASSERT_NE(read_only, nullptr);
     ibv_sge sge;
     ibv_send_wr wr = WriteWr(8, 0, 0, size, true, kImm, true, &sge);
@@ -148,7 +148,7 @@ TEST_P(WriteImmConformance, MrWithoutRemoteWriteIsRemoteAccessError) {
     ibv_wc wc{};
     ASSERT_TRUE(WaitCompletion(client(), &wc));
     EXPECT_EQ(wc.status, size == 0 ? IBV_WC_SUCCESS : IBV_WC_REM_ACCESS_ERR);
-    EXPECT_EQ(nic().DeregMr(read_only), 0);
+    EXPECT_EQ(nic(server()).DeregMr(read_only), 0);
   }
 }
 
@@ -162,7 +162,8 @@ TEST_P(WriteImmConformance, QpWithoutRemoteWriteIsInvalidRequest) {
     Connect(QpOptions{}, [&] { ASSERT_EQ(PostRecv(server(), 9), 0); });
     ibv_qp_attr attr{};
     attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-    const int ret = nic().ModifyQp(server().qp, &attr, IBV_QP_ACCESS_FLAGS);
+    const int ret =
+        nic(server()).ModifyQp(server().qp, &attr, IBV_QP_ACCESS_FLAGS);
     RecordPost("modify server access=REMOTE_READ", ret);
     ASSERT_EQ(ret, 0);
     ibv_sge sge;
@@ -229,7 +230,7 @@ TEST_P(WriteImmConformance, WritePostedBeforeDisconnectArrives) {
     ibv_send_wr wr = WriteWr(61, 0, 0, size, true, kImm, true, &sge);
     ibv_send_wr* bad = nullptr;
     ASSERT_EQ(PostSend(client(), &wr, &bad), 0);
-    ASSERT_EQ(nic().Disconnect(client().id), 0);
+    ASSERT_EQ(nic(client()).Disconnect(client().id), 0);
     ibv_wc wc{};
     ASSERT_TRUE(WaitCompletion(server(), &wc));
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
@@ -323,7 +324,7 @@ TEST_P(WriteImmConformance,
   Connect(options);
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  ASSERT_EQ(nic(client()).QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
   const uint32_t depth = init.cap.max_send_wr;
   EXPECT_GE(depth, 4u);
   // One chain longer than the queue: nothing can complete while it is
@@ -353,7 +354,7 @@ TEST_P(WriteImmConformance, NumSgeAboveTheQpsMaxIsEinval) {
   Connect(QpOptions{});
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  ASSERT_EQ(nic(client()).QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
   std::vector<ibv_sge> sges(init.cap.max_send_sge + 1);
   for (size_t i = 0; i < sges.size(); ++i) {
     sges[i] = ibv_sge{reinterpret_cast<uint64_t>(client().buffer.data()) + i, 1,
@@ -376,7 +377,7 @@ TEST_P(WriteImmConformance, InlineAboveTheQpsMaxIsEinval) {
   Connect(options);
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  ASSERT_EQ(nic(client()).QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
   ASSERT_GE(init.cap.max_inline_data, 64u);
   ibv_sge sge;
   ibv_send_wr wr =
@@ -436,7 +437,7 @@ TEST_P(WriteImmConformance, CompletionsOfOneQpArriveInPostingOrder) {
 TEST_P(WriteImmConformance, DeviceCapsAsReported) {
   Connect(QpOptions{});
   ibv_device_attr a{};
-  ASSERT_EQ(nic().QueryDevice(client().id->verbs, &a), 0);
+  ASSERT_EQ(nic(client()).QueryDevice(client().id->verbs, &a), 0);
   std::ostringstream line;
   line << "device max_mr_size=" << a.max_mr_size
        << " page_size_cap=" << a.page_size_cap << " max_qp=" << a.max_qp
@@ -459,13 +460,13 @@ TEST_P(WriteImmConformance, QueryQpAfterConnect) {
     ibv_qp_attr a{};
     ibv_qp_init_attr init{};
     ASSERT_EQ(
-        nic().QueryQp(side->qp, &a,
-                      IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_ACCESS_FLAGS |
-                          IBV_QP_CAP | IBV_QP_MAX_QP_RD_ATOMIC |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER |
-                          IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_PORT | IBV_QP_PKEY_INDEX,
-                      &init),
+        nic(*side).QueryQp(
+            side->qp, &a,
+            IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_ACCESS_FLAGS | IBV_QP_CAP |
+                IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC |
+                IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                IBV_QP_RNR_RETRY | IBV_QP_PORT | IBV_QP_PKEY_INDEX,
+            &init),
         0);
     std::ostringstream line;
     line << "qp " << (side == &client() ? "client" : "server")
@@ -502,7 +503,7 @@ TEST_P(WriteImmConformance, InlineGrantedWhenNoneWasAsked) {
   });
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  ASSERT_EQ(nic().QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
+  ASSERT_EQ(nic(client()).QueryQp(client().qp, &attr, IBV_QP_CAP, &init), 0);
   RecordLine("granted max_send_sge=" + std::to_string(init.cap.max_send_sge) +
              " max_inline=" + std::to_string(init.cap.max_inline_data));
   const uint32_t granted = init.cap.max_inline_data;
@@ -527,12 +528,12 @@ TEST_P(WriteImmConformance, InlineGrantedWhenNoneWasAsked) {
 TEST_P(WriteImmConformance, RkeyOfMrsWithAndWithoutRemoteAccess) {
   Connect(QpOptions{});
   std::vector<uint8_t> buf(4096);
-  ibv_mr* local =
-      nic().RegMr(server().pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* local = nic(server()).RegMr(server().pd, buf.data(), buf.size(),
+                                      IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(local, nullptr);
   ibv_mr* remote =
-      nic().RegMr(server().pd, buf.data(), buf.size(),
-                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      nic(server()).RegMr(server().pd, buf.data(), buf.size(),
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_NE(remote, nullptr);
   RecordLine(std::string("mr local_only rkey_zero=") +
              (local->rkey == 0 ? "1" : "0") +
@@ -541,8 +542,8 @@ TEST_P(WriteImmConformance, RkeyOfMrsWithAndWithoutRemoteAccess) {
              (remote->rkey == 0 ? "1" : "0") +
              " rkey_is_lkey=" + (remote->rkey == remote->lkey ? "1" : "0"));
   EXPECT_NE(remote->rkey, 0u);
-  EXPECT_EQ(nic().DeregMr(local), 0);
-  EXPECT_EQ(nic().DeregMr(remote), 0);
+  EXPECT_EQ(nic(server()).DeregMr(local), 0);
+  EXPECT_EQ(nic(server()).DeregMr(remote), 0);
 }
 
 // ibv_modify_qp(3)'s state table on a connected RC QP: each call's return
@@ -551,7 +552,7 @@ TEST_P(WriteImmConformance, ModifyQpFollowsTheRcStateTable) {
   Connect(QpOptions{});
   ibv_qp* qp = client().qp;
   auto modify = [&](const char* what, ibv_qp_attr attr, int mask) {
-    const int ret = nic().ModifyQp(qp, &attr, mask);
+    const int ret = nic(client()).ModifyQp(qp, &attr, mask);
     RecordPost(what, ret);
     return ret;
   };
@@ -596,7 +597,7 @@ TEST_P(WriteImmConformance, ModifyToErrFlushesPostedReceives) {
   });
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
-  const int ret = nic().ModifyQp(server().qp, &a, IBV_QP_STATE);
+  const int ret = nic(server()).ModifyQp(server().qp, &a, IBV_QP_STATE);
   RecordPost("modify server RTS->ERR", ret);
   ASSERT_EQ(ret, 0);
   ibv_wc wc{};
@@ -801,7 +802,7 @@ TEST_P(Librpma13Conformance, SrqReceiveIsTakenByTheQpAndCompletesOnItsCq) {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   ibv_recv_wr recv{};
   ibv_recv_wr* bad_recv = nullptr;
-  const int ret = nic().PostRecv(server().qp, &recv, &bad_recv);
+  const int ret = nic(server()).PostRecv(server().qp, &recv, &bad_recv);
   RecordPost("recv_on_srq_qp", ret);
   EXPECT_EQ(ret < 0 ? -ret : ret, EINVAL);
 }
@@ -821,8 +822,9 @@ TEST_P(Librpma13Conformance, SharedChannelEventNamesTheCqThatCompleted) {
   ASSERT_EQ(poll(&pfd, 1, 5000), 1);
   ibv_cq* fired = nullptr;
   void* context = nullptr;
-  ASSERT_EQ(nic().GetCqEvent(server().comp_channel, &fired, &context), 0);
-  nic().AckCqEvents(fired, 1);
+  ASSERT_EQ(nic(server()).GetCqEvent(server().comp_channel, &fired, &context),
+            0);
+  nic(server()).AckCqEvents(fired, 1);
   EXPECT_EQ(fired, server().rcq);
   ibv_wc wc{};
   ASSERT_TRUE(WaitCompletion(server(), &wc, 5000, server().rcq));
@@ -830,7 +832,7 @@ TEST_P(Librpma13Conformance, SharedChannelEventNamesTheCqThatCompleted) {
   EXPECT_EQ(wc.wr_id, 120u);
 
   // Now a completion on the server's send CQ: the event names that one.
-  ASSERT_EQ(nic().ReqNotifyCq(server().rcq, 0), 0);
+  ASSERT_EQ(nic(server()).ReqNotifyCq(server().rcq, 0), 0);
   ibv_sge send_sge{reinterpret_cast<uint64_t>(server().buffer.data()), 8,
                    server().mr->lkey};
   ibv_send_wr back{};
@@ -843,8 +845,9 @@ TEST_P(Librpma13Conformance, SharedChannelEventNamesTheCqThatCompleted) {
   back.wr.rdma.rkey = client().mr->rkey;
   ASSERT_EQ(PostSend(server(), &back, &bad), 0);
   ASSERT_EQ(poll(&pfd, 1, 5000), 1);
-  ASSERT_EQ(nic().GetCqEvent(server().comp_channel, &fired, &context), 0);
-  nic().AckCqEvents(fired, 1);
+  ASSERT_EQ(nic(server()).GetCqEvent(server().comp_channel, &fired, &context),
+            0);
+  nic(server()).AckCqEvents(fired, 1);
   EXPECT_EQ(fired, server().cq);
   ASSERT_TRUE(WaitCompletion(server(), &wc));
   EXPECT_EQ(wc.wr_id, 122u);
@@ -863,16 +866,16 @@ TEST_P(Librpma13Conformance, ReadDepthsPairEachInitiatorWithThePeersResponder) {
   Connect(options);
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
-  ASSERT_EQ(
-      nic().QueryQp(client().qp, &attr,
-                    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
-      0);
+  ASSERT_EQ(nic(client()).QueryQp(
+                client().qp, &attr,
+                IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
+            0);
   EXPECT_EQ(attr.max_rd_atomic, 4);
   EXPECT_EQ(attr.max_dest_rd_atomic, 2);
-  ASSERT_EQ(
-      nic().QueryQp(server().qp, &attr,
-                    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
-      0);
+  ASSERT_EQ(nic(server()).QueryQp(
+                server().qp, &attr,
+                IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init),
+            0);
   EXPECT_EQ(attr.max_rd_atomic, 2);
   EXPECT_EQ(attr.max_dest_rd_atomic, 4);
   // Four READs in flight at once are within the client's depth.

@@ -324,11 +324,12 @@ class RandomDifferential : public ConformanceTest {
     // waiting for a receive goes within any drain window once one is posted.
     ibv_qp_attr timer{};
     timer.min_rnr_timer = 1;
-    RecordPost("modify server min_rnr_timer",
-               nic().ModifyQp(server().qp, &timer, IBV_QP_MIN_RNR_TIMER));
-    ibv_mr* read_only =
-        nic().RegMr(server().pd, server().buffer.data(), server().buffer.size(),
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    RecordPost(
+        "modify server min_rnr_timer",
+        nic(server()).ModifyQp(server().qp, &timer, IBV_QP_MIN_RNR_TIMER));
+    ibv_mr* read_only = nic(server()).RegMr(
+        server().pd, server().buffer.data(), server().buffer.size(),
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     uint64_t wr_id = 1;
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const Step& step = p.steps[i];
@@ -345,7 +346,7 @@ class RandomDifferential : public ConformanceTest {
             if (r > 0) recvs[r - 1].next = &recvs[r];
           }
           ibv_recv_wr* bad = nullptr;
-          const int ret = nic().PostRecv(server().qp, &recvs[0], &bad);
+          const int ret = nic(server()).PostRecv(server().qp, &recvs[0], &bad);
           int bad_index = -1;
           for (size_t r = 0; ret != 0 && r < recvs.size(); ++r) {
             if (bad == &recvs[r]) bad_index = static_cast<int>(r);
@@ -390,26 +391,28 @@ class RandomDifferential : public ConformanceTest {
           a.qp_state = IBV_QPS_ERR;
           const bool server_side = step.kind == StepKind::kServerErr;
           RecordPost(server_side ? "modify server ERR" : "modify client ERR",
-                     nic().ModifyQp(server_side ? server().qp : client().qp, &a,
-                                    IBV_QP_STATE));
+                     nic(server_side ? server() : client())
+                         .ModifyQp(server_side ? server().qp : client().qp, &a,
+                                   IBV_QP_STATE));
           break;
         }
         case StepKind::kServerNoRemoteWrite: {
           ibv_qp_attr a{};
           a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-          RecordPost("modify server access=REMOTE_READ",
-                     nic().ModifyQp(server().qp, &a, IBV_QP_ACCESS_FLAGS));
+          RecordPost(
+              "modify server access=REMOTE_READ",
+              nic(server()).ModifyQp(server().qp, &a, IBV_QP_ACCESS_FLAGS));
           break;
         }
         case StepKind::kDisconnect:
           RecordPost("disconnect client",
-                     nic().Disconnect(client().id) == 0 ? 0 : errno);
+                     nic(client()).Disconnect(client().id) == 0 ? 0 : errno);
           break;
       }
       DrainAndRecord(client());
       DrainAndRecord(server());
     }
-    if (read_only != nullptr) nic().DeregMr(read_only);
+    if (read_only != nullptr) nic(server()).DeregMr(read_only);
     EndSection();
     return Canonical(TakeStream());
   }
