@@ -760,10 +760,29 @@ class FakeNic final : public VerbsBackend {
   // `count` when none does (inline data: none).
   uint32_t FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
                                 uint32_t count, ibv_wc_status* status);
-  // The responder's half of one SEND packet (rxe_resp.c send_data_in),
-  // in process and for a peer process alike: the packet lands in `recv`
-  // (of `capacity` bytes) at its offset, or the NAK's requester status is
-  // returned with the receive's status and the reason.
+  // ---- the responder (fake_nic_responder.cc): rxe_resp.c's checks, one
+  // function each, run for a requester of this NIC and of a peer process
+  // alike.
+  // The QP answers at all (RTR / RTS / SQD), then check_op_valid.
+  enum class RequestVerdict { kAccept, kNoAnswer, kInvalidRequest };
+  RequestVerdict CheckRequest(const Qp* responder, ibv_wr_opcode opcode,
+                              const char** why) const;
+  // One packet of an RDMA WRITE: check_resource, then check_rkey on the
+  // RETH packet (kept in responder->responder for the packets after it).
+  enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess };
+  PacketAnswer CheckWritePacket(Qp* responder,
+                                const fake_nic_internal::RequestPacket& packet,
+                                uint32_t rkey, uint64_t va, uint64_t length);
+  // check_rkey of a READ or WRITE (`length` bytes) or an atomic (aligned,
+  // 8 bytes): IBV_WC_SUCCESS, or the requester's status of the NAK and why.
+  ibv_wc_status CheckTarget(Qp* responder, ibv_wr_opcode opcode, uint32_t rkey,
+                            uint64_t va, uint64_t length, const char** why);
+  // atomic_reply on the checked target; false when its memory faulted.
+  bool ExecuteAtomic(ibv_wr_opcode opcode, uint64_t va, uint64_t compare_add,
+                     uint64_t swap, uint64_t* original);
+  // send_data_in: one SEND packet lands in `recv` (of `capacity` bytes) at
+  // its offset, or the NAK's requester status is returned with the
+  // receive's status and the reason.
   ibv_wc_status ReceivePacket(Qp* responder,
                               const fake_nic_internal::RecvWqe& recv,
                               uint64_t capacity,

@@ -833,18 +833,16 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
   Qp* responder = qp->peer;
-  if (responder == nullptr || !CanRespond(responder->base)) {
-    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer");
+  const char* refused = nullptr;
+  const RequestVerdict verdict = CheckRequest(responder, head.opcode, &refused);
+  if (verdict == RequestVerdict::kNoAnswer) {
+    fail(IBV_WC_RETRY_EXC_ERR, refused);
     return;
   }
-
-  // check_op_valid (see RemoteAccessNeeded).
-  const unsigned int qp_access_needed = RemoteAccessNeeded(head.opcode);
-  if ((responder->attr.qp_access_flags & qp_access_needed) !=
-      qp_access_needed) {
+  if (verdict == RequestVerdict::kInvalidRequest) {
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
-    const char* why = "responder QP's qp_access_flags refuse the operation";
+    const char* why = refused;
     FakeNicEvent event;
     event.kind = FakeNicEvent::Kind::kExecute;
     event.qp_num = qp_num;
@@ -922,13 +920,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     // SEND / SEND_WITH_IMM: ExecuteSendByPackets above.
     // RDMA_WRITE / RDMA_WRITE_WITH_IMM: ExecuteWriteByPackets above.
     case IBV_WR_RDMA_READ: {
+      const char* why = nullptr;
+      const ibv_wc_status target = CheckTarget(responder, wqe.opcode, wqe.rkey,
+                                               wqe.remote_addr, length, &why);
+      if (target != IBV_WC_SUCCESS) {
+        nak(target, why);
+        return;
+      }
       if (length > 0) {
-        if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, length,
-                        IBV_ACCESS_REMOTE_READ)) {
-          nak(IBV_WC_REM_ACCESS_ERR,
-              "rkey/PD/bounds/REMOTE_READ check failed at the responder");
-          return;
-        }
         if (qp->link == 0 &&
             !LocalSgesOk(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE)) {
           // rxe_comp.c do_read: each response packet (path MTU) is copied
@@ -987,37 +986,20 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     }
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
-      // The target must be 8-byte aligned (rxe_resp.c: misaligned atomic ->
-      // "invalid request" NAK) and the MR must allow REMOTE_ATOMIC.
-      if (wqe.remote_addr % 8 != 0) {
-        nak(IBV_WC_REM_INV_REQ_ERR, "misaligned atomic");
+      const char* why = nullptr;
+      const ibv_wc_status target = CheckTarget(responder, wqe.opcode, wqe.rkey,
+                                               wqe.remote_addr, 8, &why);
+      if (target != IBV_WC_SUCCESS) {
+        nak(target, why);
         return;
       }
-      if (!RemoteMrOk(responder, wqe.rkey, wqe.remote_addr, 8,
-                      IBV_ACCESS_REMOTE_ATOMIC)) {
-        nak(IBV_WC_REM_ACCESS_ERR,
-            "rkey/PD/bounds/REMOTE_ATOMIC check failed at the responder");
+      uint64_t original = 0;
+      if (!ExecuteAtomic(wqe.opcode, wqe.remote_addr, wqe.compare_add, wqe.swap,
+                         &original)) {
+        remote_fault(IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      uint64_t original;
       uintptr_t fault = 0;
-      if (!fake_nic_internal::GuardedCopy(
-              &original, reinterpret_cast<const void*>(wqe.remote_addr), 8,
-              &fault)) {
-        remote_fault(IBV_WC_REM_ACCESS_ERR);
-        return;
-      }
-      uint64_t updated = original;
-      if (wqe.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        updated = original + wqe.compare_add;
-      } else if (original == wqe.compare_add) {
-        updated = wqe.swap;
-      }
-      if (!fake_nic_internal::GuardedCopy(
-              reinterpret_cast<void*>(wqe.remote_addr), &updated, 8, &fault)) {
-        remote_fault(IBV_WC_REM_ACCESS_ERR);
-        return;
-      }
       // rxe_comp.c do_atomic: the original value goes to the local SGE
       // (copy_data, LOCAL_WRITE) when the response arrives; a bad SGE is
       // IBV_WC_LOC_PROT_ERR then, the remote value already changed.
@@ -1182,11 +1164,13 @@ bool FakeNic::ApplyExecuteHook(Qp* qp) {
       Qp* responder = qp->peer;
       const bool is_write = head.opcode == IBV_WR_RDMA_WRITE ||
                             head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-      if (!is_write || responder == nullptr || !CanRespond(responder->base) ||
-          info.length == 0 ||
+      const char* why = nullptr;
+      if (!is_write || info.length == 0 ||
+          CheckRequest(responder, head.opcode, &why) !=
+              RequestVerdict::kAccept ||
           (!head.is_inline && !LocalSgesOk(qp, head.sges, 0)) ||
-          !RemoteMrOk(responder, head.rkey, head.remote_addr, info.length,
-                      IBV_ACCESS_REMOTE_WRITE)) {
+          CheckTarget(responder, head.opcode, head.rkey, head.remote_addr,
+                      info.length, &why) != IBV_WC_SUCCESS) {
         return false;
       }
       uint64_t left = std::min(verdict.torn_bytes, info.length);

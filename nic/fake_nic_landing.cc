@@ -41,7 +41,6 @@
 
 namespace rpma_harness {
 
-using fake_nic_internal::CanRespond;
 using fake_nic_internal::PendingLanding;
 using fake_nic_internal::RecvWqe;
 
@@ -125,7 +124,9 @@ void FakeNic::LandNextPiece(Qp* qp) {
   // The responder stopped answering mid-message (it left RTR/RTS, or is
   // gone): the requester runs out of transport retries, as for a new WR
   // (rxe_comp.c COMPST_ERROR_RETRY); a receive it took is flushed.
-  if (responder == nullptr || !CanRespond(responder->base)) {
+  const char* refused = nullptr;
+  if (CheckRequest(responder, head.opcode, &refused) ==
+      RequestVerdict::kNoAnswer) {
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     const char* why = "responder stopped answering while the write landed";
@@ -146,8 +147,10 @@ void FakeNic::LandNextPiece(Qp* qp) {
   // check_rkey at that packet (REM_ACCESS_ERR, responder to ERR).
   std::string why;
   uintptr_t fault = 0;
-  if (piece.length > 0 && !RemoteMrOk(responder, l.rkey, target, piece.length,
-                                      IBV_ACCESS_REMOTE_WRITE)) {
+  const char* rkey_why = nullptr;
+  if (piece.length > 0 &&
+      CheckTarget(responder, IBV_WR_RDMA_WRITE, l.rkey, target, piece.length,
+                  &rkey_why) != IBV_WC_SUCCESS) {
     why =
         "rkey/PD/bounds/REMOTE_WRITE check failed at the responder "
         "while the write landed (MR deregistered?)";

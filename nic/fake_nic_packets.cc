@@ -188,25 +188,19 @@ bool RecopyByPackets(const Sge* src, size_t nsrc, uint8_t* dst, uint64_t length,
 
 }  // namespace
 
-// The responder's answer to one packet.
-enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess };
-
 // Nobody watching: a write of one SGE (or inline data) meets the same
-// checks ExecuteSendWqe and ExecuteWriteByPackets make, in rxe's order, each
-// only tested here -- any that fails (or anything this path does not cover:
-// a landing in progress, a delay, a resumed message, a peer in another
-// process, more than one SGE) returns false before anything changed, and the
-// general path redoes them and gives the outcome. Requester (rxe_req.c): the
-// source SGE is checked as finish_packet's copy_data checks it
-// (FirstBadSourcePacket: the lkey names an MR of the QP's PD, the range lies
-// inside it; inline data was copied at post time). Responder (rxe_resp.c):
-// the QP answers (CanRespond: RTR / RTS / SQD), check_op_valid (REMOTE_WRITE
-// in qp_access_flags), check_resource (the ONLY / LAST WITH_IMMEDIATE packet
-// carries RXE_RWR_MASK and takes a receive; none is an RNR NAK, left to the
-// general path), check_rkey on the RETH for the whole message (RemoteMrOk; a
-// 0-byte write checks no rkey), then execute: the payload in one copy, the
-// receive consumed with byte_len the RDMA length and the immediate, both
-// completions written in their CQ slots.
+// checks as every write, in rxe's order -- any answer but ACK (or anything
+// this path does not cover: a landing in progress, a delay, a resumed
+// message, a peer in another process, more than one SGE) returns false
+// before any byte moved, and the general path redoes them and gives the
+// outcome. Requester (rxe_req.c): the source SGE is checked as
+// finish_packet's copy_data checks it (the lkey names an MR of the QP's PD,
+// the range lies inside it; inline data was copied at post time).
+// Responder: the functions of fake_nic_responder.cc (CheckRequest, then
+// CheckWritePacket on the first packet and on the last, the one that takes
+// the receive), then execute: the payload in one copy, the receive consumed
+// with byte_len the RDMA length and the immediate, both completions written
+// in their CQ slots.
 //
 // A message of several packets lands in one copy too, where the packet loop
 // makes two (FIRST and every MIDDLE at once, then LAST): the same bytes when
@@ -257,24 +251,28 @@ bool FakeNic::ExecuteQuietWrite(Qp* qp) {
                             Address(target) < Address(source) + length))) {
     return false;
   }
-  // Responder.
+  // Responder: the same checks as every other request (fake_nic_responder.cc)
+  // on the message's first packet and, when it is another, its last (the
+  // one that takes the receive); any answer but ACK goes the general way.
   Qp* responder = qp->peer;
-  if (responder == nullptr || !fake_nic_internal::CanRespond(responder->base) ||
-      (responder->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
+  const char* why = nullptr;
+  if (CheckRequest(responder, opcode, &why) != RequestVerdict::kAccept) {
+    return false;
+  }
+  const uint32_t count = fake_nic_internal::PacketCount(length, mtu);
+  if (CheckWritePacket(
+          responder, fake_nic_internal::MakeWritePacket(opcode, length, mtu, 0),
+          head.rkey, head.remote_addr, length) != PacketAnswer::kAck ||
+      (count > 1 &&
+       CheckWritePacket(
+           responder,
+           fake_nic_internal::MakeWritePacket(opcode, length, mtu, count - 1),
+           head.rkey, head.remote_addr, length) != PacketAnswer::kAck)) {
     return false;
   }
   const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   Ring<RecvWqe>& rq = responder->ReceiveQueue();
-  if (with_imm && rq.empty()) return false;
-  if (length > 0 && !RemoteMrOk(responder, head.rkey, head.remote_addr, length,
-                                IBV_ACCESS_REMOTE_WRITE)) {
-    return false;
-  }
   // Every check passed: from here on the WR executes.
-  auto& resp = responder->responder;
-  resp.write_va = head.remote_addr;
-  resp.write_length = length;
-  resp.write_checked = true;
   if (length > 0) {
     TapSourceRead(qp, head, 0, length, mtu);
     uintptr_t fault = 0;
@@ -342,25 +340,11 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       FailOnSourcePacket(qp, source_status, i);
       return;
     }
-    PacketAnswer answer = PacketAnswer::kAck;
-    bool took_receive = false;
-    // check_resource.
-    if (packet.takes_receive) {
-      if (responder->ReceiveQueue().empty()) {
-        answer = PacketAnswer::kRnrNak;
-      } else {
-        took_receive = true;
-      }
-    }
-    // check_rkey, on the RETH packet, for the whole message.
-    if (answer == PacketAnswer::kAck && packet.has_reth) {
-      resp.write_va = head.remote_addr;
-      resp.write_length = length;
-      resp.write_checked =
-          length == 0 || RemoteMrOk(responder, head.rkey, head.remote_addr,
-                                    length, IBV_ACCESS_REMOTE_WRITE);
-      if (!resp.write_checked) answer = PacketAnswer::kNakRemoteAccess;
-    }
+    const PacketAnswer answer = CheckWritePacket(responder, packet, head.rkey,
+                                                 head.remote_addr, length);
+    // check_resource passed unless RNR: the packet took its receive.
+    const bool took_receive =
+        packet.takes_receive && answer != PacketAnswer::kRnrNak;
     RecordPacket(qp, head, packet,
                  answer == PacketAnswer::kAck      ? "ACK"
                  : answer == PacketAnswer::kRnrNak ? "RNR NAK"
@@ -688,38 +672,6 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
                   static_cast<uint32_t>(length));
   CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
-}
-
-ibv_wc_status FakeNic::ReceivePacket(Qp* responder, const RecvWqe& recv,
-                                     uint64_t capacity,
-                                     const RequestPacket& packet,
-                                     const uint8_t* payload, uint64_t wr_id,
-                                     ibv_wc_status* recv_status,
-                                     std::string* why) {
-  const uint32_t index = packet.index;
-  // send_data_in -> copy_data: a packet longer than what is left of the
-  // receive is refused whole (rxe_mr.c: length > resid), so only the
-  // packets before it have landed.
-  if (packet.length > capacity - std::min(capacity, packet.offset)) {
-    *recv_status = config_.personality.recv_status_on_short_buffer;
-    *why = "send longer than the posted receive (packet " +
-           std::to_string(index) + ")";
-    return config_.personality.send_status_on_short_receive;
-  }
-  // Then SGE by SGE: a receive SGE that fails its lookup or range check
-  // stops the copy there (the pieces before it in this packet landed):
-  // RESPST_ERR_MALFORMED_WQE, a "remote operational error" NAK.
-  uintptr_t fault = 0;
-  const SgeWalk walk =
-      ScatterPacket(responder, recv.sges, IBV_ACCESS_LOCAL_WRITE, packet.offset,
-                    payload, packet.length, &fault);
-  if (walk == SgeWalk::kOk) return IBV_WC_SUCCESS;
-  *recv_status = config_.personality.recv_status_on_bad_recv_sge;
-  *why = walk == SgeWalk::kFault
-             ? fake_nic_internal::HarnessMemoryError("the responder's", wr_id)
-             : "receive SGE fails lkey/PD/bounds/access (packet " +
-                   std::to_string(index) + ")";
-  return IBV_WC_REM_OP_ERR;
 }
 
 void FakeNic::RunRequesterNow(Qp* qp) {

@@ -40,7 +40,6 @@
 namespace rpma_harness {
 
 using fake_nic_internal::AnswerFrame;
-using fake_nic_internal::CanRespond;
 using fake_nic_internal::CmFrame;
 using fake_nic_internal::CmState;
 using fake_nic_internal::Frame;
@@ -626,16 +625,17 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     CopyText(answer->why, sizeof(answer->why), why);
     SetQpState(responder, IBV_QPS_ERR, why.c_str());
   };
-  if (!CanRespond(responder->base)) {
-    answer->kind = AnswerFrame::kNoAnswer;
-    CopyText(answer->why, sizeof(answer->why), "responder does not answer");
-    return;
-  }
-  const unsigned int needed = fake_nic_internal::RemoteAccessNeeded(opcode);
-  if ((responder->attr.qp_access_flags & needed) != needed) {
-    nak(IBV_WC_REM_INV_REQ_ERR,
-        "responder QP's qp_access_flags refuse the operation");
-    return;
+  const char* refused = nullptr;
+  switch (CheckRequest(responder, opcode, &refused)) {
+    case RequestVerdict::kNoAnswer:
+      answer->kind = AnswerFrame::kNoAnswer;
+      CopyText(answer->why, sizeof(answer->why), refused);
+      return;
+    case RequestVerdict::kInvalidRequest:
+      nak(IBV_WC_REM_INV_REQ_ERR, refused);
+      return;
+    case RequestVerdict::kAccept:
+      break;
   }
   // What CompleteReceive needs of the requester's WR.
   SendWqe wqe;
@@ -690,8 +690,9 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       for (uint32_t i = r.first_packet; i < r.sent_packets; ++i) {
         const RequestPacket packet =
             fake_nic_internal::MakeWritePacket(opcode, length, r.mtu, i);
-        // check_resource.
-        if (packet.takes_receive && rq.empty()) {
+        const PacketAnswer verdict =
+            CheckWritePacket(responder, packet, r.rkey, r.remote_addr, length);
+        if (verdict == PacketAnswer::kRnrNak) {
           answer->kind = AnswerFrame::kRnrNak;
           answer->acked_packets = i;
           responder->remote_waits_for_receive = true;
@@ -701,15 +702,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           return;
         }
         const bool took_receive = packet.takes_receive;
-        // check_rkey, on the RETH packet, for the whole message.
-        if (packet.has_reth) {
-          resp.write_va = r.remote_addr;
-          resp.write_length = length;
-          resp.write_checked =
-              length == 0 || RemoteMrOk(responder, r.rkey, r.remote_addr,
-                                        length, IBV_ACCESS_REMOTE_WRITE);
-        }
-        bool ok = resp.write_checked;
+        bool ok = verdict == PacketAnswer::kAck;
         if (ok && packet.length > 0) {
           uintptr_t fault = 0;
           ok = GuardedCopy(
@@ -724,7 +717,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           }
           answer->acked_packets = i;
           nak(IBV_WC_REM_ACCESS_ERR,
-              resp.write_checked
+              verdict == PacketAnswer::kAck
                   ? fake_nic_internal::HarnessMemoryError("the responder's",
                                                           r.wr_id)
                   : "rkey/PD/bounds/REMOTE_WRITE check failed at the "
@@ -780,13 +773,14 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       return;
     }
     case IBV_WR_RDMA_READ: {
+      const char* why = nullptr;
+      const ibv_wc_status target =
+          CheckTarget(responder, opcode, r.rkey, r.remote_addr, length, &why);
+      if (target != IBV_WC_SUCCESS) {
+        nak(target, why);
+        return;
+      }
       if (length > 0) {
-        if (!RemoteMrOk(responder, r.rkey, r.remote_addr, length,
-                        IBV_ACCESS_REMOTE_READ)) {
-          nak(IBV_WC_REM_ACCESS_ERR,
-              "rkey/PD/bounds/REMOTE_READ check failed at the responder");
-          return;
-        }
         data->resize(length);
         uintptr_t fault = 0;
         if (!GuardedCopy(data->data(),
@@ -803,31 +797,16 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     }
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
-      if (r.remote_addr % 8 != 0) {
-        nak(IBV_WC_REM_INV_REQ_ERR, "misaligned atomic");
-        return;
-      }
-      if (!RemoteMrOk(responder, r.rkey, r.remote_addr, 8,
-                      IBV_ACCESS_REMOTE_ATOMIC)) {
-        nak(IBV_WC_REM_ACCESS_ERR,
-            "rkey/PD/bounds/REMOTE_ATOMIC check failed at the responder");
+      const char* why = nullptr;
+      const ibv_wc_status target =
+          CheckTarget(responder, opcode, r.rkey, r.remote_addr, 8, &why);
+      if (target != IBV_WC_SUCCESS) {
+        nak(target, why);
         return;
       }
       uint64_t original = 0;
-      uintptr_t fault = 0;
-      auto* target = reinterpret_cast<void*>(r.remote_addr);
-      if (!GuardedCopy(&original, target, 8, &fault)) {
-        nak(IBV_WC_REM_ACCESS_ERR,
-            fake_nic_internal::HarnessMemoryError("the responder's", r.wr_id));
-        return;
-      }
-      uint64_t updated = original;
-      if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        updated = original + r.compare_add;
-      } else if (original == r.compare_add) {
-        updated = r.swap;
-      }
-      if (!GuardedCopy(target, &updated, 8, &fault)) {
+      if (!ExecuteAtomic(opcode, r.remote_addr, r.compare_add, r.swap,
+                         &original)) {
         nak(IBV_WC_REM_ACCESS_ERR,
             fake_nic_internal::HarnessMemoryError("the responder's", r.wr_id));
         return;
