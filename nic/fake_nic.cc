@@ -589,6 +589,7 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
 
 int FakeNic::DestroyCq(ibv_cq* cq) {
   std::lock_guard<std::mutex> lock(mu_);
+  BumpPollEpoch();  // a remembered empty poll of it must look again
   Cq* c = FindCq(cq);
   if (c == nullptr) return EINVAL;
   if (c->num_qps > 0) return EBUSY;  // ibv_destroy_cq(3)
@@ -689,7 +690,25 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // (lock order: drain lock -> mu_), so a busy-polling program sees its
   // peer's request with no thread hand-off (fake_nic_fabric.h DrainInline).
   if (fabric_ != nullptr) fabric_->DrainInline();
-  std::unique_lock<std::mutex> lock(mu_);
+  // Nothing changed since this thread last found this CQ empty (see
+  // poll_epoch_): empty again, without the mutex.
+  struct EmptyPoll {
+    uint64_t nic = 0;
+    const ibv_cq* cq = nullptr;
+    uint64_t epoch = 0;
+  };
+  static thread_local EmptyPoll last_empty;
+  static thread_local uint32_t uncounted = 0;
+  if (num_entries > 0 && last_empty.cq == cq && last_empty.nic == serial_ &&
+      lockless_empty_polls_.load(std::memory_order_relaxed) &&
+      last_empty.epoch == poll_epoch_.load(std::memory_order_acquire)) {
+    if (++uncounted >= kEmptyPollsPerCount) {
+      uncounted = 0;
+      empty_polls_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return 0;
+  }
+  std::unique_lock<std::mutex> lock = LockHot();
   Cq* c = FindCq(cq);
   if (c == nullptr || num_entries < 0) return -EINVAL;
   if (c->overrun) return -EOVERFLOW;
@@ -713,9 +732,16 @@ int FakeNic::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   // the same mutex. Manual stepping and the sequenced mode are untouched:
   // without background progress no step runs here.
   if (background_running_ && num_entries > 0) {
-    if (c->entries.empty()) ++empty_polls_;
+    if (c->entries.empty()) {
+      empty_polls_.fetch_add(1, std::memory_order_relaxed);
+    }
     for (int i = 0;
          i < kStepsPerEmptyPoll && c->entries.empty() && StepLocked(); ++i) {
+    }
+    // Empty, and no step left to run: remembered for the next poll. The
+    // epoch read under mu_ is the state this poll saw.
+    if (c->entries.empty() && !HasReadyWork()) {
+      last_empty = {serial_, cq, poll_epoch_.load(std::memory_order_relaxed)};
     }
   }
   int n = 0;
@@ -746,6 +772,7 @@ static void ApplyErrorCqeFields(const Personality& personality, ibv_wc& wc) {
 }
 
 void FakeNic::CommitCqe(Cq* cq, ibv_wc& wc, bool solicited) {
+  BumpPollEpoch();
   ApplyErrorCqeFields(config_.personality, wc);
   RecordLazily([&](FakeNicEvent* event) {
     event->qp_num = wc.qp_num;
@@ -781,6 +808,7 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
             static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
   }
   cq->overrun = true;
+  BumpPollEpoch();
   FakeNicEvent event;
   event.qp_num = wc.qp_num;
   event.wr_id = wc.wr_id;
@@ -877,6 +905,8 @@ void FakeNic::StartBackgroundProgress() {
   if (background_running_) return;
   if (sequenced_) return;  // the Sequencer grants every step
   background_running_ = true;
+  BumpPollEpoch();
+  lockless_empty_polls_.store(true, std::memory_order_relaxed);
   stop_background_ = false;
   background_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
@@ -912,6 +942,8 @@ void FakeNic::StopBackgroundProgress() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!background_running_) return;
     stop_background_ = true;
+    lockless_empty_polls_.store(false, std::memory_order_relaxed);
+    BumpPollEpoch();
     work_cv_.notify_all();
   }
   background_.join();
@@ -1049,6 +1081,7 @@ bool FakeNic::OverrunCq(ibv_cq* cq) {
   Cq* c = FindCq(cq);
   if (c == nullptr) return false;
   c->overrun = true;
+  BumpPollEpoch();
   FakeNicEvent event;
   event.kind = FakeNicEvent::Kind::kCqOverrun;
   event.text = "fault: cq overrun";

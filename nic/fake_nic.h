@@ -73,6 +73,7 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -707,8 +708,27 @@ class FakeNic final : public VerbsBackend {
   // Empty polls under background progress; while it grows, the progress
   // thread leaves the work to the pollers, looking again every
   // kPollerGraceUs.
-  uint64_t empty_polls_ = 0;
+  // Its own cache line: pollers bump it, the progress thread reads it. A
+  // poll that needs no mutex counts one in kEmptyPollsPerCount (a shared
+  // counter bumped at every such poll was half of a polling round trip).
+  alignas(64) std::atomic<uint64_t> empty_polls_{0};
+  static constexpr uint32_t kEmptyPollsPerCount = 64;
   static constexpr int kPollerGraceUs = 200;
+  // A poll that comes back empty needs no mutex when nothing changed since
+  // the same thread's last empty poll of the same CQ (background progress
+  // only): `poll_epoch_` moves whenever a poll could find something new --
+  // a completion or an overrun on any CQ (CommitCqe, AddCqe), work that may
+  // be ready (MarkMaybeReady, QueueCmWork: what wakes the progress thread
+  // too), a CQ destroyed, progress stopped -- and the thread remembers
+  // (this NIC's serial, the CQ, the epoch) of its last empty poll. Two
+  // threads spinning on one NIC otherwise take its mutex at every poll and
+  // stall each other's posts (issue 28). Manual stepping and the sequenced
+  // fabric never take this path.
+  void BumpPollEpoch() { poll_epoch_.fetch_add(1, std::memory_order_release); }
+  alignas(64) std::atomic<uint64_t> poll_epoch_{1};
+  std::atomic<bool> lockless_empty_polls_{false};
+  static inline std::atomic<uint64_t> next_serial_{1};
+  const uint64_t serial_ = next_serial_.fetch_add(1);
   // The scheduler keeps every QP that may have work in a bitmap over QP
   // slots (creation order), so a step costs the same with 1 or 10 000 QPs
   // instead of a scan of all of them. Invariant: a QP for which
@@ -979,6 +999,27 @@ class FakeNic final : public VerbsBackend {
   void OnSequencerLost();                               // fabric thread
   // kWait's text and flag for all current waiters. REQUIRES mu_ held.
   void SequencerWaitLocked(std::string* where, bool* releasable) const;
+
+  // The data-path calls (post, poll) take mu_ spinning on try_lock a moment
+  // before they sleep for it: two threads polling one NIC on two cores
+  // otherwise meet in futex waits and wakes at nearly every poll (perf on
+  // //tools/bench:program_bench threads_polling: ~35% of the time in
+  // lll_lock_wait / lll_lock_wake, issue 28), while a holder keeps mu_ for
+  // well under a microsecond.
+  std::unique_lock<std::mutex> LockHot() {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    for (int i = 0; i < kLockSpins && !lock.owns_lock(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield");
+#endif
+      if (lock.try_lock()) break;
+    }
+    if (!lock.owns_lock()) lock.lock();
+    return lock;
+  }
+  static constexpr int kLockSpins = 2000;
 
   // True when someone looks at FakeNicEvent records (an observer, the
   // RPMA_HARNESS_LOG log or a trace file): only then are their address

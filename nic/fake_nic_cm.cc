@@ -174,6 +174,7 @@ void FakeNic::DestroyEventChannel(rdma_event_channel* channel) {
 
 void FakeNic::QueueCmWork(std::string what, std::function<void()> run) {
   cm_work_.push_back({std::move(what), std::move(run)});
+  BumpPollEpoch();
   WakeWaiters();
 }
 

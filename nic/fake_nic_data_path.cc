@@ -149,7 +149,7 @@ uint64_t fake_nic_internal::SendWqe::total_length() const {
 // ---- data path: posting -----------------------------------------------------
 
 int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = LockHot();
   Qp* q = FindQp(qp);
   if (q == nullptr || bad_wr == nullptr) {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -305,7 +305,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = LockHot();
   Qp* q = FindQp(qp);
   if (q == nullptr || bad_wr == nullptr) {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -378,7 +378,7 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 // rxe_post_srq_recv: num_sge above the SRQ's max_sge is EINVAL, a full SRQ
 // ENOMEM). A WR parked on an RNR wait at a peer of an attached QP may go.
 int FakeNic::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = LockHot();
   Srq* s = FindSrq(srq);
   if (s == nullptr || bad_wr == nullptr) {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -535,6 +535,7 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
 
 void FakeNic::MarkMaybeReady(Qp* qp) {
   if (qp == nullptr) return;
+  BumpPollEpoch();
   const size_t slot = qp->slot;
   const size_t word = slot / 64;
   const uint64_t bit = uint64_t{1} << (slot % 64);
@@ -1142,6 +1143,7 @@ bool FakeNic::ApplyExecuteHook(Qp* qp) {
       head.delay_steps_left = std::max(0, verdict.delay_steps);
       return true;
     case ExecuteVerdict::Kind::kOverrunCq: {
+      BumpPollEpoch();
       qp->send_cq->overrun = true;
       FakeNicEvent overrun;
       overrun.kind = FakeNicEvent::Kind::kCqOverrun;
