@@ -905,8 +905,8 @@ void FakeNic::StartBackgroundProgress() {
   if (background_running_) return;
   if (sequenced_) return;  // the Sequencer grants every step
   background_running_ = true;
-  BumpPollEpoch();
   lockless_empty_polls_.store(true, std::memory_order_relaxed);
+  BumpPollEpoch();
   stop_background_ = false;
   background_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
@@ -942,8 +942,8 @@ void FakeNic::StopBackgroundProgress() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!background_running_) return;
     stop_background_ = true;
-    lockless_empty_polls_.store(false, std::memory_order_relaxed);
     BumpPollEpoch();
+    lockless_empty_polls_.store(false, std::memory_order_relaxed);
     work_cv_.notify_all();
   }
   background_.join();

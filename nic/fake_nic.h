@@ -724,7 +724,14 @@ class FakeNic final : public VerbsBackend {
   // threads spinning on one NIC otherwise take its mutex at every poll and
   // stall each other's posts (issue 28). Manual stepping and the sequenced
   // fabric never take this path.
-  void BumpPollEpoch() { poll_epoch_.fetch_add(1, std::memory_order_release); }
+  // REQUIRES mu_ held (so a plain store suffices); free in manual mode,
+  // where no poll skips the mutex (StartBackgroundProgress moves the epoch
+  // when it turns the skipping on).
+  void BumpPollEpoch() {
+    if (!lockless_empty_polls_.load(std::memory_order_relaxed)) return;
+    poll_epoch_.store(poll_epoch_.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_release);
+  }
   alignas(64) std::atomic<uint64_t> poll_epoch_{1};
   std::atomic<bool> lockless_empty_polls_{false};
   static inline std::atomic<uint64_t> next_serial_{1};
@@ -1006,7 +1013,12 @@ class FakeNic final : public VerbsBackend {
   // //tools/bench:program_bench threads_polling: ~35% of the time in
   // lll_lock_wait / lll_lock_wake, issue 28), while a holder keeps mu_ for
   // well under a microsecond.
+  // Only under background progress, where threads poll: in manual mode
+  // (threads calling Step) spinning only takes the core from the holder.
   std::unique_lock<std::mutex> LockHot() {
+    if (!lockless_empty_polls_.load(std::memory_order_relaxed)) {
+      return std::unique_lock<std::mutex>(mu_);
+    }
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     for (int i = 0; i < kLockSpins && !lock.owns_lock(); ++i) {
 #if defined(__x86_64__) || defined(__i386__)
