@@ -496,8 +496,14 @@ int Fabric::Prepare() {
 }
 
 void Fabric::BlockingWaitBegins() {
-  if (!poll_mode_.load(std::memory_order_relaxed)) return;
+  // Always a new epoch: the thread's next look must not count the polls
+  // this thread made just before it blocked. Counting them put the fabric
+  // thread in poll mode (no doorbell asked for, a 200 us ppoll) for a
+  // thread that was asleep whenever that look came after this call and
+  // poll_mode_ still read false here: two-process blocking round trips
+  // waited out that window (program_bench processes_blocking ~300 us).
   block_epoch_.fetch_add(1, std::memory_order_relaxed);
+  if (!poll_mode_.load(std::memory_order_relaxed)) return;
   Wake();
 }
 
