@@ -118,7 +118,7 @@ void ConformanceTest::Settle() {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(20);
   int quiet_checks = 0;
-  while (quiet_checks < 10 && std::chrono::steady_clock::now() < deadline) {
+  while (quiet_checks < 5 && std::chrono::steady_clock::now() < deadline) {
     fake_->RunUntilIdle();
     server_fake_->RunUntilIdle();
     if (fake_->Quiescent() && server_fake_->Quiescent()) {
@@ -499,6 +499,11 @@ void ConformanceTest::EndSection() {
     }
     if (!any) landed << " none";
     RecordLine(landed.str());
+  }
+  if (record_client_digest_ && !client_.buffer.empty()) {
+    uint64_t fnv = 1469598103934665603ull;  // FNV-1a over every byte
+    for (uint8_t byte : client_.buffer) fnv = (fnv ^ byte) * 1099511628211ull;
+    RecordLine("landed client fnv1a=" + std::to_string(fnv));
   }
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);

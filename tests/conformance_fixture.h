@@ -172,6 +172,9 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // polls until nothing arrives for drain_quiet_ms_.
   void DrainAndRecord(Endpoint& side);
   bool compare_with_recording_ = true;
+  // EndSection also records a digest of the client's buffer (READ and
+  // atomic results land there), as a "landed client" line.
+  bool record_client_digest_ = false;
   int drain_quiet_ms_ = 300;
   bool on_fake() const { return fake_ != nullptr; }
 

@@ -17,6 +17,13 @@
 // RPMA_HARNESS_RANDOM_PROGRAMS (default 200) and RPMA_HARNESS_RANDOM_SEED
 // (default 1) choose the programs: seeds SEED .. SEED + N - 1. Thousands:
 // tools/softroce_vm/random_differential.sh 3000
+//
+// On a host the same programs also run as two NICs joined by a fabric
+// directory (the "fake_rxe_fabric" instance, against the same recording),
+// and OneProcessAgreesWithTwo runs wider programs (SENDs, READs, atomics,
+// receives with buffers; RPMA_HARNESS_FABRIC_PROGRAMS, default 150) in one
+// process and as two NICs and compares everything, the client's buffer
+// included.
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,12 +44,17 @@ namespace {
 
 enum class Fault { kNone, kBadRkey, kOutOfBounds, kReadOnlyMr, kInline };
 
+// What a WriteOp posts. The recorded programs (rxe's streams) are all
+// writes; the wider programs of OneProcessAgreesWithTwo use them all.
+enum class OpKind : uint8_t { kWrite, kSend, kRead, kFetchAdd, kCmpSwap };
+
 struct WriteOp {
   uint32_t size = 0;
-  bool imm = true;
+  bool imm = true;  // WRITE_WITH_IMM, SEND_WITH_IMM
   bool signaled = true;
   Fault fault = Fault::kNone;
-  uint32_t dst = 0;
+  uint32_t dst = 0;  // server buffer offset (READ: read from there)
+  OpKind kind = OpKind::kWrite;
 };
 
 enum class StepKind {
@@ -58,6 +70,9 @@ struct Step {
   StepKind kind = StepKind::kRecv;
   int count = 0;
   std::vector<WriteOp> writes;
+  // kRecv: each receive takes this many bytes of the server buffer (0: no
+  // SGE), the r-th at offset r * recv_len.
+  uint32_t recv_len = 0;
 };
 
 struct Program {
@@ -86,13 +101,25 @@ class Rng {
 
 constexpr uint32_t kBuffer = 64 * 1024;
 
-Program Generate(uint64_t seed) {
+// `wide`: also SENDs, READs and atomics, and receives with a buffer (the
+// recorded seeds are generated without it: their programs never change).
+Program Generate(uint64_t seed, bool wide = false) {
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
   Program p;
   p.seed = seed;
   p.rnr_retry = rng.Chance(60) ? 0 : 7;
   p.max_send_wr = rng.Chance(30) ? 4 : 16;
   const uint32_t steps = 1 + rng.Below(6);
+  // wide: the percentage of ops that keep the fault drawn for them.
+  const uint32_t fault_share = wide ? 100 * rng.Below(3) / 2 : 100;
+  if (wide && rng.Chance(70)) {
+    // Receives first, so that more SENDs and writes with imm find one.
+    Step recv;
+    recv.kind = StepKind::kRecv;
+    recv.count = 2 + static_cast<int>(rng.Below(7));
+    recv.recv_len = rng.Chance(50) ? 4096 : 16384;
+    p.steps.push_back(recv);
+  }
   static const uint32_t kSizes[] = {0,    1,    64,   1023,  1024,
                                     1025, 2048, 4096, 65536, 3000};
   for (uint32_t s = 0; s < steps; ++s) {
@@ -101,6 +128,10 @@ Program Generate(uint64_t seed) {
     if (roll < 30) {
       step.kind = StepKind::kRecv;
       step.count = 1 + static_cast<int>(rng.Below(3));
+      if (wide && rng.Chance(70)) {
+        static const uint32_t kRecvLens[] = {8, 1024, 3000, 4096, 16384};
+        step.recv_len = kRecvLens[rng.Below(5)];
+      }
     } else if (roll < 88) {
       step.kind = StepKind::kWrites;
       const uint32_t n = rng.Chance(15) ? 4 + rng.Below(8) : 1 + rng.Below(3);
@@ -117,6 +148,26 @@ Program Generate(uint64_t seed) {
                            : Fault::kInline;
         if (w.fault == Fault::kInline) w.size = rng.Below(80);
         w.dst = w.size >= kBuffer ? 0 : rng.Below(kBuffer - w.size + 1);
+        if (wide) {
+          // Swarm style: each program its own share of faults, from none
+          // to as many as the recorded programs have.
+          if (rng.Below(100) >= fault_share) w.fault = Fault::kNone;
+          const uint32_t k = rng.Below(100);
+          w.kind = k < 45   ? OpKind::kWrite
+                   : k < 75 ? OpKind::kSend
+                   : k < 90 ? OpKind::kRead
+                   : k < 95 ? OpKind::kFetchAdd
+                            : OpKind::kCmpSwap;
+          if (w.kind == OpKind::kRead && w.fault == Fault::kInline) {
+            w.fault = Fault::kNone;  // a READ has no inline form
+          }
+          if (w.kind == OpKind::kFetchAdd || w.kind == OpKind::kCmpSwap) {
+            w.size = 8;
+            w.dst = rng.Chance(90) ? (rng.Below(kBuffer / 8)) * 8
+                                   : rng.Below(kBuffer - 8);  // misaligned
+            if (w.fault == Fault::kInline) w.fault = Fault::kNone;
+          }
+        }
         step.writes.push_back(w);
       }
     } else if (roll < 92) {
@@ -167,6 +218,22 @@ const char* FaultName(Fault f) {
   return "?";
 }
 
+const char* OpKindName(OpKind k) {
+  switch (k) {
+    case OpKind::kWrite:
+      return "OpKind::kWrite";
+    case OpKind::kSend:
+      return "OpKind::kSend";
+    case OpKind::kRead:
+      return "OpKind::kRead";
+    case OpKind::kFetchAdd:
+      return "OpKind::kFetchAdd";
+    case OpKind::kCmpSwap:
+      return "OpKind::kCmpSwap";
+  }
+  return "?";
+}
+
 const char* KindName(StepKind k) {
   switch (k) {
     case StepKind::kRecv:
@@ -195,9 +262,13 @@ std::string AsCode(const Program& p) {
     for (const WriteOp& w : s.writes) {
       out << "WriteOp{" << w.size << ", " << (w.imm ? "true" : "false") << ", "
           << (w.signaled ? "true" : "false") << ", " << FaultName(w.fault)
-          << ", " << w.dst << "}, ";
+          << ", " << w.dst;
+      if (w.kind != OpKind::kWrite) out << ", " << OpKindName(w.kind);
+      out << "}, ";
     }
-    out << "}},";
+    out << "}";
+    if (s.recv_len != 0) out << ", " << s.recv_len;
+    out << "},";
   }
   out << "}}";
   return out.str();
@@ -327,6 +398,22 @@ class RandomDifferential : public ConformanceTest {
     RecordPost(
         "modify server min_rnr_timer",
         nic(server()).ModifyQp(server().qp, &timer, IBV_QP_MIN_RNR_TIMER));
+    // Atomics (wide programs only) need REMOTE_ATOMIC: an MR of their own
+    // over the same buffer.
+    bool has_atomics = false;
+    for (const Step& step : p.steps) {
+      for (const WriteOp& op : step.writes) {
+        has_atomics = has_atomics || op.kind == OpKind::kFetchAdd ||
+                      op.kind == OpKind::kCmpSwap;
+      }
+    }
+    atomic_mr_ =
+        has_atomics
+            ? nic(server()).RegMr(
+                  server().pd, server().buffer.data(), server().buffer.size(),
+                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+            : nullptr;
     ibv_mr* read_only = nic(server()).RegMr(
         server().pd, server().buffer.data(), server().buffer.size(),
         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -340,9 +427,18 @@ class RandomDifferential : public ConformanceTest {
           // timer fires, after the whole chain is in; the fake's background
           // thread could otherwise slip between two calls.
           std::vector<ibv_recv_wr> recvs(static_cast<size_t>(step.count));
+          std::vector<ibv_sge> recv_sges(recvs.size());
           for (size_t r = 0; r < recvs.size(); ++r) {
             recvs[r] = ibv_recv_wr{};
             recvs[r].wr_id = wr_id++;
+            if (step.recv_len > 0) {
+              recv_sges[r] = ibv_sge{
+                  reinterpret_cast<uint64_t>(server().buffer.data()) +
+                      (r * step.recv_len) % (kBuffer - step.recv_len + 1),
+                  step.recv_len, server().mr->lkey};
+              recvs[r].sg_list = &recv_sges[r];
+              recvs[r].num_sge = 1;
+            }
             if (r > 0) recvs[r - 1].next = &recvs[r];
           }
           ibv_recv_wr* bad = nullptr;
@@ -379,6 +475,7 @@ class RandomDifferential : public ConformanceTest {
             if (op.fault == Fault::kInline) {
               wrs[w].send_flags |= IBV_SEND_INLINE;
             }
+            ShapeOp(op, &wrs[w], &sges[w]);
             if (w > 0) wrs[w - 1].next = &wrs[w];
           }
           ibv_send_wr* bad = nullptr;
@@ -413,8 +510,52 @@ class RandomDifferential : public ConformanceTest {
       DrainAndRecord(server());
     }
     if (read_only != nullptr) nic(server()).DeregMr(read_only);
+    if (atomic_mr_ != nullptr) nic(server()).DeregMr(atomic_mr_);
+    atomic_mr_ = nullptr;
     EndSection();
     return Canonical(TakeStream());
+  }
+
+  // A write WR (WriteWr, faults applied) made into op.kind: a SEND from the
+  // same source bytes, a READ of the same remote range into them, an atomic
+  // on the 8 bytes at the target with the result into the source's first
+  // 8 bytes.
+  void ShapeOp(const WriteOp& op, ibv_send_wr* wr, ibv_sge* sge) {
+    const bool imm = op.imm;
+    switch (op.kind) {
+      case OpKind::kWrite:
+        return;
+      case OpKind::kSend:
+        wr->opcode = imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+        wr->wr.rdma.remote_addr = 0;
+        wr->wr.rdma.rkey = 0;
+        return;
+      case OpKind::kRead:
+        wr->opcode = IBV_WR_RDMA_READ;
+        wr->imm_data = 0;
+        return;
+      case OpKind::kFetchAdd:
+      case OpKind::kCmpSwap: {
+        const uint64_t remote = wr->wr.rdma.remote_addr;
+        const bool own_rkey =
+            op.fault == Fault::kNone || op.fault == Fault::kOutOfBounds;
+        const uint32_t rkey = own_rkey && atomic_mr_ != nullptr
+                                  ? atomic_mr_->rkey
+                                  : wr->wr.rdma.rkey;
+        wr->opcode = op.kind == OpKind::kFetchAdd ? IBV_WR_ATOMIC_FETCH_AND_ADD
+                                                  : IBV_WR_ATOMIC_CMP_AND_SWP;
+        wr->imm_data = 0;
+        wr->wr.atomic.remote_addr = remote;
+        wr->wr.atomic.rkey = rkey;
+        wr->wr.atomic.compare_add = op.kind == OpKind::kFetchAdd ? 3 : 0;
+        wr->wr.atomic.swap = 0x0101010101010101ull;
+        *sge = ibv_sge{reinterpret_cast<uint64_t>(client().buffer.data()), 8,
+                       client().mr->lkey};
+        wr->sg_list = sge;
+        wr->num_sge = 1;
+        return;
+      }
+    }
   }
 
   // The steps' post lines in order, then each side's completions in CQ
@@ -441,29 +582,38 @@ class RandomDifferential : public ConformanceTest {
     return steps;
   }
 
+  // Line by line; `a_name` / `b_name` label the two sides.
   static std::string Diff(const std::vector<std::string>& rxe,
-                          const std::vector<std::string>& fake) {
+                          const std::vector<std::string>& fake,
+                          const char* a_name = "rxe:  ",
+                          const char* b_name = "fake: ") {
     std::ostringstream diff;
     for (size_t i = 0; i < std::max(rxe.size(), fake.size()); ++i) {
       const std::string a = i < rxe.size() ? rxe[i] : "<none>";
       const std::string b = i < fake.size() ? fake[i] : "<none>";
       if (a != b) {
-        diff << "\n  #" << i << " rxe:  " << a << "\n  #" << i
-             << " fake: " << b;
+        diff << "\n  #" << i << " " << a_name << a << "\n  #" << i << " "
+             << b_name << b;
       }
     }
     return diff.str();
   }
 
-  // Inside the VM: rxe against the fake, in this process.
+  // Inside the VM: rxe against the fake, in this process (or, for
+  // OneProcessAgreesWithTwo, the fake in one process against two NICs over
+  // a fabric: reference_ and candidate_).
   std::string Compare(const Program& p, std::vector<std::string>* rxe_out) {
-    UseBackend("rdma_core");
+    UseBackend(reference_);
     std::vector<std::string> rxe = RunProgram(p);
-    UseBackend("fake_rxe");
+    UseBackend(candidate_);
     std::vector<std::string> fake = RunProgram(p);
     if (rxe_out != nullptr) *rxe_out = rxe;
-    return Diff(rxe, fake);
+    if (reference_ == "rdma_core") return Diff(rxe, fake);
+    return Diff(rxe, fake, "one process: ", "two NICs:    ");
   }
+  ibv_mr* atomic_mr_ = nullptr;  // RunProgram, while a program runs
+  std::string reference_ = "rdma_core";
+  std::string candidate_ = "fake_rxe";
 
   // Smaller programs that still differ, one change at a time.
   static std::vector<Program> Candidates(const Program& p) {
@@ -598,6 +748,54 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxe) {
          "(tools/softroce_vm/README.md, RPMA_HARNESS_PRINT_STREAMS=1) or "
          "run the seeds the recording holds (RPMA_HARNESS_RANDOM_SEED=1, "
          "RPMA_HARNESS_RANDOM_PROGRAMS<=200)";
+}
+
+// The fake in one process against the same fake as two NICs that meet only
+// through a fabric directory (two processes' path: request / answer frames,
+// the far responder), on wider programs than rxe's recording holds: SENDs,
+// READs and atomics beside the writes, receives with buffers. Every
+// completion per CQ, post result, QP state, the server's landed bytes and
+// a digest of the client's buffer must agree. A difference is shrunk.
+// RPMA_HARNESS_FABRIC_PROGRAMS (default 150) from seed 5000001 on.
+TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
+  if (GetParam().name != "fake_rxe") {
+    GTEST_SKIP() << "runs once, from the fake_rxe instance";
+  }
+  reference_ = "fake_rxe";
+  candidate_ = "fake_rxe_fabric";
+  record_client_digest_ = true;
+  const int count = EnvInt("RPMA_HARNESS_FABRIC_PROGRAMS", 150);
+  int differing = 0;
+  // What the programs reached, from the one-process streams: completions
+  // by side, opcode and status.
+  std::map<std::string, int> reached;
+  for (int i = 0; i < count; ++i) {
+    const Program p = Generate(5000001 + static_cast<uint64_t>(i), true);
+    std::vector<std::string> reference;
+    const std::string diff = Compare(p, &reference);
+    if (!diff.empty() && ++differing <= 3) ReportDifference(p, diff);
+    for (const std::string& line : reference) {
+      const size_t status = line.find(" status=");
+      if (status == std::string::npos) continue;
+      const size_t end = line.find(" byte_len=");
+      reached[line.substr(0, line.find(' ')) +
+              line.substr(status, end - status)]++;
+    }
+  }
+  std::printf("one process vs two: %d wide programs, %d differ; reached:\n",
+              count, differing);
+  for (const auto& [what, n] : reached) {
+    std::printf("  %-40s %d\n", what.c_str(), n);
+  }
+  EXPECT_EQ(differing, 0);
+  // The wider programs are meant to reach these: SEND, READ and atomic
+  // completions that succeed, on the requester and the responder.
+  for (const char* want :
+       {"client status=0 opcode=0", "client status=0 opcode=2",
+        "client status=0 opcode=3", "client status=0 opcode=4",
+        "server status=0 opcode=128", "server status=0 opcode=129"}) {
+    EXPECT_GT(reached[want], 0) << want << " never reached";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
