@@ -209,8 +209,11 @@ struct Personality {
   // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
   // protocol processing": the requester runs inside ibv_post_send, so the
   // packets are on the wire before it returns. With background progress
-  // the fake does the same (PostSend executes what it can); in manual mode
-  // Step() stays the only thing that executes, so a test keeps control.
+  // the fake executes at post for every personality (PostSend runs what it
+  // can); in manual mode Step() stays the only thing that executes, so a
+  // test keeps control. What this flag still decides: a post to a QP in ERR
+  // flushes at once under background progress (RingSendDoorbellInErr: rxe
+  // runs its completer inside that doorbell).
   bool executes_at_post = false;
   // What a DREQ does to the peer's QP. The kernel's rdma_cm moves only
   // kernel consumers' QPs to ERR (cma.c cma_ib_handler IB_CM_DREQ_RECEIVED

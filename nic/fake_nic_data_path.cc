@@ -159,9 +159,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // flight before the background thread could step them, so each WR's
   // MarkMaybeReady would wake that thread for nothing: the wake is held
   // until this call returns and made then only for work that is left.
-  const bool sends_at_post =
-      (config_.personality.executes_at_post || q->link != 0) &&
-      background_running_;
+  const bool sends_at_post = background_running_;
   const WorkWakeDeferral wake_on_return(this, sends_at_post);
   auto refuse = [&](ibv_send_wr* w, int err, const char* why) {
     *bad_wr = w;
@@ -175,10 +173,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Record(std::move(event));
     RingSendDoorbellInErr(q);
     // The WRs before `w` were posted: they go as they would have.
-    if (w != wr && config_.personality.executes_at_post &&
-        background_running_) {
-      RunRequesterNow(q);
-    }
+    if (w != wr && background_running_) RunRequesterNow(q);
     return PostErrno(err);
   };
   for (auto it = post_faults_.begin(); !quiet_ && it != post_faults_.end();
@@ -293,14 +288,16 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     MarkMaybeReady(q);
   }
   RingSendDoorbellInErr(q);
-  // Personality::executes_at_post (rxe_verbs.c rxe_post_send). A QP whose
-  // peer is in another process always sends at post when the NIC runs on
-  // its own: the request frame is the doorbell, and a hop through the
-  // progress thread was most of a cross-process round trip.
-  if ((config_.personality.executes_at_post || q->link != 0) &&
-      background_running_) {
-    RunRequesterNow(q);
-  }
+  // Under background progress the posting thread runs the requester
+  // itself, as rxe does inside ibv_post_send (rxe_verbs.c rxe_post_send),
+  // whatever the personality: the work is done before anyone has to be
+  // woken for it (a
+  // progress-thread wake per post was a futex and a contended mutex in
+  // every blocking round trip, issue 28). A NIC may execute a WR any time
+  // after it was posted, and under background progress when it does so was
+  // never fixed. Toward a peer in another process the request frame is the
+  // doorbell.
+  if (background_running_) RunRequesterNow(q);
   return 0;
 }
 
