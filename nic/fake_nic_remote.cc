@@ -752,9 +752,10 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
             fake_nic_internal::MakeSendPacket(opcode, length, r.mtu, i);
         ibv_wc_status recv_status = IBV_WC_SUCCESS;
         std::string why;
-        const ibv_wc_status status =
-            ReceivePacket(responder, recv, capacity, packet,
-                          payload + packet.offset, r.wr_id, &recv_status, &why);
+        const ibv_wc_status status = ReceivePacket(
+            responder, recv, capacity, packet,
+            payload == nullptr ? nullptr : payload + packet.offset, r.wr_id,
+            &recv_status, &why);
         if (status != IBV_WC_SUCCESS) {
           CompleteReceive(responder, take_receive(), wqe, recv_status,
                           IBV_WC_RECV, 0);
