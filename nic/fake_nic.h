@@ -758,6 +758,8 @@ class FakeNic final : public VerbsBackend {
   bool AnyReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
   void ExecuteSendWqe(Qp* qp);
+  // ExecuteSendWqe's READ and atomics, once the responder accepted them.
+  void ExecuteReadOrAtomic(Qp* qp, Qp* responder);
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);

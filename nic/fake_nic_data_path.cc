@@ -872,7 +872,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
   head.waiting_for_receive = false;
+  ExecuteReadOrAtomic(qp, responder);
+}
 
+// The head WR, an RDMA READ or an atomic, that the responder accepted
+// (ExecuteSendWqe checked the QP and check_op_valid): check_rkey, execute,
+// and the response into the local SGEs as rxe's completer writes it.
+void FakeNic::ExecuteReadOrAtomic(Qp* qp, Qp* responder) {
+  const uint32_t qp_num = qp->base.qp_num;
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
   const uint64_t length = wqe.total_length();
@@ -1023,9 +1030,16 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, 8);
       return;
     }
-    default:
-      fail(IBV_WC_LOC_QP_OP_ERR, "opcode not executable");
+    default: {
+      // Post-time checks let only READ and atomics come this far.
+      const char* why = "opcode not executable";
+      executed.status = IBV_WC_LOC_QP_OP_ERR;
+      executed.text = why;
+      Record(std::move(executed));
+      CompleteSend(qp, wqe, IBV_WC_LOC_QP_OP_ERR, 0);
+      SetQpState(qp, IBV_QPS_ERR, why);
       return;
+    }
   }
 }
 
