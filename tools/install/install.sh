@@ -3,7 +3,7 @@
 # libraries (bazel build -c opt) and installs them for CMake and Make
 # projects (what `tools/harness install PREFIX` runs):
 #
-#   PREFIX/include/rpma-harness/   librpma.h, rpma/, check/, nic/, faults/, mock/, verbs_backend/
+#   PREFIX/include/rpma-harness/   librpma.h, rpma_harness_version.h, rpma/, check/, nic/, faults/, mock/, verbs_backend/
 #   PREFIX/lib/librpma_harness.a           the librpma C API, FakeNic,
 #                                          FaultInjector, ScopedBackend,
 #                                          the rdma-core backend
@@ -15,7 +15,7 @@
 #   PREFIX/include/librpma.h               //rpma/dropin:prefix tree)
 #   PREFIX/lib/pkgconfig/rpma-harness.pc, rpma-harness-testing.pc,
 #                        rpma-harness-gtest-main.pc
-#   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake
+#   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake, rpma_harnessConfigVersion.cmake
 #   PREFIX/bin/rpma-harness-scenario       the scenario runner
 #
 # Run from anywhere; PREFIX is made if missing. Files are copied, not linked
@@ -40,7 +40,7 @@ core=(//rpma:rpma //rpma:mr_descriptor //check:checking_backend //nic:fake_nic /
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend)
 gtest_main=(//mock:gtest_main //mock:flight_recorder)
-targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario)
+targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario //:version_h)
 dropin=()
 if [ -f rpma/dropin/BUILD ]; then
   dropin=(//rpma/dropin:prefix)
@@ -87,6 +87,7 @@ mkdir -p "$inc/rpma" "$inc/mock" "$inc/nic" "$inc/faults" "$inc/check" "$inc/ver
 # Headers: <librpma.h> at the top (as -I ${includedir}/rpma-harness), the
 # C++ ones under the paths they include each other by.
 install -m 644 rpma/librpma.h "$inc/librpma.h"
+install -m 644 "$bin/rpma_harness_version.h" "$inc/rpma_harness_version.h"
 install -m 644 rpma/harness.h rpma/librpma_check.h "$inc/rpma/"
 install -m 644 nic/fake_nic.h nic/fake_nic_lifecycle.h "$inc/nic/"
 install -m 644 faults/fault_injection.h "$inc/faults/"
@@ -112,14 +113,19 @@ if [ ${#dropin[@]} -gt 0 ]; then
   with_dropin=1
 fi
 
+# The harness version, from the one place it is written (version.bzl).
+version="$(sed -n 's/^RPMA_HARNESS_VERSION = "\(.*\)"$/\1/p' version.bzl)"
+[ -n "$version" ] || { echo "install: no RPMA_HARNESS_VERSION in version.bzl" >&2; exit 1; }
+
 subst() {
-  sed -e "s|@PREFIX@|$prefix|g" "$1" >"$2"
+  sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$1" >"$2"
 }
 subst "$here/rpma-harness.pc.in" "$lib/pkgconfig/rpma-harness.pc"
 subst "$here/rpma-harness-testing.pc.in" "$lib/pkgconfig/rpma-harness-testing.pc"
 subst "$here/rpma-harness-gtest-main.pc.in" "$lib/pkgconfig/rpma-harness-gtest-main.pc"
 install -m 644 "$here/rpma_harnessConfig.cmake" "$lib/cmake/rpma_harness/"
+subst "$here/rpma_harnessConfigVersion.cmake.in" "$lib/cmake/rpma_harness/rpma_harnessConfigVersion.cmake"
 
-echo "installed rpma-harness in $prefix$([ "$with_dropin" -eq 1 ] && echo " (with the drop-in librpma.so.0)")"
+echo "installed rpma-harness $version in $prefix$([ "$with_dropin" -eq 1 ] && echo " (with the drop-in librpma.so.0)")"
 echo "  pkg-config: PKG_CONFIG_PATH=$lib/pkgconfig pkg-config --cflags --libs rpma-harness"
-echo "  CMake:      -DCMAKE_PREFIX_PATH=$prefix, find_package(rpma_harness REQUIRED)"
+echo "  CMake:      -DCMAKE_PREFIX_PATH=$prefix, find_package(rpma_harness $version REQUIRED)"

@@ -32,12 +32,13 @@
 //   --env K=V           extra environment for every process
 //   --sequence SEED     the fabric's sequenced mode: every NIC step of every
 //                       process in an order the seed decides; the same seed
-//                       gives the same merged trace (README "What is
-//                       deterministic across processes")
+//                       gives the same merged trace
+//                       (docs/two-processes.md)
 //   --keep              keep the work directory (fabric, per-process traces)
 //   --pause-after-fork MS  (for testing the launcher) sleep MS after each
 //                       fork before recording the start, as a loaded
 //                       machine may; a sequenced trace must not change
+//   --version           print the harness version, exit 0
 //   -h, --help          this usage, exit 0
 //
 // Exit status: 0 when every process ended as expected, 1 otherwise, 2 for a
@@ -55,6 +56,7 @@
 #include <vector>
 
 #include "faults/fault_file.h"
+#include "rpma_harness_version.h"
 #include "tools/multiprocess/launcher.h"
 #include "tools/multiprocess/trace_merge.h"
 
@@ -120,6 +122,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       Usage("help");
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << "rpma-harness multiprocess " << RPMA_HARNESS_VERSION << "\n";
       return 0;
     }
     if (a.rfind("--", 0) != 0 || a == "--") break;

@@ -22,6 +22,8 @@
 #include <fstream>
 #include <string>
 
+#include "faults/fault_file.h"
+#include "rpma_harness_version.h"
 #include "tools/scenario/scenario_budget.h"
 #include "tools/scenario/scenario_parser.h"
 #include "tools/scenario/scenario_runner.h"
@@ -52,6 +54,10 @@ constexpr char kUsage[] =
     "                    comma-separated LIST); findings are in the summary\n"
     "  --strict          any usage-checker finding fails the run (implies\n"
     "                    --check unless the scenario or --check= says which)\n"
+    "  --check-faults FILE  only parse FILE as an RPMA_HARNESS_FAULTS file:\n"
+    "                    print its rules' names and exit 0, or the error and\n"
+    "                    exit 2 (no scenario is run)\n"
+    "  --version         print the harness version and exit\n"
     "  --help            this text\n"
     "\n"
     "Exit status: 0 every expectation held, 1 one failed or the replay\n"
@@ -107,6 +113,10 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("RPMA_HARNESS_BACKEND")) {
     if (*env != '\0') options.backend = env;
   }
+  // env RPMA_HARNESS_VM_ADDR=ADDR: with the rdma-core backend, a local
+  //   address of the RDMA device: the scenario runner's default --address, and
+  //   where the rdma-core test fixtures listen (tools/softroce_vm sets
+  //   192.168.77.1 in its VM).
   if (const char* env = std::getenv("RPMA_HARNESS_VM_ADDR")) {
     options.address = env;
   }
@@ -122,6 +132,27 @@ int main(int argc, char** argv) {
     };
     if (arg == "--help" || arg == "-h") {
       std::printf("%s", kUsage);
+      return 0;
+    } else if (arg == "--check-faults") {
+      // The same parser the default backend runs on RPMA_HARNESS_FAULTS.
+      const std::string path = value();
+      rpma_harness::FaultFile faults;
+      std::string why;
+      if (!rpma_harness::ReadFaultFile(path, &faults, &why)) {
+        std::fprintf(stderr, "scenario: --check-faults: %s\n", why.c_str());
+        return 2;
+      }
+      std::printf("%s: %zu fault rule%s\n", path.c_str(), faults.faults.size(),
+                  faults.faults.size() == 1 ? "" : "s");
+      for (const rpma_harness::FaultRule& rule : faults.faults) {
+        std::printf("  %s\n", rule.name.c_str());
+      }
+      for (const std::string& key : faults.ignored_keys) {
+        std::printf("  ignored key: %s\n", key.c_str());
+      }
+      return 0;
+    } else if (arg == "--version") {
+      std::printf("rpma-harness scenario %s\n", RPMA_HARNESS_VERSION);
       return 0;
     } else if (arg == "--seed" || arg == "--budget") {
       // The same number rules as in a scenario file.
