@@ -1544,6 +1544,11 @@ void ReportAtExit() {
 
 std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
     std::shared_ptr<VerbsBackend> backend) {
+  // env RPMA_HARNESS_CHECK=1|all|LIST|strict: run the program under the usage
+  //   checker (docs/usage-checker.md): 1 or all every check, a comma-separated
+  //   list of check names, `strict` (alone or in the list) makes any finding
+  //   fail the process at exit with code 66; 0 or empty: off. An unknown name
+  //   is reported and every check runs.
   const char* value = std::getenv("RPMA_HARNESS_CHECK");
   if (backend == nullptr || value == nullptr || *value == '\0' ||
       std::strcmp(value, "0") == 0 || CheckerOf(backend.get()) != nullptr) {
@@ -1552,8 +1557,8 @@ std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
   CheckOptions options;
   std::string why;
   if (!ParseCheckOptions(value, &options, &why)) {
-    // As README says: the mistake is reported and every check runs (a typo
-    // must not quietly turn checks off).
+    // As docs/usage-checker.md, "Any program" says: the mistake is reported
+    // and every check runs (a typo must not quietly turn checks off).
     options.enabled.clear();
     std::fprintf(stderr,
                  "rpma-harness: RPMA_HARNESS_CHECK: %s; running every check\n",

@@ -384,7 +384,8 @@ ConnectedPairOptions CheckedMtu1024() {
 
 TEST(SourceChangedCheck, MultiPacketWriteNamesThePacketThatChanged) {
   ConnectedPairOptions options = CheckedMtu1024();
-  options.check->print = true;  // prints README's example
+  // Prints the example in docs/usage-checker.md, "Reading a report".
+  options.check->print = true;
   ConnectedPair pair(options);
   ASSERT_TRUE(pair.ok()) << pair.error();
   std::memset(pair.client_buffer(), 'a', 8192);
@@ -436,8 +437,9 @@ int PostRecvIntoTheRecvBuffer(ConnectedPair* pair) {
 namespace {
 
 TEST(RecvWrittenCheck, CpuWriteBeforeASendLandsIsReportedWithThePost) {
-  ConnectedPairOptions options = Checked();  // prints README's example
-  options.recvs = 0;                         // the test posts its own
+  // Prints the example in docs/usage-checker.md, "Reading a report".
+  ConnectedPairOptions options = Checked();
+  options.recvs = 0;  // the test posts its own
   ConnectedPair pair(options);
   ASSERT_TRUE(pair.ok()) << pair.error();
   ASSERT_EQ(PostRecvIntoTheRecvBuffer(&pair), 0);

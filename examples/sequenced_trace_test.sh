@@ -1,7 +1,7 @@
 #!/bin/bash
 # sequenced_trace_test: the fabric's sequenced mode on real example pairs
-# (README "What is deterministic across processes"), each run through the
-# launcher with --sequence:
+# (docs/two-processes.md, "Sequenced mode: the same seed, the same merged
+# trace"), each run through the launcher with --sequence:
 #   1. the same seed three times gives a byte-identical merged trace
 #      (write-with-imm and ping-pong);
 #   2. some other seed gives a different interleaving of the same run;

@@ -461,6 +461,10 @@ bool ReadFaultFile(const std::string& path, FaultFile* file,
 
 std::shared_ptr<VerbsBackend> WrapWithFaultsFromEnvironment(
     std::shared_ptr<VerbsBackend> backend, std::string* error) {
+  // env RPMA_HARNESS_FAULTS=FILE: a faults file (a scenario's `faults:` list
+  //   and `seed:`) wraps this process's backend in a FaultInjector. A file
+  //   that cannot be used never means "no faults": every call fails, and the
+  //   error names the file and the line.
   const char* path = std::getenv("RPMA_HARNESS_FAULTS");
   if (path == nullptr || *path == '\0') return backend;
   const std::string where = std::string("RPMA_HARNESS_FAULTS=") + path;
@@ -480,6 +484,8 @@ std::shared_ptr<VerbsBackend> WrapWithFaultsFromEnvironment(
                  where.c_str(), keys.c_str());
   }
   uint64_t seed = file.seed.value_or(1);
+  // env RPMA_HARNESS_SEED=N: the seed of RPMA_HARNESS_FAULTS's probabilistic
+  //   rules; overrides the file's `seed:` (default 1).
   if (const char* text = std::getenv("RPMA_HARNESS_SEED")) {
     std::string why;
     if (!ParseUnsignedNumber(text, UINT64_MAX, &seed, &why)) {

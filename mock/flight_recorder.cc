@@ -26,6 +26,10 @@
 namespace rpma_harness {
 namespace {
 
+// env RPMA_HARNESS_FLIGHT_RECORDER=0|N: in tests linked with
+//   //mock:gtest_main, 0 (off, false, no) turns off the flight recorder
+//   that prints each fake NIC's last events at a failed assertion; a number
+//   keeps that many events per NIC (default 32).
 constexpr char kEnv[] = "RPMA_HARNESS_FLIGHT_RECORDER";
 constexpr char kFlag[] = "--rpma_harness_flight_recorder=";
 

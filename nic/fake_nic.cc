@@ -44,6 +44,8 @@ using fake_nic_internal::SignalFd;
 namespace {
 
 bool LogEnabled() {
+  // env RPMA_HARNESS_LOG=1: non-empty: every fake NIC prints each event
+  //   (posts, executions, completions, QP states, CM events, faults) on stderr.
   const char* env = getenv("RPMA_HARNESS_LOG");
   return env != nullptr && *env != '\0';
 }

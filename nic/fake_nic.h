@@ -315,10 +315,11 @@ struct FakeNicConfig {
   bool trace_packets = false;
   // Joins the cross-process fabric rooted at this directory (created, mode
   // 0700): Connect reaches listeners of other processes on it, and their
-  // connections carry the data path (fake_nic_fabric.h; README "Two
-  // processes on the fake NIC"). Empty: the in-process fabric only. Needs
-  // background progress (StartBackgroundProgress), as the default backend
-  // has, or fabric_sequenced.
+  // connections carry the data path (fake_nic_fabric.h;
+  // docs/two-processes.md, "How processes meet: the fabric"). Empty: the
+  // in-process fabric only. Needs background progress
+  // (StartBackgroundProgress), as the default backend has, or
+  // fabric_sequenced.
   std::string fabric_dir;
   // With fabric_dir: join the fabric's Sequencer (<fabric_dir>/sequencer,
   // started by the launcher's --sequence; fake_nic_fabric_sequence.h):

@@ -8,8 +8,8 @@
 // wake-up of the peer's fabric thread per message (the bare socketpair
 // ping-pong alone misses the 5 us round trip here), while a ring polled by
 // the application's own PollCq costs neither. The figures that back the
-// choice are in README.md ("Two processes on the fake NIC") and
-// tools/bench/fabric_bench.cc.
+// choice are in docs/two-processes.md ("Why shared-memory rings with a
+// Unix-domain socket beside them") and tools/bench/fabric_bench.cc.
 
 #include "nic/fake_nic_fabric.h"
 
@@ -416,6 +416,10 @@ Fabric::Fabric(std::string dir, OnFrame on_frame, OnClosed on_closed)
       on_closed_(std::move(on_closed)) {
   // Read once per NIC; a process's peers may pick the other transport (the
   // acceptor follows the dialer).
+  // env RPMA_HARNESS_FABRIC_TRANSPORT=shm|socket: how this process's NIC
+  //   carries frames to its fabric peers: shared-memory rings with a socket
+  //   doorbell (shm, the default) or the Unix socket alone. Any other value is
+  //   reported and shm is used.
   const char* transport = getenv("RPMA_HARNESS_FABRIC_TRANSPORT");
   if (transport != nullptr && strcmp(transport, "socket") == 0) {
     use_shm_ = false;
@@ -441,6 +445,8 @@ void Fabric::Stop() {
 
 Fabric::~Fabric() {
   Stop();
+  // env RPMA_HARNESS_FABRIC_STATS=1: at the end of each fabric, print the
+  //   shared-memory transport's counts (doorbells, who handled the frames).
   const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
   if (stats != nullptr && strcmp(stats, "1") == 0) {
     fprintf(stderr,

@@ -1,6 +1,6 @@
 // fake_nic_fabric_sequence.h: the sequenced mode of the cross-process fabric
-// (RPMA_HARNESS_FABRIC_SEQUENCE; README "Two processes on the fake NIC",
-// "What is deterministic across processes").
+// (RPMA_HARNESS_FABRIC_SEQUENCE; docs/two-processes.md, "Sequenced mode: the
+// same seed, the same merged trace").
 //
 // One Sequencer (a thread of the launcher, tools/multiprocess) owns the
 // order of every NIC step of every process on one fabric. A NIC in

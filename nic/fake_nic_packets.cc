@@ -32,8 +32,8 @@
 //
 // The wire here is the call stack: one Step() carries every packet of the
 // message from the requester to the responder and the ACK / NAK back, unless
-// an RNR NAK parks the message. See README "Fidelity" for why there is no
-// separately scheduled Wire yet.
+// an RNR NAK parks the message. See docs/fidelity.md, "Differences that
+// remain" for why there is no separately scheduled Wire yet.
 
 #include <algorithm>
 #include <cstdio>

@@ -288,7 +288,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
 // survivor sees is what it sees when the peer's id and QP vanish
 // (peer death as recorded on rxe: tools/softroce_vm/README.md "When the
 // peer process dies"; see
-// README "Two processes on the fake NIC").
+// docs/two-processes.md, "Peer death").
 void FakeNic::OnLinkClosed(uint64_t link) {
   std::lock_guard<std::mutex> lock(mu_);
   auto by_link = id_by_link_.find(link);

@@ -46,6 +46,10 @@ std::shared_ptr<VerbsBackend> CurrentBackend() {
   std::lock_guard<std::mutex> lock(RegistryMutex());
   if (Installed()) return Installed();
   if (!FromEnvironment()) {
+    // env RPMA_HARNESS_BACKEND=fake|rdma-core: the NIC behind the librpma API
+    //   of a program that installs no backend of its own: `fake` (the default)
+    //   or `rdma-core` (a real NIC, or rxe). Any other value: every call fails
+    //   as on a machine without a NIC, and the error names the variable.
     FromEnvironment() = WrapForCheckingFromEnvironment(
         MakeBackendFromEnvironment(std::getenv("RPMA_HARNESS_BACKEND")));
   }

@@ -37,6 +37,8 @@ constexpr size_t kSlot = 64;  // payload bytes; the last 8 are a checksum
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
 uint64_t TotalOps() {
+  // env RPMA_HARNESS_STRESS_OPS=N: the harness's own test: the operations
+  //   //tests:concurrency_test runs (default 10000; CI's stress stage 1000000).
   const char* env = std::getenv("RPMA_HARNESS_STRESS_OPS");
   if (env != nullptr && *env != '\0') return std::strtoull(env, nullptr, 10);
   return 10000;

@@ -156,6 +156,9 @@ void ConformanceTest::TearDown() {
   // (inside the VM), and compared with rxe's recorded stream when this is the
   // fake's rxe personality.
   const std::string name = CaseName();
+  // env RPMA_HARNESS_PRINT_STREAMS=1: the harness's own tests: set, the
+  //   conformance and random differential tests print every stream (STREAM
+  //   lines), for recording rxe's in the soft-RoCE VM.
   if (std::getenv("RPMA_HARNESS_PRINT_STREAMS") != nullptr) {
     for (const std::string& line : stream_) {
       std::printf("STREAM %s %s\n", name.c_str(), line.c_str());

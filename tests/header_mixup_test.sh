@@ -112,7 +112,8 @@ for other in "${others[@]}"; do
     "$cc" "$work/both.c" -isystem "$root/rpma"
   # What no header can catch: a C file that includes nothing of the harness
   # but <librpma.h>, built with the other directory first, gets the other
-  # header (README says so; the harness's flags never produce this order).
+  # header (docs/testing-your-program.md, "Debian's librpma-dev next to the
+  # harness" says so; the harness's flags never produce this order).
   expect_build "known limit: plain <librpma.h> with $(name "$other") first is the other's" "$cc" \
     "$work/plain.c" -isystem "$other" -isystem "$root/rpma"
 done

@@ -182,8 +182,8 @@ Program Generate(uint64_t seed, bool wide = false) {
         // A responder in ERR drops requests; rxe's requester then retries
         // for retry_cnt x 4.096 us x 2^timeout (~17 s at rdma_cm's timeout
         // 19) before RETRY_EXC_ERR, the fake fails at once (time is steps,
-        // README "Fidelity"). So nothing is sent after it, but receives
-        // posted in ERR are.
+        // docs/fidelity.md, "Differences that remain"). So nothing is sent
+        // after it, but receives posted in ERR are.
         p.steps.push_back(step);
         if (rng.Chance(60)) {
           Step recv;
@@ -683,6 +683,10 @@ class RandomDifferential : public ConformanceTest {
 TEST_P(RandomDifferential, FakeRxeAgreesWithRxe) {
   const std::string backend = GetParam().name;
   if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  // env RPMA_HARNESS_RANDOM_PROGRAMS=N: the harness's own test: how many random
+  //   programs //tests:random_differential_test compares (default 200).
+  // env RPMA_HARNESS_RANDOM_SEED=N: the harness's own test: the first random
+  //   program's seed (default 1; the rxe recording holds seeds 1..200).
   const int count = EnvInt("RPMA_HARNESS_RANDOM_PROGRAMS", 200);
   const int first = EnvInt("RPMA_HARNESS_RANDOM_SEED", 1);
   std::vector<Program> programs = RegressionPrograms();
@@ -757,6 +761,9 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxe) {
 // completion per CQ, post result, QP state, the server's landed bytes and
 // a digest of the client's buffer must agree. A difference is shrunk.
 // RPMA_HARNESS_FABRIC_PROGRAMS (default 150) from seed 5000001 on.
+// env RPMA_HARNESS_FABRIC_PROGRAMS=N: the harness's own test: how many wide
+//   programs OneProcessAgreesWithTwo runs in one process and as two NICs
+//   (default 150, from seed 5000001).
 TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
   if (GetParam().name != "fake_rxe") {
     GTEST_SKIP() << "runs once, from the fake_rxe instance";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # room_order_test: the rooms of product code include each other one way
-# only (README "Layout"; issue 21):
+# only (docs/design.md, "Rooms"; issue 21):
 #
 #   verbs_backend  <-  nic  <-  faults, check  <-  rpma  <-  mock
 #

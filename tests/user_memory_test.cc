@@ -78,7 +78,7 @@ class RegMrMemoryTest : public ::testing::Test {
 // rxe on Linux 6.1 accepts PROT_NONE for a read-only access (FOLL_FORCE,
 // removed in 6.2) and refuses it for a writable one
 // (tools/softroce_vm/reg_mr_memory_probe_test.cc); the fake refuses both,
-// as current kernels do (README, fidelity).
+// as current kernels do (docs/fidelity.md, "Differences that remain").
 TEST_F(RegMrMemoryTest, InaccessibleMemoryFailsWithEfaultForEveryAccess) {
   Mapping none(2, PROT_NONE);
   const std::vector<int> accesses = {

@@ -1,9 +1,10 @@
 /*
  * pair_launcher.c: runs one example pair's server and clients as threads of
  * one process, on whatever NIC the process's librpma uses (the harness's fake
- * NIC by default). The fake NIC lives in one process, so the two sides of a
- * pair cannot yet be two processes on it; on rxe they are (see
- * tools/softroce_vm/run.sh --pairs).
+ * NIC by default). Each pair also runs as separate processes: on the fake
+ * NIC through the multiprocess launcher (tools/multiprocess, one fresh
+ * fabric; //examples:<dir>_two_process_test), on rxe through
+ * tools/softroce_vm/run.sh --pairs.
  *
  *   pair_launcher ADDR PORT NCLIENTS [SERVER_ARG...] -- [CLIENT_ARG...]
  *

@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""Turns one run of tools/bench/run.sh into README's benchmark table.
+"""Turns one run of tools/bench/run.sh into docs/performance.md's benchmark table.
 
   report.py BENCH.json [--startup HYPERFINE.json] [--suite SUITE.txt]
-            [--readme README.md]
+            [--readme docs/performance.md [--chart docs/images/bench_ratios.svg]]
 
 Prints every figure with its baseline (measured in the same run) and the
 ratio, and with --readme rewrites the table between the markers
-<!-- bench-table:begin --> and <!-- bench-table:end --> in README.md.
+<!-- bench-table:begin --> and <!-- bench-table:end --> (each on a line
+of its own) in that page, and with --chart redraws the chart of it.
 With --benchmark_repetitions=N the figure is the median of the N runs and
 the spread (min-max of the ratio) is shown next to it.
 """
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -193,7 +195,8 @@ def main():
     ap.add_argument("bench_json")
     ap.add_argument("--startup")
     ap.add_argument("--suite")
-    ap.add_argument("--readme")
+    ap.add_argument("--readme", help="the page whose bench-table to rewrite (docs/performance.md)")
+    ap.add_argument("--chart", help="with --readme: redraw this SVG from the new table (tools/bench/chart.py)")
     args = ap.parse_args()
     context, runs = load_runs(args.bench_json)
     startup = None
@@ -207,17 +210,23 @@ def main():
     if t.missing:
         sys.stderr.write("not in this run: %s\n" % ", ".join(t.missing))
     if args.readme:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import chart
         with open(args.readme) as f:
             text = f.read()
-        if BEGIN not in text or END not in text:
-            sys.stderr.write("%s has no %s ... %s markers\n" %
-                             (args.readme, BEGIN, END))
+        try:
+            head, _, tail = chart.split_at_markers(text)
+        except ValueError as e:
+            sys.stderr.write("%s: %s\n" % (args.readme, e))
             return 2
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+        text = head + BEGIN + "\n" + table + END + tail
         with open(args.readme, "w") as f:
-            f.write(head + BEGIN + "\n" + table + END + tail)
+            f.write(text)
         sys.stderr.write("rewrote the table in %s\n" % args.readme)
+        if args.chart:
+            with open(args.chart, "w") as f:
+                f.write(chart.svg(chart.rows_of(text)))
+            sys.stderr.write("redrew %s\n" % args.chart)
     return 0
 
 

@@ -3,7 +3,7 @@
 //
 //   bazel run -c opt //tools/bench:rpma_bench
 //   bazel run -c opt //tools/bench:rpma_bench -- --benchmark_filter=RoundTrip
-//   tools/bench/run.sh   (everything, with README's table regenerated)
+//   tools/bench/run.sh   (everything, with docs/performance.md's table regenerated)
 //
 // Every figure is reported with a baseline measured in the same run:
 //   BM_Memcpy/<size>           memcpy of the same size between the same

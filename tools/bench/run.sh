@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/bench/run.sh: every speed figure of the harness in one run, each with
-# its baseline measured in the same run and the ratio, and README's benchmark
+# its baseline measured in the same run and the ratio, and docs/performance.md's benchmark
 # table regenerated from them (between <!-- bench-table:begin/end -->).
 #
 #   tools/bench/run.sh [--repetitions N] [--suite] [--no-readme]
@@ -10,7 +10,7 @@
 #                    the median and the spread (min-max) of each ratio
 #   --suite          also time `bazel test //... --nocache_test_results`
 #                    warm (built first, then timed; minutes on a busy box)
-#   --no-readme      print the table, leave README.md alone
+#   --no-readme      print the table, leave docs/performance.md alone
 #
 # Needs python3 and, for the start-up figure, hyperfine (apt-get install
 # hyperfine); without it that row is left out. Outputs stay in
@@ -72,7 +72,7 @@ if [ "$suite" -eq 1 ]; then
   report+=(--suite "$out/suite.txt")
 fi
 
-[ "$readme" -eq 1 ] && report+=(--readme README.md)
+[ "$readme" -eq 1 ] && report+=(--readme docs/performance.md --chart docs/images/bench_ratios.svg)
 echo
 "${report[@]}"
 echo "outputs in $out" >&2

@@ -3,11 +3,11 @@
 //
 // Each process on the fabric writes lines
 //     <monotonic_ns> <label> <event>
-// (RPMA_HARNESS_TRACE; README "Two
-// processes on the fake"): CLOCK_MONOTONIC is one clock for every process on
-// the host, so the merge is a stable sort on it; ties go by label, then by
-// the line's order in its own file. The launcher's own lines (label
-// "launcher": start, ready, kill, exit) merge the same way.
+// (RPMA_HARNESS_TRACE; docs/two-processes.md, "Traces"): CLOCK_MONOTONIC is
+// one clock for every process on the host, so the merge is a stable sort on
+// it; ties go by label, then by the line's order in its own file. The
+// launcher's own lines (label "launcher": start, ready, kill, exit) merge the
+// same way.
 //
 //   std::vector<TraceLine> lines;
 //   std::string error;

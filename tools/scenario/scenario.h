@@ -1,9 +1,10 @@
 // scenario.h: a write-with-imm scenario as data: the two peers, the
 // workload, the faults to inject and what must be true afterwards.
 //
-// Scenarios are written in YAML (see tools/scenarios/*.yaml and the README)
-// and parsed by ParseScenario (scenario_parser.h); the runner
-// (scenario_runner.h) plays them on the fake NIC.
+// Scenarios are written in YAML (see tools/scenarios/*.yaml and
+// docs/faults-and-scenarios.md, "Writing a scenario") and parsed by
+// ParseScenario (scenario_parser.h); the runner (scenario_runner.h) plays
+// them on the fake NIC.
 
 #ifndef RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_H_
 #define RPMA_HARNESS_TOOLS_SCENARIO_SCENARIO_H_

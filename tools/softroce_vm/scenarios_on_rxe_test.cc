@@ -28,13 +28,14 @@ namespace rpma_harness {
 namespace {
 
 // Scenarios whose expectations are a personality other than rxe's, with the
-// difference and the scenario that covers rxe (README, Fidelity).
+// difference and the scenario that covers rxe (docs/fidelity.md, "`spec`
+// against `rxe`, behaviour by behaviour").
 const std::map<std::string, std::string>& PersonalityBound() {
   static const auto* bound = new std::map<std::string, std::string>{
       {"write_past_mr_end.yaml",
        "its expectations are personality spec's: the receive the failed "
        "write took completes with LOC_ACCESS_ERR; rxe completes it with "
-       "REM_ACCESS_ERR (rxe_resp.c, README Fidelity); "
+       "REM_ACCESS_ERR (rxe_resp.c, docs/fidelity.md); "
        "write_past_mr_end_rxe.yaml runs instead"},
   };
   return *bound;
