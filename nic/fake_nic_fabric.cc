@@ -478,6 +478,15 @@ std::string Fabric::ListenerPath(const std::string& dir,
   return dir + "/l-" + addr + "-" + std::to_string(port);
 }
 
+bool Fabric::AcceptedPeerAllowed(int fd) {
+  std::string why;
+  if (FabricPeerAllowed(fd, trust_, &why)) return true;
+  fprintf(stderr, "fake_nic fabric: refusing a connection to %s: %s\n",
+          dir_.c_str(), why.c_str());
+  close(fd);
+  return false;
+}
+
 int Fabric::Start() {
   const int err = Prepare();
   if (err != 0) return err;
@@ -490,10 +499,11 @@ void Fabric::StartThread() {
 }
 
 int Fabric::Prepare() {
-  if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-    const int err = errno;
-    fprintf(stderr, "fake_nic fabric: cannot create %s: %s\n", dir_.c_str(),
-            strerror(err));
+  trust_ = FabricTrustFromEnvironment();
+  std::string why;
+  if (const int err = CheckFabricDirectory(dir_, &trust_, &why)) {
+    fprintf(stderr, "fake_nic fabric: refusing %s: %s\n", dir_.c_str(),
+            why.c_str());
     return err;
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -598,6 +608,15 @@ int Fabric::Dial(const std::string& addr, uint16_t port, uint64_t* link) {
       last = errno;
       close(fd);
       continue;
+    }
+    // The listener must be this user's (or the shared group's) process:
+    // a listener file is only a name (fake_nic_fabric_trust.h).
+    std::string why;
+    if (!FabricPeerAllowed(fd, trust_, &why)) {
+      fprintf(stderr, "fake_nic fabric: not dialling %s: %s\n", path.c_str(),
+              why.c_str());
+      close(fd);
+      return ECONNREFUSED;
     }
     // Sequenced mode stays on the socket: it is about determinism, and its
     // sync reads the peers' bytes from sockets (DrainForSync).
@@ -1159,7 +1178,7 @@ void Fabric::Run() {
       if (ids[i] == ~uint64_t{0}) {
         const int fd =
             accept4(fds[i].fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
+        if (fd >= 0 && AcceptedPeerAllowed(fd)) {
           std::lock_guard<std::mutex> lock(mu_);
           AddLink(fd, /*accepted=*/true);
         }
@@ -1345,6 +1364,7 @@ void Fabric::DrainForSync() {
       const int fd =
           accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
+      if (!AcceptedPeerAllowed(fd)) continue;
       std::lock_guard<std::mutex> lock(mu_);
       AddLink(fd, /*accepted=*/true);
     }

@@ -64,6 +64,8 @@
 #include <thread>
 #include <vector>
 
+#include "nic/fake_nic_fabric_trust.h"
+
 namespace rpma_harness {
 namespace fake_nic_internal {
 
@@ -331,8 +333,12 @@ class Fabric {
   void SendToSequencer(uint32_t type, uint32_t a, uint64_t b, uint64_t c,
                        const std::string& text);
   bool AllFlushedLocked() const;  // REQUIRES mu_
+  // SO_PEERCRED of an accepted socket against trust_; closes a refused one.
+  bool AcceptedPeerAllowed(int fd);
 
   const std::string dir_;
+  // Who may join (fake_nic_fabric_trust.h): read when the fabric starts.
+  FabricTrust trust_;
   bool use_shm_ = true;
   // DrainInline calls so far (a hint, not an exact count: pollers on
   // several threads may lose an increment). While it moves, the

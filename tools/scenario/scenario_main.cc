@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--check-faults") {
       // The same parser the default backend runs on RPMA_HARNESS_FAULTS.
-      const std::string path = value();
+      const std::string path = UserPath(value());
       rpma_harness::FaultFile faults;
       std::string why;
       if (!rpma_harness::ReadFaultFile(path, &faults, &why)) {
