@@ -25,6 +25,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -44,10 +45,21 @@ using fake_nic_internal::SignalFd;
 namespace {
 
 bool LogEnabled() {
-  // env RPMA_HARNESS_LOG=1: non-empty: every fake NIC prints each event
-  //   (posts, executions, completions, QP states, CM events, faults) on stderr.
+  // env RPMA_HARNESS_LOG=1|0: 1: every fake NIC prints each event (posts,
+  //   executions, completions, QP states, CM events, faults) on stderr; 0 or
+  //   empty: off. Any other value is reported and logging is on.
   const char* env = getenv("RPMA_HARNESS_LOG");
-  return env != nullptr && *env != '\0';
+  if (env == nullptr || *env == '\0' || strcmp(env, "0") == 0) return false;
+  if (strcmp(env, "1") != 0) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true)) {
+      fprintf(stderr,
+              "fake_nic: RPMA_HARNESS_LOG=%s: expected 1 (on) or 0 (off); "
+              "logging\n",
+              env);
+    }
+  }
+  return true;
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 namespace rpma_harness {
 
 using fake_nic_internal::HarnessMemoryError;
+using fake_nic_internal::IsAtomic;
 using fake_nic_internal::RecvWqe;
 using fake_nic_internal::Ring;
 using fake_nic_internal::Sge;
@@ -45,10 +46,6 @@ bool InsideMr(const ibv_mr& mr, uint64_t addr, uint64_t len) {
 
 bool IsImmOpcode(ibv_wr_opcode op) {
   return op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
-
-bool IsAtomic(ibv_wr_opcode op) {
-  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
 // The requester's work-completion opcode for a send WR (ibv_poll_cq(3)).
@@ -483,6 +480,15 @@ int RemoteAccessNeeded(ibv_wr_opcode op) {
 bool NeedsReceive(ibv_wr_opcode op) {
   return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM ||
          op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+bool IsAtomic(ibv_wr_opcode op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+bool CarriesPayload(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM ||
+         op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
 }
 
 }  // namespace fake_nic_internal

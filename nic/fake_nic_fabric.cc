@@ -445,9 +445,17 @@ void Fabric::Stop() {
 
 Fabric::~Fabric() {
   Stop();
-  // env RPMA_HARNESS_FABRIC_STATS=1: at the end of each fabric, print the
-  //   shared-memory transport's counts (doorbells, who handled the frames).
+  // env RPMA_HARNESS_FABRIC_STATS=1|0: 1: at the end of each fabric, print
+  //   the shared-memory transport's counts (doorbells, who handled the
+  //   frames); 0 or empty: not. Any other value is reported, not printed.
   const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
+  if (stats != nullptr && *stats != '\0' && strcmp(stats, "0") != 0 &&
+      strcmp(stats, "1") != 0) {
+    fprintf(stderr,
+            "fake_nic fabric: RPMA_HARNESS_FABRIC_STATS=%s: expected 1 (print "
+            "the counts) or 0; not printing them\n",
+            stats);
+  }
   if (stats != nullptr && strcmp(stats, "1") == 0) {
     fprintf(stderr,
             "fake_nic fabric stats (pid %d): %llu doorbells sent (%llu of "

@@ -555,6 +555,11 @@ void FillSockaddr(const std::string& addr, uint16_t port,
 bool CanRespond(const ibv_qp& qp);
 int RemoteAccessNeeded(ibv_wr_opcode op);
 bool NeedsReceive(ibv_wr_opcode op);
+bool IsAtomic(ibv_wr_opcode op);  // compare-and-swap, fetch-and-add
+// The message's bytes travel with the request (IB spec 9.4: WRITE and SEND
+// packets carry payload; READ and atomic requests carry none, their data
+// comes back in the response).
+bool CarriesPayload(ibv_wr_opcode op);
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets
 // *wildcard for 0.0.0.0 / ::. False if `text` is not an address.

@@ -386,10 +386,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   r.mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
   // The message's bytes travel with the request; READ and atomics carry
   // none (their data comes back in the answer).
-  const bool carries_payload = head.opcode == IBV_WR_RDMA_WRITE ||
-                               head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-                               head.opcode == IBV_WR_SEND ||
-                               head.opcode == IBV_WR_SEND_WITH_IMM;
+  const bool carries_payload = fake_nic_internal::CarriesPayload(head.opcode);
   // rxe_req.c finish_packet: each packet's payload is read from the SGEs
   // as the packet is built, so the message goes out up to the packet
   // before the first bad source SGE (FirstBadSourcePacket); OnRemoteAnswer
@@ -502,10 +499,7 @@ void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
     CompleteSend(qp, wqe, status, byte_len);
     if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
   };
-  const bool carries_payload = head.opcode == IBV_WR_RDMA_WRITE ||
-                               head.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-                               head.opcode == IBV_WR_SEND ||
-                               head.opcode == IBV_WR_SEND_WITH_IMM;
+  const bool carries_payload = fake_nic_internal::CarriesPayload(head.opcode);
   const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
   const uint32_t count =
       carries_payload ? fake_nic_internal::PacketCount(head.total_length(), mtu)
@@ -523,8 +517,7 @@ void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
         return;
       }
       const uint64_t length = head.total_length();
-      const bool atomic = head.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                          head.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      const bool atomic = fake_nic_internal::IsAtomic(head.opcode);
       if ((head.opcode == IBV_WR_RDMA_READ && length > 0) || atomic) {
         // rxe_comp.c do_read / do_atomic: each response packet goes into
         // the local SGEs as it arrives (copy_data, LOCAL_WRITE), so a bad
@@ -644,9 +637,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   wqe.imm_data = r.imm_data;
   wqe.send_flags = r.send_flags;
   const uint64_t length = r.length;
-  const bool carries_payload =
-      opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-      opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
+  const bool carries_payload = fake_nic_internal::CarriesPayload(opcode);
   // The request is input from another process: an MTU IB allows (ibv_mtu:
   // 256..4096), as many packets as the message has and at least one past
   // where it resumes, their bytes, and a write resumes past its first

@@ -372,7 +372,17 @@ std::vector<Program> RegressionPrograms() {
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
-  return v != nullptr ? std::atoi(v) : fallback;
+  if (v == nullptr || *v == '\0') return fallback;
+  // Not a number must not mean "0 programs, passed".
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (errno != 0 || *end != '\0' || n < 0 || n > 1000000) {
+    ADD_FAILURE() << name << "='" << v
+                  << "': expected a whole number from 0 to 1000000";
+    return fallback;
+  }
+  return static_cast<int>(n);
 }
 
 class RandomDifferential : public ConformanceTest {
