@@ -30,8 +30,10 @@ must resolve, anchors included (GitHub's heading slugs).
                                             install tree PREFIX
                                             (tools/harness install PREFIX)
   tools/docs/check_docs.py --tutorial       also README's tutorial, verbatim
-  ... --prefix PREFIX --regenerate          draw the docs' generated pictures
-                                            again (PICTURES) and write them
+  ... --regenerate                          draw the docs' generated pictures
+                                            again and write them (the
+                                            benchmark chart; with --prefix
+                                            also PICTURES)
 
 docs/reference.md must be what tools/docs/gen_reference.py makes of the
 code, and each picture in PICTURES what the installed tools draw today.
@@ -258,16 +260,18 @@ class Checker:
             if code != 0 or not os.path.exists(out):
                 self.result("%s drawn" % path, False, "%s: exit %d\n%s" % (" ".join(cmd), code, text))
                 continue
-            new = open(out, "rb").read()
-            target = os.path.join(ROOT, path)
-            if self.args.regenerate:
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                open(target, "wb").write(new)
-                print("wrote %s" % path)
-            same = os.path.exists(target) and open(target, "rb").read() == new
-            self.result("%s is what the tools draw today" % path, same,
-                        "it differs from what `%s` draws: run tools/docs/check_docs.py --prefix PREFIX "
-                        "--regenerate" % " ".join(command))
+            self.picture(path, open(out, "rb").read(), "what `%s` draws" % " ".join(command),
+                         "tools/docs/check_docs.py --prefix PREFIX --regenerate")
+
+    def picture(self, path, drawn, source, mend):
+        """The committed picture at path must be `drawn` (--regenerate: write it)."""
+        target = os.path.join(ROOT, path)
+        if self.args.regenerate:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "wb").write(drawn)
+            print("wrote %s" % path)
+        same = os.path.exists(target) and open(target, "rb").read() == drawn
+        self.result("%s is %s" % (path, source), same, "it differs: run %s" % mend)
 
     def tutorial(self, blocks):
         steps = [b for b in blocks if b.marker == "tutorial"]
@@ -296,7 +300,7 @@ def main():
     p.add_argument("--prefix", help="an install tree (tools/harness install PREFIX)")
     p.add_argument("--tutorial", action="store_true", help="also run README's tutorial")
     p.add_argument("--regenerate", action="store_true",
-                   help="with --prefix: write the generated pictures (PICTURES) instead of failing")
+                   help="write the generated pictures (the chart; with --prefix also PICTURES) instead of failing")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
     if args.prefix:
@@ -342,13 +346,9 @@ def main():
     sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
     import chart
     page = open(os.path.join(ROOT, "docs", "performance.md"), encoding="utf-8").read()
-    drawn = chart.svg(chart.rows_of(page))
-    target = os.path.join(ROOT, "docs", "images", "bench_ratios.svg")
-    if args.regenerate:
-        open(target, "w").write(drawn)
-    c.result("docs/images/bench_ratios.svg is the chart of performance.md's table",
-             os.path.exists(target) and open(target).read() == drawn,
-             "run tools/bench/chart.py docs/performance.md docs/images/bench_ratios.svg")
+    c.picture("docs/images/bench_ratios.svg", chart.svg(chart.rows_of(page)).encode(),
+              "the chart of performance.md's table",
+              "tools/bench/chart.py docs/performance.md docs/images/bench_ratios.svg")
     if args.prefix:
         c.generated_pictures()
     if args.tutorial:

@@ -113,9 +113,9 @@ if [ ${#dropin[@]} -gt 0 ]; then
   with_dropin=1
 fi
 
-# The harness version, from the one place it is written (version.bzl).
-version="$(sed -n 's/^RPMA_HARNESS_VERSION = "\(.*\)"$/\1/p' version.bzl)"
-[ -n "$version" ] || { echo "install: no RPMA_HARNESS_VERSION in version.bzl" >&2; exit 1; }
+# The harness version, as tools/harness --version reads it from version.bzl.
+version="$(tools/harness --version)"
+version="${version#rpma-harness }"
 
 subst() {
   sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$1" >"$2"
