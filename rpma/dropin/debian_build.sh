@@ -29,9 +29,13 @@ trap 'rm -rf "$work"' EXIT
 # reads the same from any checkout and every run. gcc -H and CMake print
 # absolute paths; they become <execroot>/... and <work>/....
 execroot=$(pwd -P)
+# In a sandbox, pc_dir (below) resolves the inputs' symlinks to the output
+# base's own execroot, which is neither of the two above: any path up to a
+# bazel-out/ is the execroot too.
 relocate_log() {
   sed -i -e "s#$(realpath "$work")#<work>#g" -e "s#$work#<work>#g" \
-    -e "s#$execroot#<execroot>#g" -e "s#$PWD#<execroot>#g" "$log"
+    -e "s#$execroot#<execroot>#g" -e "s#$PWD#<execroot>#g" \
+    -e "s#/[^ :]*/execroot/[^/ :]*/bazel-out/#<execroot>/bazel-out/#g" "$log"
 }
 
 fail() {
@@ -82,7 +86,11 @@ case "$mode" in
     runpath=$(patchelf --print-rpath "$work/build/prog" 2>>"$log") || fail "patchelf --print-rpath"
     echo "cmake RUNPATH: $runpath" >>"$log"
     [[ ":$runpath:" == *":$libdir:"* ]] || fail "CMake's RUNPATH ($runpath) does not name $libdir"
-    origin_rel=$(realpath --relative-to="$(dirname "$(realpath -m "$out")")" "$libdir")
+    # Both taken from bazel-out/ on: in a sandbox the output sits in the
+    # sandbox's execroot while libdir resolved to the output base's own.
+    out_dir=$(dirname "$(realpath -m "$out")")
+    origin_rel=$(realpath -m --relative-to="/bazel-out/${out_dir#*/bazel-out/}" \
+      "/bazel-out/${libdir#*/bazel-out/}")
     new_runpath=""
     IFS=: read -ra entries <<<"$runpath"
     for entry in "${entries[@]}"; do
