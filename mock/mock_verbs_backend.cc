@@ -76,6 +76,12 @@ MockVerbsBackend::MockVerbsBackend() {
   ON_CALL(*this, AdviseMr).WillByDefault(Return(ENOSYS));
 
   ON_CALL(*this, ModifyQp).WillByDefault(Return(ENOSYS));
+  // ---- verbs without rdma_cm (issue 22) ----
+  ON_CALL(*this, ListDevices).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, QueryPort).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, QueryGid).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, CreateVerbsQp).WillByDefault(FailWith<ibv_qp*>(nullptr));
+  ON_CALL(*this, DestroyVerbsQp).WillByDefault(Return(ENOSYS));
 }
 
 void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
@@ -140,6 +146,14 @@ void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
   ON_CALL(*this, AdviseMr).WillByDefault(Invoke(f, &VerbsBackend::AdviseMr));
 
   ON_CALL(*this, ModifyQp).WillByDefault(Invoke(f, &VerbsBackend::ModifyQp));
+  ON_CALL(*this, ListDevices)
+      .WillByDefault(Invoke(f, &VerbsBackend::ListDevices));
+  ON_CALL(*this, QueryPort).WillByDefault(Invoke(f, &VerbsBackend::QueryPort));
+  ON_CALL(*this, QueryGid).WillByDefault(Invoke(f, &VerbsBackend::QueryGid));
+  ON_CALL(*this, CreateVerbsQp)
+      .WillByDefault(Invoke(f, &VerbsBackend::CreateVerbsQp));
+  ON_CALL(*this, DestroyVerbsQp)
+      .WillByDefault(Invoke(f, &VerbsBackend::DestroyVerbsQp));
 }
 
 }  // namespace rpma_harness

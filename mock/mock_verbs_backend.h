@@ -105,6 +105,20 @@ class MockVerbsBackend : public VerbsBackend {
   MOCK_METHOD(int, ModifyQp, (ibv_qp * qp, ibv_qp_attr* attr, int attr_mask),
               (override));
 
+  // ---- verbs without rdma_cm (issue 22) ----
+  MOCK_METHOD(int, ListDevices, (std::vector<ibv_context*> * contexts),
+              (override));
+  MOCK_METHOD(int, QueryPort,
+              (ibv_context * ctx, uint8_t port_num, ibv_port_attr* attr),
+              (override));
+  MOCK_METHOD(int, QueryGid,
+              (ibv_context * ctx, uint8_t port_num, uint32_t index,
+               ibv_gid_entry* entry),
+              (override));
+  MOCK_METHOD(ibv_qp*, CreateVerbsQp,
+              (ibv_pd * pd, ibv_qp_init_attr* init_attr), (override));
+  MOCK_METHOD(int, DestroyVerbsQp, (ibv_qp * qp), (override));
+
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   MOCK_METHOD(ibv_srq*, CreateSrq, (ibv_pd * pd, ibv_srq_init_attr* init_attr),
               (override));

@@ -102,6 +102,11 @@ int TrampolinePollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   return NicOf(cq->context)->PollCq(cq, num_entries, wc);
 }
 
+int TrampolinePostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                          ibv_recv_wr** bad_wr) {
+  return NicOf(srq->context)->PostSrqRecv(srq, wr, bad_wr);
+}
+
 int TrampolineReqNotifyCq(ibv_cq* cq, int solicited_only) {
   return NicOf(cq->context)->ReqNotifyCq(cq, solicited_only);
 }
@@ -147,6 +152,7 @@ FakeNic::FakeNic(FakeNicConfig config)
     device->context.base.ops.post_recv = TrampolinePostRecv;
     device->context.base.ops.poll_cq = TrampolinePollCq;
     device->context.base.ops.req_notify_cq = TrampolineReqNotifyCq;
+    device->context.base.ops.post_srq_recv = TrampolinePostSrqRecv;
     device->context.nic = this;
     device->config = dc;
     devices_.push_back(std::move(device));
@@ -383,13 +389,16 @@ int FakeNic::QueryDevice(ibv_context* ctx, ibv_device_attr* attr) {
   std::lock_guard<std::mutex> lock(mu_);
   Device* device = FindDevice(ctx);
   if (device == nullptr || attr == nullptr) return EINVAL;
-  FillDeviceAttr(attr);
+  FillDeviceAttr(device, attr);
   return 0;
 }
 
-void FakeNic::FillDeviceAttr(ibv_device_attr* attr) const {
+void FakeNic::FillDeviceAttr(const Device* device,
+                             ibv_device_attr* attr) const {
   const FakeDeviceCaps& caps = *config_.caps;
   memset(attr, 0, sizeof(*attr));
+  attr->node_guid = DeviceGuid(device);
+  attr->sys_image_guid = attr->node_guid;
   snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake-%s",
            config_.personality.name.c_str());
   attr->max_mr_size = caps.max_mr_size;
@@ -1129,7 +1138,7 @@ int FakeNic::QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) {
   Device* device = FindDevice(ctx);
   if (device == nullptr || attr == nullptr) return EINVAL;
   memset(attr, 0, sizeof(*attr));
-  FillDeviceAttr(&attr->orig_attr);
+  FillDeviceAttr(device, &attr->orig_attr);
   return 0;
 }
 

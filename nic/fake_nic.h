@@ -124,6 +124,11 @@ struct FakeDeviceCaps {
   // CMA_IBOE_PACKET_LIFETIME) and the QP timeout is one more (cm.c
   // cm_init_qp_rts_attr); 19 recorded on rxe.
   uint8_t cm_qp_timeout = 19;
+  // ibv_query_port(3) link_layer. InfiniBand: the port has a LID and an
+  // address vector may go without a GRH. Ethernet (RoCE, as rxe): no LID,
+  // and an address vector needs a GRH (kernel core/verbs.c
+  // rdma_check_ah_attr: EINVAL for a RoCE AH without IB_AH_GRH).
+  uint8_t link_layer = IBV_LINK_LAYER_INFINIBAND;
 
   // What rxe (Linux 6.1) reports in ibv_query_device, recorded in the
   // soft-RoCE VM (tests/testdata/rxe_streams.txt, DeviceCapsAsReported;
@@ -502,6 +507,15 @@ class FakeNic final : public VerbsBackend {
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
   int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
+  // ---- verbs without rdma_cm (issue 22; fake_nic_verbs.cc) ----
+  int ListDevices(std::vector<ibv_context*>* contexts) override;
+  int QueryPort(ibv_context* ctx, uint8_t port_num,
+                ibv_port_attr* attr) override;
+  int QueryGid(ibv_context* ctx, uint8_t port_num, uint32_t index,
+               ibv_gid_entry* entry) override;
+  ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) override;
+  int DestroyVerbsQp(ibv_qp* qp) override;
+
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
   int DestroySrq(ibv_srq* srq) override;
@@ -691,6 +705,13 @@ class FakeNic final : public VerbsBackend {
   uint32_t NextRandom32();
   uint32_t NewKey();
   uint32_t NewQpNum();
+  // An RC QP in RESET on p's device (rdma_create_qp and ibv_create_qp);
+  // 0 or the errno. DestroyQpLocked undoes it.
+  int NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out);
+  void DestroyQpLocked(Qp* qp);
+  // A device's place in devices_ and its node GUID (fake_nic_verbs.cc).
+  size_t DeviceIndex(const Device* device) const;
+  uint64_t DeviceGuid(const Device* device) const;
   Device* FindDevice(ibv_context* ctx);
   Device* DeviceOwning(const std::string& addr);
   Device* RouteDevice();
@@ -699,7 +720,7 @@ class FakeNic final : public VerbsBackend {
   Qp* FindQp(ibv_qp* qp);
   Qp* FindQpByNum(uint32_t qp_num);
   Srq* FindSrq(ibv_srq* srq);
-  void FillDeviceAttr(ibv_device_attr* attr) const;
+  void FillDeviceAttr(const Device* device, ibv_device_attr* attr) const;
   CmId* FindId(rdma_cm_id* id);
   EventChannel* FindEventChannel(rdma_event_channel* channel);
   int PostErrno(int errno_value) const;
@@ -978,8 +999,23 @@ class FakeNic final : public VerbsBackend {
   // The requester's half when the peer QP is in another process: the head
   // WR goes out as one request frame and waits in flight for the answer.
   void ExecuteRemote(Qp* qp);
-  void OnRemoteRequest(CmId* id, const fake_nic_internal::FrameView& frame);
-  void OnRemoteAnswer(CmId* id, const fake_nic_internal::FrameView& frame);
+  // A request for `qp` (nullptr: gone) that came on `link`, answered there;
+  // an answer for `qp`'s in-flight WR.
+  void OnRemoteRequest(Qp* qp, uint64_t link,
+                       const fake_nic_internal::FrameView& frame);
+  void OnRemoteAnswer(Qp* qp, const fake_nic_internal::FrameView& frame);
+  // Verbs QPs across processes (fake_nic_verbs.cc): a frame on a link that
+  // a BindFrame opened, the end of such a link, and RTR's linking.
+  bool OnVerbsFrame(uint64_t link, const fake_nic_internal::FrameView& frame);
+  bool OnVerbsLinkClosed(uint64_t link);
+  void LinkVerbsQp(Qp* qp);
+  void UnlinkVerbsQp(Qp* qp);
+  bool AddressReaches(Qp* qp, uint32_t dest_qp_num);
+  int GidEntry(const Device* device, uint32_t index, ibv_gid_entry* entry);
+  bool ClaimFabricNode();
+  uint16_t LidOf(const Device* device);
+  // Whether requests sent on `link` still reach a responder.
+  bool LinkAlive(uint64_t link) const;
   // Sends `answer` (its text trimmed to why_len) with `data` as its tail.
   void SendAnswer(uint64_t link, fake_nic_internal::AnswerFrame* answer,
                   const std::vector<uint8_t>& data);
@@ -1138,6 +1174,11 @@ class FakeNic final : public VerbsBackend {
   // The cross-process fabric (FakeNicConfig::fabric_dir), or null.
   std::unique_ptr<fake_nic_internal::Fabric> fabric_;
   std::map<uint64_t, uint64_t> id_by_link_;  // link -> CmId handle
+  // Verbs QPs across processes: link -> the local QP number it serves
+  // (the links a QP dialed and the ones that dialed it), and this NIC's
+  // fabric node (0: none claimed yet; Fabric::ClaimNode).
+  std::map<uint64_t, uint32_t> verbs_qp_by_link_;
+  uint32_t fabric_node_ = 0;
   uint64_t next_token_ = 1;
   int trace_fd_ = -1;  // FakeNicConfig::trace_path
   // Sequenced mode (guarded by mu_ once threads run).

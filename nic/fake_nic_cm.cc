@@ -618,6 +618,35 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
       c->device == nullptr || c->qp != nullptr || p->device != c->device) {
     return CmFail(EINVAL);
   }
+  Qp* raw = nullptr;
+  const int err = NewQpLocked(p, init_attr, &raw);
+  if (err != 0) return CmFail(err);
+  raw->id = c;
+  c->qp = raw;
+  c->base.qp = &raw->base;
+  c->base.pd = pd;
+  c->base.send_cq = init_attr->send_cq;
+  c->base.recv_cq = init_attr->recv_cq;
+  c->base.send_cq_channel = init_attr->send_cq->channel;
+  c->base.recv_cq_channel = init_attr->recv_cq->channel;
+  // cma.c ucma_init_conn_qp: INIT at once; a passive id's access flags
+  // already come from the REQ (see CmModifyQpToRts).
+  const int access =
+      c->state == CmState::kRequestReceived
+          ? IBV_ACCESS_REMOTE_WRITE |
+                (c->peer_initiator_depth > 0
+                     ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                     : 0)
+          : 0;
+  CmModifyQpToInit(raw, access, "rdma_create_qp");
+  return 0;
+}
+
+// The QP itself, for rdma_create_qp and ibv_create_qp alike: an RC QP on
+// p's device in RESET, with the caps granted written back to
+// init_attr->cap (ibv_create_qp(3)). Returns 0 or the errno.
+int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
+  Device* device = p->device;
   Cq* send_cq = FindCq(init_attr->send_cq);
   Cq* recv_cq = FindCq(init_attr->recv_cq);
   const FakeDeviceCaps& caps = *config_.caps;
@@ -627,12 +656,12 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   Srq* srq = nullptr;
   if (init_attr->srq != nullptr) {
     srq = FindSrq(init_attr->srq);
-    if (srq == nullptr || srq->device != c->device) return CmFail(EINVAL);
+    if (srq == nullptr || srq->device != device) return EINVAL;
   }
   if (init_attr->qp_type != IBV_QPT_RC || send_cq == nullptr ||
-      recv_cq == nullptr || send_cq->device != c->device ||
-      recv_cq->device != c->device) {
-    return CmFail(EINVAL);
+      recv_cq == nullptr || send_cq->device != device ||
+      recv_cq->device != device) {
+    return EINVAL;
   }
   // ibv_create_qp(3): EINVAL when a cap exceeds the device's limits. With an
   // SRQ the receive caps are not used (rxe_qp.c rxe_qp_chk_cap checks them
@@ -644,9 +673,9 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
       (srq == nullptr &&
        want.max_recv_sge > static_cast<uint32_t>(caps.max_sge)) ||
       want.max_inline_data > caps.max_inline_data) {
-    return CmFail(EINVAL);
+    return EINVAL;
   }
-  if (c->device->num_qps >= caps.max_qp) return CmFail(ENOMEM);
+  if (device->num_qps >= caps.max_qp) return ENOMEM;
 
   std::unique_ptr<Qp> qp;
   if (retired_qps_.size() <= kRetiredKept) {
@@ -656,7 +685,7 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
     retired_qps_.pop_front();
   }
   memset(&qp->base, 0, sizeof(qp->base));
-  qp->device = c->device;
+  qp->device = device;
   qp->pd = p;
   qp->send_cq = send_cq;
   qp->recv_cq = recv_cq;
@@ -686,10 +715,9 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   }
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
-  qp->id = c;
-  qp->base.context = &c->device->context.base;
+  qp->base.context = &device->context.base;
   qp->base.qp_context = init_attr->qp_context;
-  qp->base.pd = pd;
+  qp->base.pd = &p->base;
   qp->base.send_cq = init_attr->send_cq;
   qp->base.recv_cq = init_attr->recv_cq;
   next_handle_++;  // handed out as before, so later handles stay the same
@@ -709,24 +737,8 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   p->num_users++;
   send_cq->num_qps++;
   recv_cq->num_qps++;
-  c->device->num_qps++;
-  c->qp = raw;
-  c->base.qp = &raw->base;
-  c->base.pd = pd;
-  c->base.send_cq = init_attr->send_cq;
-  c->base.recv_cq = init_attr->recv_cq;
-  c->base.send_cq_channel = init_attr->send_cq->channel;
-  c->base.recv_cq_channel = init_attr->recv_cq->channel;
-  // cma.c ucma_init_conn_qp: INIT at once; a passive id's access flags
-  // already come from the REQ (see CmModifyQpToRts).
-  const int access =
-      c->state == CmState::kRequestReceived
-          ? IBV_ACCESS_REMOTE_WRITE |
-                (c->peer_initiator_depth > 0
-                     ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
-                     : 0)
-          : 0;
-  CmModifyQpToInit(raw, access, "rdma_create_qp");
+  device->num_qps++;
+  *out = raw;
   return 0;
 }
 
@@ -747,7 +759,13 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
     fprintf(stderr, "fake_nic: DestroyQp on an id without a QP\n");
     return;
   }
-  Qp* qp = c->qp;
+  DestroyQpLocked(c->qp);
+  c->qp = nullptr;
+  c->base.qp = nullptr;
+}
+
+// Both destroys (rdma_destroy_qp, ibv_destroy_qp): the QP leaves the NIC.
+void FakeNic::DestroyQpLocked(Qp* qp) {
   // Transmission order: with background progress a real NIC would have
   // sent what was posted before the destroy (see Disconnect).
   if (background_running_) RunRequesterNow(qp);
@@ -769,8 +787,6 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
   qp->recv_cq->num_qps--;
   qp->device->num_qps--;
   qps_by_num_.erase(qp->base.qp_num);
-  c->qp = nullptr;
-  c->base.qp = nullptr;
   // Retired, not freed (see FakeNic::cq_slots_).
   std::unique_ptr<Qp>& owned = qps_[qp->slot];
   *owned = Qp();  // its rings and buffers released now

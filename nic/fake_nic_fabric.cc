@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -445,6 +446,8 @@ void Fabric::Stop() {
 
 Fabric::~Fabric() {
   Stop();
+  if (node_ != 0) Unpublish("node", static_cast<uint16_t>(node_));
+  if (node_lock_fd_ >= 0) close(node_lock_fd_);  // the number is free again
   // env RPMA_HARNESS_FABRIC_STATS=1|0: 1: at the end of each fabric, print
   //   the shared-memory transport's counts (doorbells, who handled the
   //   frames); 0 or empty: not. Any other value is reported, not printed.
@@ -600,9 +603,46 @@ void Fabric::Unpublish(const std::string& addr, uint16_t port) {
   Wake();
 }
 
+int Fabric::ClaimNode(uint32_t* node) {
+  if (node_ != 0) {
+    *node = node_;
+    return 0;
+  }
+  for (uint32_t n = 1; n <= 255; ++n) {
+    const std::string path = dir_ + "/node-" + std::to_string(n) + ".lock";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);
+      continue;
+    }
+    const int err = Publish("node", static_cast<uint16_t>(n));
+    if (err != 0) {
+      close(fd);
+      return err;
+    }
+    node_lock_fd_ = fd;
+    node_ = n;
+    *node = n;
+    return 0;
+  }
+  return EAGAIN;
+}
+
+int Fabric::DialNode(uint32_t node, uint64_t* link) {
+  return DialPath("node", static_cast<uint16_t>(node), /*wildcard=*/false,
+                  link);
+}
+
 int Fabric::Dial(const std::string& addr, uint16_t port, uint64_t* link) {
+  return DialPath(addr, port, /*wildcard=*/true, link);
+}
+
+int Fabric::DialPath(const std::string& addr, uint16_t port, bool wildcard,
+                     uint64_t* link) {
   int last = ECONNREFUSED;
   for (const std::string& a : {addr, std::string("any")}) {
+    if (a == "any" && !wildcard && addr != "any") break;
     const std::string path = ListenerPath(dir_, a, port);
     const UnixAddress address(path);
     if (address.error() != 0) {

@@ -87,6 +87,10 @@ enum FrameType : uint32_t {
   // nothing), so that the next frame starts whole at offset 0 instead of
   // wrapping; the consumer skips it.
   kFramePad = 10,
+  // BindFrame: the first frame of a link a QP made with ibv_create_qp
+  // dials at RTR (fake_nic_verbs.cc): the link carries that QP's requests
+  // to dst_qp_num, and their answers back.
+  kFrameBind = 11,
 };
 
 // The largest body a frame may announce: a 2 GiB message (rxe's
@@ -134,6 +138,10 @@ struct RequestFrame {
   uint32_t reserved;
 };
 
+struct BindFrame {
+  uint32_t src_qp_num;  // the dialling QP
+  uint32_t dst_qp_num;  // the QP its RTR named (dest_qp_num)
+};
 struct AnswerFrame {
   enum Kind : uint32_t {
     kAck = 0,       // the message is done (READ / atomic data in the tail)
@@ -235,6 +243,16 @@ class Fabric {
   // Connects to the listener at addr:port (or the wildcard one on port).
   // ECONNREFUSED when nobody listens (a stale socket file is removed).
   int Dial(const std::string& addr, uint16_t port, uint64_t* link);
+
+  // Verbs without rdma_cm (fake_nic_verbs.cc): a NIC whose program creates
+  // QPs with ibv_create_qp takes a node number of the fabric, 1..255, the
+  // first whose lock file <dir>/node-<n>.lock nobody holds (flock, so a
+  // killed process's number is free again), and publishes the listener
+  // <dir>/l-node-<n> where the peers' QPs dial it. 0 or an errno (EAGAIN:
+  // all 255 taken).
+  int ClaimNode(uint32_t* node);
+  // Connects to node `node`'s listener (no wildcard fallback).
+  int DialNode(uint32_t node, uint64_t* link);
   // Queues one frame on `link`; false if the link is closed. Never blocks.
   bool Send(uint64_t link, uint32_t type, const void* body, size_t body_len,
             const void* tail = nullptr, size_t tail_len = 0);
@@ -280,6 +298,7 @@ class Fabric {
   // handed to OnFrame / OnClosed. 0 or an errno (message on stderr).
   int JoinSequencer(const std::string& label, SequenceHooks hooks);
   bool sequenced() const { return seq_fd_ >= 0; }
+  uint32_t node() const { return node_; }
   // From the application thread (no NIC lock held): waits until what this
   // process sent is written to its peers, then reports the wait.
   void ReportWait(const char* where, bool releasable);
@@ -310,6 +329,8 @@ class Fabric {
   uint64_t AddLink(int fd, bool accepted = false);  // REQUIRES mu_
   // Shared-memory transport (fake_nic_fabric.cc).
   // The accepted link's first byte: the memfd (rings) or a frame's byte.
+  int DialPath(const std::string& addr, uint16_t port, bool wildcard,
+               uint64_t* link);
   bool ReadFirstByte(Link* link);  // REQUIRES mu_; false at EOF / error
   // Unsequenced: the frames go to on_frame_ under the drain lock, so the
   // fabric thread and an inline drain never reorder a link's frames (each
@@ -375,6 +396,9 @@ class Fabric {
     Frame frame;
   };
   int seq_fd_ = -1;
+  // ClaimNode: the node number and its lock file (held until exit).
+  uint32_t node_ = 0;
+  int node_lock_fd_ = -1;
   SequenceHooks seq_hooks_;
   std::mutex seq_send_mu_;  // one message at a time on seq_fd_
   std::string seq_in_;      // fabric thread only

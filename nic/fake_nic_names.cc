@@ -68,6 +68,7 @@ FakeDeviceCaps FakeDeviceCaps::Rxe() {
   caps.max_cqe = 32767;
   caps.max_qp_rd_atom = 128;
   caps.page_size_cap = 0xfffff000u;
+  caps.link_layer = IBV_LINK_LAYER_ETHERNET;  // soft-RoCE
   return caps;
 }
 

@@ -123,6 +123,13 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   // depth, a path MTU the enum knows, access flags the verbs define.
   if ((attr_mask & IBV_QP_PORT) && attr.port_num != 1) return EINVAL;
   if ((attr_mask & IBV_QP_PATH_MTU) && !ValidMtu(attr.path_mtu)) return EINVAL;
+  // A RoCE address vector routes by GID: without a GRH it is refused
+  // (kernel core/verbs.c rdma_check_ah_attr), e.g. ibv_rc_pingpong on rxe
+  // without -g fails to move its QP to RTR.
+  if ((attr_mask & IBV_QP_AV) && !attr.ah_attr.is_global &&
+      config_.caps->link_layer == IBV_LINK_LAYER_ETHERNET) {
+    return EINVAL;
+  }
   if ((attr_mask & IBV_QP_ACCESS_FLAGS) &&
       (attr.qp_access_flags & ~kKnownAccess)) {
     return EINVAL;
@@ -173,7 +180,9 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     // links the pair itself before it moves the QPs. A QP whose peer is in
     // another process (fake_nic_remote.cc) names a QP number of that
     // process, which may also be one of ours: never link it here.
-    if (qp->peer == nullptr && qp->link == 0) {
+    if (qp->id == nullptr) {
+      LinkVerbsQp(qp);  // fake_nic_verbs.cc: by address and QP number
+    } else if (qp->peer == nullptr && qp->link == 0) {
       Qp* peer = FindQpByNum(a.dest_qp_num);
       if (peer != nullptr && peer != qp) {
         if (peer->peer == nullptr) peer->peer = qp;
@@ -232,6 +241,7 @@ void FakeNic::ResetQpQueues(Qp* qp) {
   qp->req_index = 0;
   qp->sq_flushable = 0;
   DetachFromPeer(qp);
+  UnlinkVerbsQp(qp);  // a QP made with ibv_create_qp connects again at RTR
 }
 
 }  // namespace rpma_harness

@@ -136,6 +136,10 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
   // Every path that makes a step ready marks it (MarkMaybeReady), so
   // HasReadyWork at the end sees all of this frame's work.
   const WorkWakeDeferral wake_at_end(this, true);
+  if (OnVerbsFrame(link, frame)) {
+    WakeWaiters();
+    return;
+  }
   auto by_link = id_by_link_.find(link);
   CmId* id = nullptr;
   if (by_link != id_by_link_.end()) {
@@ -266,10 +270,10 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
                      0);
       break;
     case fake_nic_internal::kFrameRequest:
-      if (id != nullptr) OnRemoteRequest(id, frame);
+      if (id != nullptr) OnRemoteRequest(id->qp, id->link, frame);
       break;
     case fake_nic_internal::kFrameAnswer:
-      if (id != nullptr) OnRemoteAnswer(id, frame);
+      if (id != nullptr) OnRemoteAnswer(id->qp, frame);
       break;
     case fake_nic_internal::kFrameRecvPosted:
       if (id != nullptr && id->qp != nullptr && !id->qp->sq.empty()) {
@@ -291,6 +295,10 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
 // docs/two-processes.md, "Peer death").
 void FakeNic::OnLinkClosed(uint64_t link) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (OnVerbsLinkClosed(link)) {
+    WakeWaiters();
+    return;
+  }
   auto by_link = id_by_link_.find(link);
   if (by_link == id_by_link_.end()) return;
   auto it = ids_by_handle_.find(by_link->second);
@@ -366,7 +374,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
     SetQpState(qp, IBV_QPS_ERR, why);
   };
   // A responder that is gone drops requests (fake_nic_data_path.cc).
-  if (qp->link_dead || id_by_link_.count(qp->link) == 0) {
+  if (qp->link_dead || !LinkAlive(qp->link)) {
     fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer (peer process gone)");
     return;
   }
@@ -477,12 +485,11 @@ void FakeNic::SendAnswer(uint64_t link, AnswerFrame* answer,
                 kAnswerFixed + answer->why_len, data.data(), data.size());
 }
 
-void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
+void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
   AnswerFrame a;
   const uint8_t* data = nullptr;
   size_t data_len = 0;
   if (!ParseAnswer(frame, &a, &data, &data_len)) return;
-  Qp* qp = id->qp;
   // A WR flushed meanwhile (the QP went to ERR) has no answer to take.
   if (qp == nullptr || qp->sq.empty() || !qp->sq.front().in_flight ||
       qp->sq.front().token != a.token) {
@@ -586,7 +593,8 @@ void FakeNic::OnRemoteAnswer(CmId* id, const FrameView& frame) {
 
 // ---- data path: the responder's half ----------------------------------------
 
-void FakeNic::OnRemoteRequest(CmId* id, const FrameView& frame) {
+void FakeNic::OnRemoteRequest(Qp* responder, uint64_t link,
+                              const FrameView& frame) {
   RequestFrame r;
   const uint8_t* payload = nullptr;
   size_t payload_len = 0;
@@ -595,14 +603,13 @@ void FakeNic::OnRemoteRequest(CmId* id, const FrameView& frame) {
   memset(&answer, 0, sizeof(answer));
   answer.token = r.token;
   std::vector<uint8_t> data;
-  Qp* responder = id->qp;
   if (responder == nullptr) {
     answer.kind = AnswerFrame::kNoAnswer;
     CopyText(answer.why, sizeof(answer.why), "responder QP is gone");
   } else {
     RespondToRemote(responder, r, payload, payload_len, &answer, &data);
   }
-  SendAnswer(id->link, &answer, data);
+  SendAnswer(link, &answer, data);
 }
 
 // The responder's checks, in rxe_resp.c's order and with the in-process
@@ -819,7 +826,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
 // next RNR-timer retry would see (rxe_comp.c rnr_nak_timer).
 void FakeNic::TellRemoteToRetry(Qp* qp) {
   qp->remote_waits_for_receive = false;
-  if (qp->link == 0 || qp->id == nullptr || qp->link_dead) return;
+  if (qp->link == 0 || qp->link_dead) return;
   CmFrame f;
   memset(&f, 0, sizeof(f));
   f.qp_num = qp->base.qp_num;

@@ -2,11 +2,12 @@
 # room_order_test: the rooms of product code include each other one way
 # only (docs/design.md, "Rooms"; issue 21):
 #
-#   verbs_backend  <-  nic  <-  faults, check  <-  rpma  <-  mock
+#   verbs_backend  <-  nic  <-  faults, check  <-  rpma  <-  mock, verbs_dropin
 #
 # A file of a room may include its own room and rooms to its left, never one
 # to its right or beside it (faults and check are both wrappers over any
-# backend: neither includes the other). Product code is every .h/.cc/.c of
+# backend: neither includes the other; mock and verbs_dropin, the drop-in
+# libibverbs, are both front ends). Product code is every .h/.cc/.c of
 # those folders except tests (*_test.*), fuzzers and benchmarks; tests,
 # tools/ and examples/ may include anything. Each violation is printed as
 # FILE:LINE: the include, and why.
@@ -22,7 +23,7 @@ rank() {
     nic) echo 1 ;;
     faults | check) echo 2 ;;
     rpma) echo 3 ;;
-    mock) echo 4 ;;
+    mock | verbs_dropin) echo 4 ;;
     *) echo "" ;;
   esac
 }

@@ -129,6 +129,23 @@ class ForwardingBackend : public VerbsBackend {
     return target_->ModifyQp(qp, attr, attr_mask);
   }
 
+  // ---- verbs without rdma_cm (issue 22) ----
+  int ListDevices(std::vector<ibv_context*>* contexts) override {
+    return target_->ListDevices(contexts);
+  }
+  int QueryPort(ibv_context* ctx, uint8_t port_num,
+                ibv_port_attr* attr) override {
+    return target_->QueryPort(ctx, port_num, attr);
+  }
+  int QueryGid(ibv_context* ctx, uint8_t port_num, uint32_t index,
+               ibv_gid_entry* entry) override {
+    return target_->QueryGid(ctx, port_num, index, entry);
+  }
+  ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) override {
+    return target_->CreateVerbsQp(pd, init_attr);
+  }
+  int DestroyVerbsQp(ibv_qp* qp) override { return target_->DestroyVerbsQp(qp); }
+
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override {
     return target_->CreateSrq(pd, init_attr);

@@ -33,6 +33,7 @@ constexpr int kResolveTimeoutMs = 1000;
 
 RdmaCoreBackend::~RdmaCoreBackend() {
   for (auto& [context, id] : pinned_) rdma_destroy_id(id);
+  for (ibv_context* ctx : opened_) ibv_close_device(ctx);
 }
 
 int RdmaCoreBackend::GetContextByAddress(const char* addr, bool local,
@@ -185,6 +186,45 @@ int RdmaCoreBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
 int RdmaCoreBackend::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   return ibv_modify_qp(qp, attr, attr_mask);
 }
+
+// ---- verbs without rdma_cm (issue 22) ----
+
+int RdmaCoreBackend::ListDevices(std::vector<ibv_context*>* contexts) {
+  if (contexts == nullptr) return EINVAL;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!devices_listed_) {
+    // Opened once and kept for the backend's life, as a context handed out
+    // must stay valid for every later call.
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr) return errno != 0 ? errno : ENODEV;
+    for (int i = 0; i < n; ++i) {
+      if (ibv_context* ctx = ibv_open_device(list[i])) opened_.push_back(ctx);
+    }
+    ibv_free_device_list(list);
+    devices_listed_ = true;
+  }
+  *contexts = opened_;
+  return 0;
+}
+
+int RdmaCoreBackend::QueryPort(ibv_context* ctx, uint8_t port_num,
+                               ibv_port_attr* attr) {
+  return ibv_query_port(ctx, port_num, attr);
+}
+
+int RdmaCoreBackend::QueryGid(ibv_context* ctx, uint8_t port_num,
+                              uint32_t index, ibv_gid_entry* entry) {
+  const int rc = ibv_query_gid_ex(ctx, port_num, index, entry, 0);
+  return rc < 0 ? -rc : rc;
+}
+
+ibv_qp* RdmaCoreBackend::CreateVerbsQp(ibv_pd* pd,
+                                       ibv_qp_init_attr* init_attr) {
+  return ibv_create_qp(pd, init_attr);
+}
+
+int RdmaCoreBackend::DestroyVerbsQp(ibv_qp* qp) { return ibv_destroy_qp(qp); }
 
 // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
 

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "verbs_backend/verbs_backend.h"
 
@@ -73,6 +74,15 @@ class RdmaCoreBackend final : public VerbsBackend {
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
   int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
+  // ---- verbs without rdma_cm (issue 22) ----
+  int ListDevices(std::vector<ibv_context*>* contexts) override;
+  int QueryPort(ibv_context* ctx, uint8_t port_num,
+                ibv_port_attr* attr) override;
+  int QueryGid(ibv_context* ctx, uint8_t port_num, uint32_t index,
+               ibv_gid_entry* entry) override;
+  ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) override;
+  int DestroyVerbsQp(ibv_qp* qp) override;
+
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd* pd, ibv_srq_init_attr* init_attr) override;
   int DestroySrq(ibv_srq* srq) override;
@@ -87,6 +97,9 @@ class RdmaCoreBackend final : public VerbsBackend {
   // destroyed id crashes ibv_alloc_pd). One id per device is kept here so
   // that contexts handed out stay open as long as the backend.
   std::mutex mu_;
+  // ListDevices: every device, opened once (closed in the destructor).
+  bool devices_listed_ = false;
+  std::vector<ibv_context*> opened_;
   std::map<ibv_context*, rdma_cm_id*> pinned_;
 };
 

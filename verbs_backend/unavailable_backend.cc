@@ -132,6 +132,24 @@ int UnavailableBackend::MigrateId(rdma_cm_id*, rdma_event_channel*) {
 }
 int UnavailableBackend::ModifyQp(ibv_qp*, ibv_qp_attr*, int) { return Fail(); }
 
+// ---- verbs without rdma_cm (issue 22) ----
+
+int UnavailableBackend::ListDevices(std::vector<ibv_context*>*) {
+  return Fail();
+}
+int UnavailableBackend::QueryPort(ibv_context*, uint8_t, ibv_port_attr*) {
+  return Fail();
+}
+int UnavailableBackend::QueryGid(ibv_context*, uint8_t, uint32_t,
+                                 ibv_gid_entry*) {
+  return Fail();
+}
+ibv_qp* UnavailableBackend::CreateVerbsQp(ibv_pd*, ibv_qp_init_attr*) {
+  Fail();
+  return nullptr;
+}
+int UnavailableBackend::DestroyVerbsQp(ibv_qp*) { return Fail(); }
+
 // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
 
 ibv_srq* UnavailableBackend::CreateSrq(ibv_pd*, ibv_srq_init_attr*) {

@@ -58,6 +58,15 @@ class UnavailableBackend final : public VerbsBackend {
   int MigrateId(rdma_cm_id*, rdma_event_channel*) override;
   int ModifyQp(ibv_qp*, ibv_qp_attr*, int) override;
 
+  // ---- verbs without rdma_cm (issue 22) ----
+  int ListDevices(std::vector<ibv_context*>* contexts) override;
+  int QueryPort(ibv_context* ctx, uint8_t port_num,
+                ibv_port_attr* attr) override;
+  int QueryGid(ibv_context* ctx, uint8_t port_num, uint32_t index,
+               ibv_gid_entry* entry) override;
+  ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) override;
+  int DestroyVerbsQp(ibv_qp* qp) override;
+
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ibv_srq* CreateSrq(ibv_pd*, ibv_srq_init_attr*) override;
   int DestroySrq(ibv_srq*) override;

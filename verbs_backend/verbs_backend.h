@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace rpma_harness {
 
@@ -213,6 +214,27 @@ class VerbsBackend {
   // attributes `attr_mask` names; each transition requires the mask bits of
   // the table in ibv_modify_qp(3) (EINVAL otherwise). "ibv errno".
   virtual int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) = 0;
+
+  // ---- verbs without rdma_cm (the drop-in libibverbs.so.1, issue 22) -------
+
+  // ibv_get_device_list(3) + ibv_open_device(3): one open context per device
+  // the backend has, in the order ibv_get_device_list lists them (the same
+  // contexts on every call). "ibv errno".
+  virtual int ListDevices(std::vector<ibv_context*>* contexts) = 0;
+  // ibv_query_port(3): the port's attributes. "ibv errno".
+  virtual int QueryPort(ibv_context* ctx, uint8_t port_num,
+                        ibv_port_attr* attr) = 0;
+  // ibv_query_gid_ex(3): GID table entry `index` of the port (gid,
+  // gid_type, ndev_ifindex). EINVAL past the table, ENODATA for an empty
+  // entry. "ibv errno".
+  virtual int QueryGid(ibv_context* ctx, uint8_t port_num, uint32_t index,
+                       ibv_gid_entry* entry) = 0;
+  // ibv_create_qp(3): a QP in RESET that the program moves through
+  // ibv_modify_qp(3) itself; RTR's dest_qp_num and address vector name its
+  // peer. "ptr".
+  virtual ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) = 0;
+  // ibv_destroy_qp(3) of a QP CreateVerbsQp made. "ibv errno".
+  virtual int DestroyVerbsQp(ibv_qp* qp) = 0;
 };
 
 }  // namespace rpma_harness

@@ -37,42 +37,8 @@ if readelf -d "$ours_so" | grep -q 'NEEDED.*libtsan'; then
   preload=$(gcc -print-file-name=libtsan.so)
 fi
 
-cases=() # "name|ok|message"
-check() { # check NAME COMMAND... : one test case
-  local name=$1 out
-  shift
-  if out=$("$@" 2>&1); then
-    cases+=("$name|1|")
-    echo "PASS $name"
-  else
-    cases+=("$name|0|$out")
-    echo "FAIL $name"
-    echo "$out" | sed 's/^/    /' | tail -n 30
-  fi
-}
-
-write_xml() {
-  local n=${#cases[@]} f=0 c name ok msg
-  for c in "${cases[@]}"; do [[ $(cut -d'|' -f2 <<<"$c") == 1 ]] || f=$((f + 1)); done
-  {
-    echo '<?xml version="1.0" encoding="UTF-8"?>'
-    echo "<testsuites tests=\"$n\" failures=\"$f\" errors=\"0\">"
-    echo "<testsuite name=\"Dropin\" tests=\"$n\" failures=\"$f\" errors=\"0\" skipped=\"0\">"
-    for c in "${cases[@]}"; do
-      name=${c%%|*}
-      ok=$(cut -d'|' -f2 <<<"$c")
-      msg=$(cut -d'|' -f3- <<<"$c" | tail -n 20 | sed 's/&/\&amp;/g; s/</\&lt;/g; s/>/\&gt;/g; s/"/\&quot;/g')
-      if [[ $ok == 1 ]]; then
-        echo "  <testcase name=\"$name\" classname=\"Dropin\"/>"
-      else
-        echo "  <testcase name=\"$name\" classname=\"Dropin\"><failure message=\"failed\">$msg</failure></testcase>"
-      fi
-    done
-    echo "</testsuite></testsuites>"
-  } >"${XML_OUTPUT_FILE:-$work/test.xml}"
-  echo "dropin: $((n - f)) passed, $f failed"
-  [[ $f == 0 ]]
-}
+source tools/testing/sh_cases.sh
+sh_cases_suite Dropin
 
 # built LOG: the build debian_build.sh ran succeeded (else its log says why).
 built_ok() {
@@ -286,4 +252,4 @@ while read -r dir port nclients rest; do
   check "Example${name}PairBuiltAgainstDebianRunsOnTheFake" pair
 done <"$pairs_txt"
 
-write_xml
+finish

@@ -13,6 +13,8 @@
 #   PREFIX/lib/librpma.so.0, librpma.so    the drop-in shared librpma, when
 #   PREFIX/lib/pkgconfig/librpma.pc        this tree has rpma/dropin (its
 #   PREFIX/include/librpma.h               //rpma/dropin:prefix tree)
+#   PREFIX/lib/fake-verbs/libibverbs.so.1  the drop-in libibverbs (verbs
+#                                          programs on the fake NIC)
 #   PREFIX/lib/pkgconfig/rpma-harness.pc, rpma-harness-testing.pc,
 #                        rpma-harness-gtest-main.pc
 #   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake, rpma_harnessConfigVersion.cmake
@@ -35,7 +37,7 @@ here="$PWD/tools/install"
 
 # What goes into each archive: Bazel's own .a / .lo of each library (all
 # linkstatic, see copts.bzl).
-core=(//rpma:rpma //rpma:mr_descriptor //check:checking_backend //nic:fake_nic //nic:fabric_sequence //faults:fault_injection //faults:fault_file
+core=(//rpma:rpma //rpma:fake_backend //rpma:mr_descriptor //check:checking_backend //nic:fake_nic //nic:fabric_sequence //faults:fault_injection //faults:fault_file
       //verbs_backend:rdma_core_backend //verbs_backend:unavailable_backend)
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend)
@@ -45,8 +47,12 @@ dropin=()
 if [ -f rpma/dropin/BUILD ]; then
   dropin=(//rpma/dropin:prefix)
 fi
+verbs_dropin=()
+if [ -f verbs_dropin/BUILD ]; then
+  verbs_dropin=(//verbs_dropin:lib)
+fi
 
-bazel build -c opt "$@" "${targets[@]}" "${dropin[@]}"
+bazel build -c opt "$@" "${targets[@]}" "${dropin[@]}" "${verbs_dropin[@]}"
 bin="$(bazel info -c opt "$@" bazel-bin 2>/dev/null)"
 
 # The archive Bazel made for a label (lib<name>.a, or .lo when alwayslink).
@@ -111,6 +117,13 @@ if [ ${#dropin[@]} -gt 0 ]; then
   install -m 644 "$tree/lib/pkgconfig/librpma.pc" "$lib/pkgconfig/librpma.pc"
   install -m 644 "$tree/include/librpma.h" "$prefix/include/librpma.h"
   with_dropin=1
+fi
+
+# The drop-in libibverbs: a directory of its own, put first on
+# LD_LIBRARY_PATH only by who wants verbs programs on the fake.
+if [ ${#verbs_dropin[@]} -gt 0 ]; then
+  mkdir -p "$lib/fake-verbs"
+  install -m 755 "$bin/verbs_dropin/lib/libibverbs.so.1" "$lib/fake-verbs/libibverbs.so.1"
 fi
 
 # The harness version, as tools/harness --version reads it from version.bzl.

@@ -1,0 +1,389 @@
+// Verbs without rdma_cm (fake_nic_verbs.cc): the device list, port and GID
+// table as a program that calls libibverbs directly sees them, and QPs made
+// with CreateVerbsQp that the program connects itself with ModifyQp, in one
+// NIC and across two NICs of a fabric (as ibv_rc_pingpong's two processes).
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nic/fake_nic.h"
+
+namespace rpma_harness {
+namespace {
+
+constexpr size_t kLen = 8192;
+
+// One side of a verbs program: a device context, PD, buffers, one CQ and
+// one QP in RESET.
+struct Side {
+  explicit Side(FakeNic* nic) : nic(nic) {
+    std::vector<ibv_context*> contexts;
+    EXPECT_EQ(nic->ListDevices(&contexts), 0);
+    ctx = contexts.at(0);
+    pd = nic->AllocPd(ctx);
+    src.assign(kLen, 0);
+    dst.assign(kLen, 0);
+    for (size_t i = 0; i < kLen; ++i) src[i] = static_cast<char>(i * 13 + 5);
+    smr = nic->RegMr(pd, src.data(), kLen, IBV_ACCESS_LOCAL_WRITE);
+    dmr = nic->RegMr(pd, dst.data(), kLen,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    cq = nic->CreateCq(ctx, 64, nullptr, nullptr, 0);
+    ibv_qp_init_attr init;
+    memset(&init, 0, sizeof(init));
+    init.qp_type = IBV_QPT_RC;
+    init.send_cq = cq;
+    init.recv_cq = cq;
+    init.cap.max_send_wr = 8;
+    init.cap.max_recv_wr = 8;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    qp = nic->CreateVerbsQp(pd, &init);
+    EXPECT_NE(qp, nullptr);
+  }
+  ~Side() {
+    if (qp != nullptr) {
+      EXPECT_EQ(nic->DestroyVerbsQp(qp), 0);
+    }
+    nic->DestroyCq(cq);
+    nic->DeregMr(smr);
+    nic->DeregMr(dmr);
+    nic->DeallocPd(pd);
+  }
+  ibv_port_attr Port() {
+    ibv_port_attr port;
+    EXPECT_EQ(nic->QueryPort(ctx, 1, &port), 0);
+    return port;
+  }
+  // INIT, then RTR toward (dest_qp_num, dlid or dgid), then RTS; returns
+  // the RTR's result.
+  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid) {
+    ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    EXPECT_EQ(nic->ModifyQp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                IBV_QP_ACCESS_FLAGS),
+              0);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest_qp_num;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.dlid = dlid;
+    if (dgid != nullptr) {
+      a.ah_attr.is_global = 1;
+      a.ah_attr.grh.dgid = *dgid;
+      a.ah_attr.grh.hop_limit = 1;
+    }
+    const int rtr = nic->ModifyQp(
+        qp, &a,
+        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rtr != 0) return rtr;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    EXPECT_EQ(nic->ModifyQp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+    return 0;
+  }
+  void PostRecv(uint64_t wr_id) {
+    ibv_recv_wr wr;
+    ibv_recv_wr* bad = nullptr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    ASSERT_EQ(nic->PostRecv(qp, &wr, &bad), 0);
+  }
+  void WriteWithImm(const Side& to, uint64_t wr_id, uint32_t rkey_xor = 0) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()),
+                   static_cast<uint32_t>(kLen), smr->lkey};
+    ibv_send_wr wr;
+    ibv_send_wr* bad = nullptr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = htonl(0xabcd0000u | static_cast<uint32_t>(wr_id));
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.dst.data());
+    wr.wr.rdma.rkey = to.dmr->rkey ^ rkey_xor;
+    ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
+  }
+  ibv_wc Poll() {
+    ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    for (int i = 0; i < 200000; ++i) {  // 2 s at most
+      if (nic->PollCq(cq, 1, &wc) == 1) return wc;
+      if (i > 1000) usleep(10);
+    }
+    ADD_FAILURE() << "no completion\n" << nic->DebugString();
+    return wc;
+  }
+
+  FakeNic* nic;
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  std::vector<char> src, dst;
+  ibv_mr* smr = nullptr;
+  ibv_mr* dmr = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+};
+
+FakeNicConfig WithPersonality(Personality p) {
+  FakeNicConfig config;
+  config.personality = std::move(p);
+  return config;
+}
+
+// A NIC that makes progress on its own, as the drop-in libibverbs's does.
+std::unique_ptr<FakeNic> Started(FakeNicConfig config = FakeNicConfig()) {
+  auto nic = std::make_unique<FakeNic>(std::move(config));
+  nic->StartBackgroundProgress();
+  return nic;
+}
+
+ibv_gid Gid(FakeNic* nic, ibv_context* ctx) {
+  ibv_gid_entry entry;
+  EXPECT_EQ(nic->QueryGid(ctx, 1, 0, &entry), 0);
+  return entry.gid;
+}
+
+TEST(FakeNicVerbsTest, SpecPortIsInfiniBandWithALidAndALinkLocalGid) {
+  FakeNic nic;
+  std::vector<ibv_context*> contexts;
+  ASSERT_EQ(nic.ListDevices(&contexts), 0);
+  ASSERT_EQ(contexts.size(), 1u);
+  EXPECT_STREQ(contexts[0]->device->name, "fake0");
+  ibv_port_attr port;
+  ASSERT_EQ(nic.QueryPort(contexts[0], 1, &port), 0);
+  EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_INFINIBAND);
+  EXPECT_EQ(port.lid, 1);
+  EXPECT_EQ(port.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(nic.QueryPort(contexts[0], 2, &port), EINVAL);
+  ibv_gid_entry entry;
+  ASSERT_EQ(nic.QueryGid(contexts[0], 1, 0, &entry), 0);
+  EXPECT_EQ(entry.gid.raw[0], 0xfe);
+  EXPECT_EQ(entry.gid.raw[1], 0x80);
+  EXPECT_EQ(entry.gid_type, IBV_GID_TYPE_IB);
+  EXPECT_EQ(nic.QueryGid(contexts[0], 1, 1, &entry), EINVAL);  // table of 1
+  ibv_device_attr attr;
+  ASSERT_EQ(nic.QueryDevice(contexts[0], &attr), 0);
+  EXPECT_NE(attr.node_guid, 0u);
+  EXPECT_EQ(memcmp(&entry.gid.raw[8], &attr.node_guid, 8), 0);
+}
+
+TEST(FakeNicVerbsTest, RxePortIsRoceWithAnIpv4MappedRoceV2Gid) {
+  FakeNic nic(WithPersonality(Personality::Rxe()));
+  std::vector<ibv_context*> contexts;
+  ASSERT_EQ(nic.ListDevices(&contexts), 0);
+  ibv_port_attr port;
+  ASSERT_EQ(nic.QueryPort(contexts[0], 1, &port), 0);
+  EXPECT_EQ(port.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(port.lid, 0);
+  EXPECT_EQ(port.gid_tbl_len, 1024);
+  ibv_gid_entry entry;
+  ASSERT_EQ(nic.QueryGid(contexts[0], 1, 0, &entry), 0);
+  const uint8_t want[16] = {0, 0, 0,    0,    0,   0, 0, 0,
+                            0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  EXPECT_EQ(memcmp(entry.gid.raw, want, 16), 0);
+  EXPECT_EQ(entry.gid_type, IBV_GID_TYPE_ROCE_V2);
+  EXPECT_EQ(nic.QueryGid(contexts[0], 1, 5, &entry), ENODATA);    // empty
+  EXPECT_EQ(nic.QueryGid(contexts[0], 1, 1024, &entry), EINVAL);  // past it
+}
+
+TEST(FakeNicVerbsTest, TwoQpsConnectedByHandWriteWithImmediate) {
+  auto nic = Started();
+  Side a(nic.get()), b(nic.get());
+  const uint16_t lid = a.Port().lid;
+  ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr), 0);
+  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+  b.PostRecv(7);
+  a.WriteWithImm(b, 1);
+  ibv_wc wc = a.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+  wc = b.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(ntohl(wc.imm_data), 0xabcd0001u);
+  EXPECT_EQ(wc.byte_len, kLen);
+  EXPECT_EQ(a.src, b.dst);
+}
+
+TEST(FakeNicVerbsTest, RoceAddressVectorWithoutGrhIsEinvalAtRtr) {
+  auto nic = Started(WithPersonality(Personality::Rxe()));
+  Side a(nic.get()), b(nic.get());
+  EXPECT_EQ(a.Connect(b.qp->qp_num, 0, nullptr), EINVAL);
+  const ibv_gid gid = Gid(nic.get(), a.ctx);
+  // The QP stayed in INIT; with a GRH the same RTR is taken.
+  EXPECT_EQ(a.Connect(b.qp->qp_num, 0, &gid), 0);
+}
+
+TEST(FakeNicVerbsTest, AWrongDlidReachesNobodyAndTheWriteExhaustsItsRetries) {
+  auto nic = Started();
+  Side a(nic.get()), b(nic.get());
+  ASSERT_EQ(a.Connect(b.qp->qp_num, /*dlid=*/9, nullptr), 0);
+  ASSERT_EQ(b.Connect(a.qp->qp_num, a.Port().lid, nullptr), 0);
+  b.PostRecv(7);
+  a.WriteWithImm(b, 1);
+  const ibv_wc wc = a.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_NE(a.src, b.dst);
+}
+
+TEST(FakeNicVerbsTest, AQpWhosePeerIsDestroyedReachesNobody) {
+  auto nic = Started();
+  auto a = std::make_unique<Side>(nic.get());
+  auto b = std::make_unique<Side>(nic.get());
+  const uint16_t lid = a->Port().lid;
+  // b names a, a names nobody: destroying a must not leave b pointing at it.
+  ASSERT_EQ(a->Connect(0xabcdef, lid, nullptr), 0);
+  ASSERT_EQ(b->Connect(a->qp->qp_num, lid, nullptr), 0);
+  a.reset();
+  b->WriteWithImm(*b, 1);
+  EXPECT_EQ(b->Poll().status, IBV_WC_RETRY_EXC_ERR);
+}
+
+TEST(FakeNicVerbsTest, AWrongDgidReachesNobody) {
+  auto nic = Started(WithPersonality(Personality::Rxe()));
+  Side a(nic.get()), b(nic.get());
+  ibv_gid elsewhere = Gid(nic.get(), a.ctx);
+  elsewhere.raw[15] ^= 1;  // 127.0.0.0
+  ASSERT_EQ(a.Connect(b.qp->qp_num, 0, &elsewhere), 0);
+  a.WriteWithImm(b, 1);
+  EXPECT_EQ(a.Poll().status, IBV_WC_RETRY_EXC_ERR);
+}
+
+TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
+  auto nic = Started();
+  Side a(nic.get()), b(nic.get());
+  const uint16_t lid = a.Port().lid;
+  ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr), 0);
+  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+  b.PostRecv(7);
+  a.WriteWithImm(b, 1, /*rkey_xor=*/0x5a5a);
+  EXPECT_EQ(a.Poll().status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST(FakeNicVerbsTest, ACmQpIsNotDestroyedByDestroyVerbsQp) {
+  FakeNic nic;
+  EXPECT_EQ(nic.DestroyVerbsQp(nullptr), EINVAL);
+  std::vector<ibv_context*> contexts;
+  ASSERT_EQ(nic.ListDevices(&contexts), 0);
+  ibv_pd* pd = nic.AllocPd(contexts[0]);
+  ibv_qp_init_attr init;
+  memset(&init, 0, sizeof(init));
+  init.qp_type = IBV_QPT_UD;
+  errno = 0;
+  EXPECT_EQ(nic.CreateVerbsQp(pd, &init), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);  // RC only
+  init.qp_type = IBV_QPT_RC;     // but no CQs
+  EXPECT_EQ(nic.CreateVerbsQp(pd, &init), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(nic.DeallocPd(pd), 0);
+}
+
+// Two NICs on one fabric, as two processes of ibv_rc_pingpong are: each
+// takes a node number, its QP numbers carry it, and a QP's RTR toward the
+// other's QP number dials that NIC.
+class FakeNicVerbsFabricTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/fake_nic_verbs_test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+  }
+  void TearDown() override {
+    const std::string cmd = "rm -rf " + dir_;
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+  std::unique_ptr<FakeNic> NewNic() {
+    FakeNicConfig config;
+    config.fabric_dir = dir_;
+    auto nic = std::make_unique<FakeNic>(std::move(config));
+    nic->StartBackgroundProgress();
+    return nic;
+  }
+  std::string dir_;
+};
+
+TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
+  auto nic_a = NewNic();
+  auto nic_b = NewNic();
+  auto a = std::make_unique<Side>(nic_a.get());
+  auto b = std::make_unique<Side>(nic_b.get());
+  EXPECT_EQ(a->qp->qp_num >> 16, 1u);
+  EXPECT_EQ(b->qp->qp_num >> 16, 2u);
+  EXPECT_EQ(a->Port().lid, 1);
+  EXPECT_EQ(b->Port().lid, 2);
+  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr), 0);
+  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
+  b->PostRecv(7);
+  a->PostRecv(8);
+  a->WriteWithImm(*b, 1);
+  ibv_wc wc = a->Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  wc = b->Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(ntohl(wc.imm_data), 0xabcd0001u);
+  EXPECT_EQ(a->src, b->dst);
+  // And back, on b's own link.
+  b->WriteWithImm(*a, 2);
+  EXPECT_EQ(b->Poll().status, IBV_WC_SUCCESS);
+  wc = a->Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 8u);
+  EXPECT_EQ(b->src, a->dst);
+  // A bad rkey is refused by the far NIC's responder.
+  a->WriteWithImm(*b, 3, 0x5a5a);
+  EXPECT_EQ(a->Poll().status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {
+  auto nic_a = NewNic();
+  auto nic_b = NewNic();
+  auto a = std::make_unique<Side>(nic_a.get());
+  auto b = std::make_unique<Side>(nic_b.get());
+  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr), 0);
+  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
+  b.reset();
+  nic_b.reset();           // the peer process exits: its links close
+  a->WriteWithImm(*a, 1);  // to any address: nobody answers
+  EXPECT_EQ(a->Poll().status, IBV_WC_RETRY_EXC_ERR);
+}
+
+TEST_F(FakeNicVerbsFabricTest, ANodeNumberIsFreeAgainWhenItsNicIsGone) {
+  auto nic_a = NewNic();
+  auto a = std::make_unique<Side>(nic_a.get());
+  EXPECT_EQ(a->qp->qp_num >> 16, 1u);
+  a.reset();
+  nic_a.reset();
+  auto nic_c = NewNic();
+  Side c(nic_c.get());
+  EXPECT_EQ(c.qp->qp_num >> 16, 1u);
+}
+
+}  // namespace
+}  // namespace rpma_harness

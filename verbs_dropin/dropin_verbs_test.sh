@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# dropin_verbs_test.sh: the drop-in libibverbs.so.1 takes the place of
+# Debian's libibverbs1 for unmodified verbs programs, which then run on the
+# fake NIC: rdma-core's own utilities (ibverbs-utils, installed by
+# tools/harness) and a small verbs program built against libibverbs-dev.
+#
+#   dropin_verbs_test.sh LIBIBVERBS_SO LOOPBACK_PROGRAM
+#
+# Each check is one test case in $XML_OUTPUT_FILE (tools/testing/sh_cases.sh).
+set -uo pipefail
+source tools/testing/sh_cases.sh
+sh_cases_suite DropinVerbs
+
+ours_so=$(realpath "$1")
+loopback=$(realpath "$2")
+lib=$(dirname "$ours_so")
+deb_so=/usr/lib/x86_64-linux-gnu/libibverbs.so.1
+work=${TEST_TMPDIR:-$(mktemp -d)}/dropin_verbs
+rm -rf "$work" && mkdir -p "$work"
+# Under --config=asan / tsan the library itself is instrumented; the
+# programs are not, so the runtime goes first.
+preload=""
+readelf -d "$ours_so" | grep -q 'NEEDED.*libasan' && preload=$(gcc -print-file-name=libasan.so)
+readelf -d "$ours_so" | grep -q 'NEEDED.*libtsan' && preload=$(gcc -print-file-name=libtsan.so)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+
+# on_fake ENV... -- PROGRAM ARGS...: runs PROGRAM on the drop-in.
+on_fake() {
+  local envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  env LD_LIBRARY_PATH="$lib" LD_PRELOAD="$preload" "${envs[@]}" timeout 60 "$@"
+}
+
+# --- the library's identity ------------------------------------------------
+
+symbols() { objdump -T "$1" | grep -v '\*UND\*' | awk 'NF >= 7 { print $NF, $(NF-1) }' | sort; }
+exports_debians_symbols() {
+  [[ -f $deb_so ]] || { echo "no $deb_so"; return 1; }
+  diff <(symbols "$deb_so") <(symbols "$ours_so") && echo "$(symbols "$ours_so" | wc -l) symbols, the same versions"
+}
+check ExportsDebiansSymbolsAndVersionNodes exports_debians_symbols
+
+soname_and_needed() {
+  readelf -d "$ours_so" | grep -q 'SONAME.*\[libibverbs.so.1\]' || { echo "SONAME is not libibverbs.so.1"; return 1; }
+  # It replaces libibverbs: it must not need it (or anything of rdma-core).
+  if readelf -d "$ours_so" | grep -E 'NEEDED.*(libibverbs|librdmacm|libmlx|libefa)'; then
+    echo "needs a library of rdma-core"; return 1
+  fi
+}
+check IsLibibverbsAndNeedsNoRdmaCore soname_and_needed
+
+unmodelled_says_so() {
+  # A function the fake does not model fails cleanly and says so once.
+  local out
+  out=$(on_fake -- python3 -c '
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1], use_errno=True)
+lib.ibv_create_ah.restype = ctypes.c_void_p
+for _ in range(3):
+    assert lib.ibv_create_ah(None, None) is None
+    assert ctypes.get_errno() == 95, ctypes.get_errno()  # EOPNOTSUPP
+lib.ibv_resize_cq.restype = ctypes.c_int
+assert lib.ibv_resize_cq(None, 8) == 95
+print("ok")' "$ours_so" 2>&1) || { echo "$out"; return 1; }
+  echo "$out"
+  [[ $(grep -c "ibv_create_ah is not modelled by the fake NIC" <<<"$out") == 1 ]] &&
+    grep -q "ibv_resize_cq is not modelled" <<<"$out" && grep -q '^ok$' <<<"$out"
+}
+check UnmodelledFunctionFailsWithEopnotsuppAndSaysSoOnce unmodelled_says_so
+
+# --- a verbs program of the user's ------------------------------------------
+
+loopback() { on_fake "$@" -- "$loopback"; }
+check LoopbackWriteWithImmSpecInfiniBand loopback RPMA_HARNESS_PERSONALITY=spec
+check LoopbackWriteWithImmRxeRoce loopback RPMA_HARNESS_PERSONALITY=rxe
+check LoopbackUnderStrictChecker loopback RPMA_HARNESS_CHECK=strict
+deny() {
+  cat >"$work/deny.yaml" <<'YAML'
+faults:
+  - name: deny the write with imm
+    on: execute
+    opcode: write_with_imm
+    action: complete
+    status: REM_ACCESS_ERR
+YAML
+  local out
+  if out=$(on_fake RPMA_HARNESS_FAULTS="$work/deny.yaml" -- "$loopback" 2>&1); then
+    echo "the program passed under a fault that denies its write: $out"; return 1
+  fi
+  grep -q "the sender's completion" <<<"$out" || { echo "$out"; return 1; }
+}
+check FaultRuleReachesAVerbsProgram deny
+backend_rdma_core() {
+  local out
+  out=$(on_fake RPMA_HARNESS_BACKEND=rdma-core -- "$loopback" 2>&1) && return 1
+  grep -q "runs the fake NIC only" <<<"$out" || { echo "$out"; return 1; }
+}
+check RdmaCoreBackendIsRefusedWithAReason backend_rdma_core
+
+# --- rdma-core's utilities (ibverbs-utils) ------------------------------------
+
+if ! command -v ibv_devinfo >/dev/null || ! command -v ibv_rc_pingpong >/dev/null; then
+  for c in DevinfoSpec DevinfoRxe RcPingpong RcPingpongEvents1MiB RcPingpongRxeGid \
+           RcPingpongRxeWithoutGidFailsAtRtr SrqPingpong; do
+    skip "$c" "ibverbs-utils is not installed (tools/harness deps installs it)"
+  done
+  finish
+  exit
+fi
+
+devinfo_spec() {
+  local out
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=spec -- ibv_devinfo -v) || { echo "$out"; return 1; }
+  echo "$out" | grep -E "hca_id|link_layer|port_lid|GID\[" 
+  grep -q 'hca_id:.*fake0' <<<"$out" && grep -q 'link_layer:.*InfiniBand' <<<"$out" &&
+    grep -q 'port_lid:.*1$' <<<"$out" && grep -q 'state:.*PORT_ACTIVE' <<<"$out" &&
+    grep -q 'GID\[  0\]:.*fe80:0000:0000:0000' <<<"$out"
+}
+check DevinfoSpec devinfo_spec
+devinfo_rxe() {
+  local out
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- ibv_devinfo -v) || { echo "$out"; return 1; }
+  echo "$out" | grep -E "link_layer|port_lid|GID\[|max_qp:" 
+  grep -q 'link_layer:.*Ethernet' <<<"$out" &&
+    grep -q 'GID\[  0\]:.*::ffff:127.0.0.1, RoCE v2' <<<"$out" &&
+    grep -q 'max_qp:.*1048560' <<<"$out"
+}
+check DevinfoRxe devinfo_rxe
+
+# A port of our own for the programs' TCP exchange.
+port=$((20000 + RANDOM % 20000))
+
+# pair NAME ENV... -- PROGRAM ARGS...: the program as server and client (to
+# localhost), two processes on one fabric; both must exit 0 and report
+# their iterations (or, with EXPECT_FAIL=1, both must fail).
+pair() {
+  local envs=() fabric="$work/fabric-$1" srv rc_srv rc_cli
+  shift
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  rm -rf "$fabric"
+  srv=$work/server.log
+  on_fake RPMA_HARNESS_FABRIC="$fabric" "${envs[@]}" -- "$@" >"$srv" 2>&1 &
+  local pid=$!
+  # The client needs the server's TCP listener (a probe connection would be
+  # taken for the client): wait until the kernel lists it.
+  for _ in $(seq 200); do
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+    sleep 0.05
+  done
+  on_fake RPMA_HARNESS_FABRIC="$fabric" "${envs[@]}" -- "$@" localhost >"$work/client.log" 2>&1
+  rc_cli=$?
+  wait $pid
+  rc_srv=$?
+  echo "server (exit $rc_srv):"; tail -n 4 "$srv"
+  echo "client (exit $rc_cli):"; tail -n 4 "$work/client.log"
+  if [[ ${EXPECT_FAIL:-0} == 1 ]]; then
+    [[ $rc_srv != 0 && $rc_cli != 0 ]]
+  else
+    [[ $rc_srv == 0 && $rc_cli == 0 ]] && grep -q 'iters in' "$srv" &&
+      grep -q 'iters in' "$work/client.log"
+  fi
+}
+check RcPingpong pair a -- ibv_rc_pingpong -p "$port" -n 200
+check RcPingpongEvents1MiB pair b -- ibv_rc_pingpong -p "$port" -e -s 1048576 -n 20
+check RcPingpongRxeGid pair c RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p "$port" -g 0 -n 200
+# On rxe a RoCE address vector without a GRH is EINVAL at RTR (kernel
+# rdma_check_ah_attr): ibv_rc_pingpong without -g fails on both sides.
+EXPECT_FAIL=1 check RcPingpongRxeWithoutGidFailsAtRtr pair d RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p "$port" -n 10
+check SrqPingpong pair e -- ibv_srq_pingpong -p "$port" -n 100
+
+finish
