@@ -16,6 +16,7 @@
 #include "nic/fake_nic.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -676,8 +677,15 @@ int FakeNic::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
       return -1;
     }
   }
-  if (BlockUntil(
-          lock, [ch] { return !ch->pending.empty(); }, "GetCqEvent") != 0) {
+  if (background_running_ && !sequenced_ &&
+      config_.background_block_timeout_ms <= 0) {
+    // A program's own NIC: wait as libibverbs does, in read(2), so that a
+    // signal interrupts the wait as it interrupts read (EINTR from a handler
+    // without SA_RESTART: qperf stops its tests with SIGALRM this way).
+    if (WaitForCqEvent(lock, channel, &ch) != 0) return -1;
+  } else if (BlockUntil(
+                 lock, [ch] { return !ch->pending.empty(); },
+                 "GetCqEvent") != 0) {
     return -1;
   }
   Cq* c = ch->pending.front();
@@ -686,6 +694,47 @@ int FakeNic::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
   c->events_delivered++;
   *cq = &c->base;
   *cq_context = c->base.cq_context;
+  return 0;
+}
+
+int FakeNic::WaitForCqEvent(std::unique_lock<std::mutex>& lock,
+                            ibv_comp_channel* channel, CompChannel** ch) {
+  // Each thread waits on an eventfd of its own, which the channel signals
+  // with its own fd: only this thread reads it, so the channel's count
+  // (what the program's poll(2) sees, and ConsumeFd takes) stays exact.
+  thread_local const int own_fd = eventfd(0, EFD_CLOEXEC);
+  if (own_fd < 0) {
+    errno = ENOMEM;
+    return -1;
+  }
+  while ((*ch)->pending.empty()) {
+    if (StepLocked()) continue;  // the ready work first, as BlockUntil does
+    if (fabric_ != nullptr) fabric_->BlockingWaitBegins();
+    (*ch)->waiter_fds.push_back(own_fd);
+    lock.unlock();
+    uint64_t count = 0;
+    const ssize_t n = read(own_fd, &count, sizeof(count));
+    const int saved = errno;
+    lock.lock();
+    *ch = FindIn(comp_channels_, channel);
+    if (*ch == nullptr) {  // destroyed under the waiter: its fd is gone
+      errno = EBADF;
+      return -1;
+    }
+    auto& fds = (*ch)->waiter_fds;
+    fds.erase(std::find(fds.begin(), fds.end(), own_fd));
+    if (n != static_cast<ssize_t>(sizeof(count))) {
+      // Drop a signal that came after the interruption, so the next wait
+      // does not return at once for an event already taken.
+      if ((*ch)->pending.empty()) {
+        uint64_t stale = 0;
+        pollfd p = {own_fd, POLLIN, 0};
+        if (poll(&p, 1, 0) == 1) (void)!read(own_fd, &stale, sizeof(stale));
+      }
+      errno = saved;
+      return -1;
+    }
+  }
   return 0;
 }
 
@@ -811,6 +860,7 @@ void FakeNic::CommitCqe(Cq* cq, ibv_wc& wc, bool solicited) {
     cq->armed = false;
     cq->channel->pending.push_back(cq);
     SignalFd(cq->channel->base.fd);
+    for (int fd : cq->channel->waiter_fds) SignalFd(fd);
     WakeWaiters();
   }
 }

@@ -598,6 +598,12 @@ class FakeNic final : public VerbsBackend {
   // WRs flush) and both ids get RDMA_CM_EVENT_CONNECT_ERROR. False if no
   // connected QP has that number.
   bool LoseConnection(uint32_t qp_num);
+  // Writes out what this NIC queued for its fabric peers (answers, ACKs),
+  // waiting at most timeout_ms: what a real NIC has already put on the
+  // wire when the program sees its completion. For a process about to exit
+  // (rpma/fake_backend.cc registers it with atexit). Returns whether
+  // everything went.
+  bool FlushFabric(int timeout_ms);
   // The next PostSend (on `qp_num`, or on any QP when 0) fails with
   // `errno_value` (positive; the personality applies the sign), posting
   // nothing and setting *bad_wr to the first WR.
@@ -953,6 +959,10 @@ class FakeNic final : public VerbsBackend {
   std::cv_status WaitForEventUntil(
       std::unique_lock<std::mutex>& lock,
       std::chrono::steady_clock::time_point deadline);
+  // GetCqEvent's wait with background progress: read(2) on the thread's
+  // own eventfd, interrupted by signals as libibverbs' read is.
+  int WaitForCqEvent(std::unique_lock<std::mutex>& lock,
+                     ibv_comp_channel* channel, CompChannel** ch);
   int BlockUntil(std::unique_lock<std::mutex>& lock,
                  const std::function<bool()>& ready, const char* what);
 

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -1372,6 +1373,14 @@ void Fabric::WaitFlushed() {
     Wake();
     flushed_cv_.wait(lock, [this] { return AllFlushedLocked() || stop_; });
   }
+}
+
+bool Fabric::WaitFlushedFor(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (AllFlushedLocked()) return true;
+  Wake();
+  return flushed_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                              [this] { return AllFlushedLocked() || stop_; });
 }
 
 void Fabric::SendWait(const char* where, bool releasable) {

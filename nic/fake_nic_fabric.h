@@ -306,6 +306,8 @@ class Fabric {
   // whether to report: WaitFlushed from the application thread with no NIC
   // lock held; SendWait with or without it (it takes only the send lock).
   void WaitFlushed();
+  // The same, for at most timeout_ms; false if frames are still queued.
+  bool WaitFlushedFor(int timeout_ms);
   void SendWait(const char* where, bool releasable);
   // From the grant hook: the step ended the application thread's wait.
   void ReportRun();

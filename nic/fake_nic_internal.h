@@ -154,6 +154,9 @@ struct CompChannel {
   Device* device = nullptr;
   std::deque<Cq*> pending;
   int num_cqs = 0;
+  // Threads blocked in GetCqEvent's read() (FakeNic::WaitForCqEvent): each
+  // one's own eventfd, signalled with the channel's.
+  std::vector<int> waiter_fds;
 };
 
 // Members in the order a completion and a poll touch them: the ring and

@@ -292,6 +292,10 @@ void FakeNic::UnlinkVerbsQp(Qp* qp) {
   qp->link_dead = false;
 }
 
+bool FakeNic::FlushFabric(int timeout_ms) {
+  return fabric_ == nullptr || fabric_->WaitFlushedFor(timeout_ms);
+}
+
 bool FakeNic::LinkAlive(uint64_t link) const {
   return id_by_link_.count(link) != 0 || verbs_qp_by_link_.count(link) != 0;
 }

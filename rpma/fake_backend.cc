@@ -1,5 +1,6 @@
 #include "rpma/fake_backend.h"
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,25 @@ std::shared_ptr<VerbsBackend> WrapWithFaultsOrFail(
   return std::make_shared<UnavailableBackend>(error);
 }
 
+namespace {
+
+// The process's default NIC, for FlushAtExit.
+std::weak_ptr<FakeNic>& DefaultNic() {
+  static auto* nic = new std::weak_ptr<FakeNic>();
+  return *nic;
+}
+
+// A program that exits right after its last completion must not take with
+// it the ACKs and answers its NIC still had queued for a peer process: a
+// real NIC sent them before the completion was seen.
+void FlushAtExit() {
+  if (std::shared_ptr<FakeNic> nic = DefaultNic().lock()) {
+    nic->FlushFabric(/*timeout_ms=*/2000);
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment() {
   // A program written like a real librpma client or server blocks in
   // rpma_cq_wait / rpma_conn_next_event (a verbs program in
@@ -38,6 +58,11 @@ std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment() {
   }
   auto nic = std::make_shared<FakeNic>(std::move(config));
   nic->StartBackgroundProgress();
+  if (!nic->config().fabric_dir.empty()) {
+    static const bool registered = atexit(FlushAtExit) == 0;
+    (void)registered;
+    DefaultNic() = nic;
+  }
   return WrapWithFaultsOrFail(std::move(nic));
 }
 

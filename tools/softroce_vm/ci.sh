@@ -30,7 +30,10 @@ out=$(mktemp -d /tmp/softroce_vm_ci.XXXXXX)
 # The example pairs' programs (:*_server, :*_client) and their list.
 pair_targets=(//examples:pairs.txt //rpma/dropin
   $(bazel query 'kind("cc_binary", //examples:all)' 2>/dev/null))
-if ! bazel build "${targets[@]}" "${pair_targets[@]}" >"$out/build.log" 2>&1; then
+# Plain programs (no gtest XML): a case each, passed when it exits 0. The
+# verbs program the drop-in libibverbs test runs on the fake, here on rxe.
+plain_targets=(//verbs_dropin:loopback_write_imm)
+if ! bazel build "${targets[@]}" "${pair_targets[@]}" "${plain_targets[@]}" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   echo "softroce vm: 0 passed, 1 failed, 0 skipped (build failed)"
   exit 1
@@ -40,6 +43,11 @@ binaries=()
 for t in "${targets[@]}"; do
   path="${t#//}"
   binaries+=("$bin/${path/://}")
+done
+plain=()
+for t in "${plain_targets[@]}"; do
+  path="${t#//}"
+  plain+=("$bin/${path/://}")
 done
 
 # pairs.txt lines are "<dir> <port> <nclients> <args>"; run.sh wants the two
@@ -79,7 +87,7 @@ status=0
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
   --timeout 900 --binary-timeout 500 \
   --env RPMA_HARNESS_RANDOM_PROGRAMS=200 \
-  --pairs "$out/pairs" "${binaries[@]}" >"$out/run.log" 2>&1 || status=$?
+  --pairs "$out/pairs" "${binaries[@]}" "${plain[@]}" >"$out/run.log" 2>&1 || status=$?
 tr -d '\r' <"$out/vm/console.log" | grep -a "^random differential:" >&2
 # The shipped scenarios on rxe: which ran, and why the others were skipped.
 tr -d '\r' <"$out/vm/console.log" | grep -a -E "^SCENARIO (PASS|FAIL|SKIP) " >&2
@@ -90,6 +98,16 @@ xmls=()
 for b in "${binaries[@]}"; do xmls+=("$out/vm/$(basename "$b").xml"); done
 xmls+=("$out/vm/example_pairs.xml")
 read -r passed failed skipped < <(count_xml_cases "${xmls[@]}")
+for b in "${plain[@]}"; do
+  name=$(basename "$b")
+  if grep -aq "^=====EXIT $name 0=====" "$out/vm/results.log"; then
+    passed=$((passed + 1))
+  else
+    echo "softroce vm: $name failed on rxe:" >&2
+    tr -d '\r' <"$out/vm/console.log" | grep -a "^$name:" >&2
+    failed=$((failed + 1))
+  fi
+done
 [ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
 
 # The differential: live rxe against the recording.

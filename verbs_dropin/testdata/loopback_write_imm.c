@@ -11,6 +11,7 @@
  *   loopback_write_imm [device]      prints "loopback_write_imm: ok" on success
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,11 +60,14 @@ static int to_rts(struct ibv_qp *qp, uint32_t dest_qpn, uint16_t dlid,
 		a.ah_attr.grh.hop_limit = 1;
 		a.ah_attr.grh.sgid_index = 0;
 	}
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
+	int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
+				       IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				       IBV_QP_MIN_RNR_TIMER);
+	if (rc) {
+		errno = rc;	/* ibv_modify_qp(3) returns the errno */
 		return 1;
+	}
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;
@@ -173,6 +177,40 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "status %s\n", ibv_wc_status_str(wc.status));
 		return fail("the bad write's completion");
 	}
+
+	/*
+	 * Addressing rules, asked of the NIC with a third QP (INIT -> RTR):
+	 * on a RoCE port an address vector without a GRH is refused, and one
+	 * whose GID is not a neighbour's (another address on no interface) is
+	 * reported as the NIC reports it; printed, so a run on rxe says what
+	 * rxe does.
+	 */
+	init.send_cq = cqa;
+	init.recv_cq = cqa;
+	struct ibv_qp *qc = ibv_create_qp(pd, &init);
+	if (qc == NULL)
+		return fail("ibv_create_qp (third)");
+	union ibv_gid nowhere = gid;
+	nowhere.raw[15] ^= 0x80;
+	int no_grh = to_rts(qc, qb->qp_num, port.lid, &gid, 0) ? errno : 0;
+	printf("loopback_write_imm: RTR without a GRH: %s\n",
+	       no_grh ? strerror(no_grh) : "accepted");
+	if (use_gid && no_grh != EINVAL)
+		return fail("a RoCE address vector without a GRH was not EINVAL");
+	if (!use_gid && no_grh != 0)
+		return fail("an InfiniBand address vector without a GRH failed");
+	if (use_gid) {
+		struct ibv_qp_attr reset;
+		memset(&reset, 0, sizeof(reset));
+		reset.qp_state = IBV_QPS_RESET;
+		if (ibv_modify_qp(qc, &reset, IBV_QP_STATE))
+			return fail("to RESET");
+		int bad_gid = to_rts(qc, qb->qp_num, 0, &nowhere, 1) ? errno : 0;
+		printf("loopback_write_imm: RTR to an unknown GID: %s\n",
+		       bad_gid ? strerror(bad_gid) : "accepted");
+	}
+	if (ibv_destroy_qp(qc))
+		return fail("ibv_destroy_qp (third)");
 
 	if (ibv_destroy_qp(qa) || ibv_destroy_qp(qb) || ibv_destroy_cq(cqa) ||
 	    ibv_destroy_cq(cqb) || ibv_dereg_mr(smr) || ibv_dereg_mr(dmr) ||
