@@ -217,12 +217,19 @@ ibv_qp* FakeNic::CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) {
 }
 
 // ibv_destroy_qp(3): outstanding WRs vanish without completions; CQEs
-// already in the CQs stay. A QP rdma_create_qp made is rdma_destroy_qp's
-// (EINVAL here: the id still names it).
+// already in the CQs stay. A QP rdma_create_qp made may go this way too
+// (perftest's rdma_cm mode does): its id keeps no QP, as after
+// rdma_destroy_qp.
 int FakeNic::DestroyVerbsQp(ibv_qp* qp) {
   std::lock_guard<std::mutex> lock(mu_);
   Qp* q = FindQp(qp);
-  if (q == nullptr || q->id != nullptr) return EINVAL;
+  if (q == nullptr) return EINVAL;
+  if (CmId* c = q->id) {
+    DestroyQpLocked(q);
+    c->qp = nullptr;
+    c->base.qp = nullptr;
+    return 0;
+  }
   UnlinkVerbsQp(q);
   // Each QP's RTR links only its own direction, so a QP may name this one
   // without this one naming it back: none may keep it.

@@ -286,7 +286,7 @@ TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
   EXPECT_EQ(a.Poll().status, IBV_WC_REM_ACCESS_ERR);
 }
 
-TEST(FakeNicVerbsTest, ACmQpIsNotDestroyedByDestroyVerbsQp) {
+TEST(FakeNicVerbsTest, CreateVerbsQpRefusesWhatIsNotModelled) {
   FakeNic nic;
   EXPECT_EQ(nic.DestroyVerbsQp(nullptr), EINVAL);
   std::vector<ibv_context*> contexts;

@@ -4,7 +4,10 @@
 # fake NIC: rdma-core's own utilities (ibverbs-utils, installed by
 # tools/harness) and a small verbs program built against libibverbs-dev.
 #
-#   dropin_verbs_test.sh LIBIBVERBS_SO LOOPBACK_PROGRAM
+#   dropin_verbs_test.sh LIBIBVERBS_SO LOOPBACK_PROGRAM PAIRS_TXT A_DEBIAN_PAIR
+#
+# A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
+# (.../pairs/01-connection/pair); its directory's parent holds them all.
 #
 # Each check is one test case in $XML_OUTPUT_FILE (tools/testing/sh_cases.sh).
 set -uo pipefail
@@ -13,7 +16,11 @@ sh_cases_suite DropinVerbs
 
 ours_so=$(realpath "$1")
 loopback=$(realpath "$2")
+pairs_txt=$(realpath "$3")
+debian_pairs=$(dirname "$(dirname "$(realpath "$4")")")
 lib=$(dirname "$ours_so")
+ours_cm=$lib/librdmacm.so.1
+deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
 deb_so=/usr/lib/x86_64-linux-gnu/libibverbs.so.1
 work=${TEST_TMPDIR:-$(mktemp -d)}/dropin_verbs
 rm -rf "$work" && mkdir -p "$work"
@@ -37,7 +44,13 @@ on_fake() {
 symbols() { objdump -T "$1" | grep -v '\*UND\*' | awk 'NF >= 7 { print $NF, $(NF-1) }' | sort; }
 exports_debians_symbols() {
   [[ -f $deb_so ]] || { echo "no $deb_so"; return 1; }
-  diff <(symbols "$deb_so") <(symbols "$ours_so") && echo "$(symbols "$ours_so" | wc -l) symbols, the same versions"
+  # Debian's, and besides them only the harness's private node: the one
+  # function through which the drop-in librdmacm finds this library's NIC.
+  diff <(symbols "$deb_so") <(symbols "$ours_so" | grep -v ' RPMA_HARNESS_PRIVATE_1$') &&
+    diff <(printf '%s\n' 'RPMA_HARNESS_PRIVATE_1 RPMA_HARNESS_PRIVATE_1' \
+                          'rpma_harness_fake_verbs_backend RPMA_HARNESS_PRIVATE_1') \
+         <(symbols "$ours_so" | grep ' RPMA_HARNESS_PRIVATE_1$') &&
+    echo "$(symbols "$deb_so" | wc -l) symbols as Debian's, in the same versions"
 }
 check ExportsDebiansSymbolsAndVersionNodes exports_debians_symbols
 
@@ -49,6 +62,22 @@ soname_and_needed() {
   fi
 }
 check IsLibibverbsAndNeedsNoRdmaCore soname_and_needed
+
+cm_exports_debians_symbols() {
+  [[ -f $deb_cm ]] || { echo "no $deb_cm"; return 1; }
+  diff <(symbols "$deb_cm") <(symbols "$ours_cm") && echo "$(symbols "$ours_cm" | wc -l) symbols, the same versions"
+}
+check LibrdmacmExportsDebiansSymbolsAndVersionNodes cm_exports_debians_symbols
+cm_needs_ours() {
+  readelf -d "$ours_cm" | grep -q 'SONAME.*\[librdmacm.so.1\]' || { echo "SONAME"; return 1; }
+  # It runs on libibverbs' NIC: it needs libibverbs.so.1, found beside it.
+  readelf -d "$ours_cm" | grep -q 'NEEDED.*\[libibverbs.so.1\]' || { echo "no NEEDED libibverbs.so.1"; return 1; }
+  readelf -d "$ours_cm" | grep -q 'RUNPATH.*\[\$ORIGIN\]' || { echo "no RUNPATH \$ORIGIN"; return 1; }
+  local resolved
+  resolved=$(env -u LD_LIBRARY_PATH ldd "$ours_cm" | awk '/libibverbs.so.1/ { print $3 }')
+  [[ $(realpath "$resolved") == $(realpath "$ours_so") ]] || { echo "libibverbs.so.1 resolves to $resolved"; return 1; }
+}
+check LibrdmacmNeedsTheDropinLibibverbsBesideIt cm_needs_ours
 
 unmodelled_says_so() {
   # A function the fake does not model fails cleanly and says so once.
@@ -216,5 +245,66 @@ if command -v qperf >/dev/null; then
 else
   skip QperfRcLatencyAndBandwidth "qperf is not installed (tools/harness deps installs it)"
 fi
+
+# --- rdma_cm programs, on the drop-in librdmacm ---------------------------------
+
+# cm_pair NAME SERVER_CMD -- CLIENT_CMD: both exit 0 (the server is given
+# time to listen: a connect nobody listens to is rejected, as on rxe).
+cm_pair() {
+  local fabric="$work/fabric-$1" srv=() cli=() rc_srv rc_cli
+  shift
+  while [[ $1 != -- ]]; do srv+=("$1"); shift; done
+  shift
+  cli=("$@")
+  rm -rf "$fabric"
+  on_fake RPMA_HARNESS_FABRIC="$fabric" -- "${srv[@]}" >"$work/cm-server.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 200); do
+    compgen -G "$fabric/l-*" >/dev/null && break
+    sleep 0.05
+  done
+  on_fake RPMA_HARNESS_FABRIC="$fabric" -- "${cli[@]}" >"$work/cm-client.log" 2>&1
+  rc_cli=$?
+  wait $pid
+  rc_srv=$?
+  echo "server (exit $rc_srv):"; tail -n 4 "$work/cm-server.log"
+  echo "client (exit $rc_cli):"; tail -n 4 "$work/cm-client.log"
+  [[ $rc_srv == 0 && $rc_cli == 0 ]] && grep -q "${EXPECT:-.}" "$work/cm-client.log" &&
+    ! grep -q "is not modelled" "$work/cm-server.log" "$work/cm-client.log"
+}
+if command -v rping >/dev/null; then
+  EXPECT='ping data: rdma-ping-19' check RpingVerbose20 cm_pair r \
+    rping -s -a 127.0.0.1 -p "$port" -C 20 -- rping -c -a 127.0.0.1 -p "$port" -C 20 -v
+else
+  skip RpingVerbose20 "rdmacm-utils is not installed (tools/harness deps installs it)"
+fi
+if command -v ib_send_bw >/dev/null; then
+  EXPECT='#bytes' check PerftestSendBwRdmaCm cm_pair s \
+    ib_send_bw -R -p "$port" -n 200 -- ib_send_bw -R -p "$port" -n 200 127.0.0.1
+  EXPECT='#bytes' check PerftestReadLatRdmaCm cm_pair t \
+    ib_read_lat -R -p "$port" -n 200 -- ib_read_lat -R -p "$port" -n 200 127.0.0.1
+fi
+
+# --- Debian's own librpma (1.2, not the harness's) on the drop-in verbs --------
+
+while read -r dir p nclients rest; do
+  [[ -n $dir ]] || continue
+  name=$(sed -E 's/^[0-9]+-//; s/(^|-)([a-z])/\U\2/g' <<<"$dir")
+  debian_librpma_pair() {
+    local out
+    # The pair's launcher runs the server and its clients as processes.
+    # shellcheck disable=SC2086
+    out=$(on_fake -- "$debian_pairs/$dir/pair" 127.0.0.1 "$((p + 500))" "$nclients" $rest 2>&1)
+    local rc=$?
+    echo "$out" | tail -n 6
+    [[ $rc == 0 ]] && grep -q '^launcher: server and clients passed' <<<"$out" &&
+      ! grep -q "is not modelled" <<<"$out" &&
+      env LD_LIBRARY_PATH="$lib" ldd "$debian_pairs/$dir/pair" |
+        grep -q 'librpma.so.0 => /.*x86_64-linux-gnu/librpma.so.0' &&
+      env LD_LIBRARY_PATH="$lib" ldd "$debian_pairs/$dir/pair" |
+        grep -q "libibverbs.so.1 => $lib/libibverbs.so.1"
+  }
+  check "DebiansLibrpma${name}PairOnTheDropinVerbs" debian_librpma_pair
+done <"$pairs_txt"
 
 finish

@@ -409,6 +409,11 @@ int ibv_read_ibdev_sysfs_file(char*, size_t, void*, const char*, ...) {
   return -1;
 }
 
+// The drop-in librdmacm.so.1 runs on this library's NIC (one NIC a
+// process); it takes it here, the one symbol of the harness's own node
+// (RPMA_HARNESS_PRIVATE_1), which no program refers to.
+void* rpma_harness_fake_verbs_backend(void) { return &Nic(); }
+
 // Providers (Debian's libmlx5.so.1, libefa.so.1) register themselves from
 // their constructors when a program links them; the fake has no use for
 // them, and their devices are never listed.

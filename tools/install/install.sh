@@ -13,8 +13,9 @@
 #   PREFIX/lib/librpma.so.0, librpma.so    the drop-in shared librpma, when
 #   PREFIX/lib/pkgconfig/librpma.pc        this tree has rpma/dropin (its
 #   PREFIX/include/librpma.h               //rpma/dropin:prefix tree)
-#   PREFIX/lib/fake-verbs/libibverbs.so.1  the drop-in libibverbs (verbs
-#                                          programs on the fake NIC)
+#   PREFIX/lib/fake-verbs/libibverbs.so.1, librdmacm.so.1  the drop-in
+#                                          verbs and rdma_cm (verbs programs
+#                                          on the fake NIC)
 #   PREFIX/lib/pkgconfig/rpma-harness.pc, rpma-harness-testing.pc,
 #                        rpma-harness-gtest-main.pc
 #   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake, rpma_harnessConfigVersion.cmake
@@ -124,6 +125,7 @@ fi
 if [ ${#verbs_dropin[@]} -gt 0 ]; then
   mkdir -p "$lib/fake-verbs"
   install -m 755 "$bin/verbs_dropin/lib/libibverbs.so.1" "$lib/fake-verbs/libibverbs.so.1"
+  install -m 755 "$bin/verbs_dropin/lib/librdmacm.so.1" "$lib/fake-verbs/librdmacm.so.1"
 fi
 
 # The harness version, as tools/harness --version reads it from version.bzl.
