@@ -718,6 +718,7 @@ class FakeNic final : public VerbsBackend {
   // A device's place in devices_ and its node GUID (fake_nic_verbs.cc).
   size_t DeviceIndex(const Device* device) const;
   uint64_t DeviceGuid(const Device* device) const;
+  uint32_t GidTableLength() const;
   Device* FindDevice(ibv_context* ctx);
   Device* DeviceOwning(const std::string& addr);
   Device* RouteDevice();

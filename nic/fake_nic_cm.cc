@@ -760,11 +760,10 @@ void FakeNic::DestroyQp(rdma_cm_id* id) {
     return;
   }
   DestroyQpLocked(c->qp);
-  c->qp = nullptr;
-  c->base.qp = nullptr;
 }
 
-// Both destroys (rdma_destroy_qp, ibv_destroy_qp): the QP leaves the NIC.
+// Both destroys (rdma_destroy_qp, ibv_destroy_qp): the QP leaves the NIC,
+// and the id it was made on (if any) keeps no QP.
 void FakeNic::DestroyQpLocked(Qp* qp) {
   // Transmission order: with background progress a real NIC would have
   // sent what was posted before the destroy (see Disconnect).
@@ -787,6 +786,10 @@ void FakeNic::DestroyQpLocked(Qp* qp) {
   qp->recv_cq->num_qps--;
   qp->device->num_qps--;
   qps_by_num_.erase(qp->base.qp_num);
+  if (CmId* c = qp->id) {
+    c->qp = nullptr;
+    c->base.qp = nullptr;
+  }
   // Retired, not freed (see FakeNic::cq_slots_).
   std::unique_ptr<Qp>& owned = qps_[qp->slot];
   *owned = Qp();  // its rings and buffers released now

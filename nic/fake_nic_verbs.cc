@@ -60,10 +60,13 @@ int FakeNic::ListDevices(std::vector<ibv_context*>* contexts) {
 }
 
 uint64_t FakeNic::DeviceGuid(const Device* device) const {
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    if (devices_[i].get() == device) return GuidOfIndex(i);
-  }
-  return 0;
+  return GuidOfIndex(DeviceIndex(device));
+}
+
+// The GID table's length (ibv_query_port gid_tbl_len): rxe_param.h's 1024
+// on RoCE, one entry (the port GID) on InfiniBand.
+uint32_t FakeNic::GidTableLength() const {
+  return config_.caps->link_layer == IBV_LINK_LAYER_ETHERNET ? 1024 : 1;
 }
 
 // ibv_query_port(3). The values are rxe's where rxe fixes them
@@ -92,10 +95,10 @@ int FakeNic::QueryPort(ibv_context* ctx, uint8_t port_num,
   attr->phys_state = device->up ? 5 : 3;  // LINK_UP / DISABLED
   attr->max_vl_num = 1;                   // rxe_param.h RXE_PORT_MAX_VL_NUM
   if (caps.link_layer == IBV_LINK_LAYER_ETHERNET) {
-    attr->gid_tbl_len = 1024;
+    attr->gid_tbl_len = static_cast<int>(GidTableLength());
     attr->port_cap_flags = IBV_PORT_CM_SUP;
   } else {
-    attr->gid_tbl_len = 1;
+    attr->gid_tbl_len = static_cast<int>(GidTableLength());
     attr->lid = LidOf(device);
     attr->sm_lid = 1;
     attr->lmc = 0;
@@ -153,8 +156,7 @@ int FakeNic::QueryGid(ibv_context* ctx, uint8_t port_num, uint32_t index,
 int FakeNic::GidEntry(const Device* device, uint32_t index,
                       ibv_gid_entry* entry) {
   const bool roce = config_.caps->link_layer == IBV_LINK_LAYER_ETHERNET;
-  const uint32_t table = roce ? 1024 : 1;
-  if (index >= table) return EINVAL;
+  if (index >= GidTableLength()) return EINVAL;
   memset(entry, 0, sizeof(*entry));
   entry->gid_index = index;
   entry->port_num = 1;
@@ -224,10 +226,8 @@ int FakeNic::DestroyVerbsQp(ibv_qp* qp) {
   std::lock_guard<std::mutex> lock(mu_);
   Qp* q = FindQp(qp);
   if (q == nullptr) return EINVAL;
-  if (CmId* c = q->id) {
+  if (q->id != nullptr) {
     DestroyQpLocked(q);
-    c->qp = nullptr;
-    c->base.qp = nullptr;
     return 0;
   }
   UnlinkVerbsQp(q);
