@@ -1003,8 +1003,20 @@ void FakeNic::StartBackgroundProgress() {
         lock.lock();
         continue;
       }
+      if (!transport_timers_.empty()) {
+        FireTransportTimersLocked();
+        if (HasReadyWork()) continue;
+      }
       work_waiters_++;
-      work_cv_.wait(lock);
+      if (transport_timers_.empty()) {
+        work_cv_.wait(lock);
+      } else {
+        auto first = transport_timers_.front().at;
+        for (const TransportTimer& t : transport_timers_) {
+          first = std::min(first, t.at);
+        }
+        work_cv_.wait_until(lock, first);
+      }
       work_waiters_--;
     }
   });

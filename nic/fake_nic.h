@@ -1040,6 +1040,19 @@ class FakeNic final : public VerbsBackend {
   void TellRemoteToRetry(Qp* qp);
   // The head WR in flight to a dead peer ends (peer death).
   void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
+  // The head WR goes to a peer that answers nothing (its process closed the
+  // link): it ends in RETRY_EXC_ERR when the requester's transport timer
+  // and retries run out -- in real time for an ibv_modify_qp QP on a NIC
+  // that runs in the background, at once otherwise (fake_nic_remote.cc).
+  void RequesterTimesOut(Qp* qp, const char* why);
+  // The transport timers that ran out (the background thread's loop).
+  void FireTransportTimersLocked();
+  struct TransportTimer {
+    std::chrono::steady_clock::time_point at;
+    uint32_t qp_num = 0;
+    const char* why = "";
+  };
+  std::vector<TransportTimer> transport_timers_;  // few: one a dead peer's QP
   void WriteTraceLine(const FakeNicEvent& event);
   // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----
   // The application thread waits on the fabric: reports it, then blocks

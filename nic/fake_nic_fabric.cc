@@ -952,6 +952,7 @@ void Fabric::PublishDeferred() {
     RingPublish(shm.get());
   }
   deferred_.clear();
+  if (AllFlushedLocked()) flushed_cv_.notify_all();
 }
 
 void Fabric::DrainInline() {
@@ -1356,6 +1357,12 @@ void Fabric::SendToSequencer(uint32_t type, uint32_t a, uint64_t b, uint64_t c,
 }
 
 bool Fabric::AllFlushedLocked() const {
+  // A handler's answers (a message's ACK) wait in deferred_ until its ring
+  // is given back (HandOver), while the completion the message made may
+  // already be polled: a process that then exits must not leave before
+  // they are published, or its peer's request is never answered
+  // (ibv_srq_pingpong's server saw RETRY_EXC_ERR under load).
+  if (!deferred_.empty()) return false;
   for (const auto& [id, link] : links_) {
     if (!link.out.empty() || link.closing) return false;
   }

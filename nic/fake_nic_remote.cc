@@ -310,7 +310,9 @@ void FakeNic::OnLinkClosed(uint64_t link) {
     qp->link_dead = true;
     // Requests to a QP that is gone are never answered: the requester
     // exhausts its transport retries (rxe_comp.c COMPST_ERROR_RETRY).
-    FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, "peer process gone");
+    if (!qp->sq.empty() && qp->sq.front().in_flight) {
+      RequesterTimesOut(qp, "peer process gone");
+    }
     MarkMaybeReady(qp);
   }
   switch (id->state) {
@@ -364,6 +366,63 @@ void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
   SetQpState(qp, IBV_QPS_ERR, why);
 }
 
+// A request nobody answers is retransmitted each time the local ACK timeout
+// runs out, 4.096 us * 2^timeout (ibv_modify_qp(3) IBV_QP_TIMEOUT; IB spec
+// 9.7.6.1.3), retry_cnt times; then the WR completes with RETRY_EXC_ERR and
+// the QP goes to ERR (rxe_comp.c retransmit_timer, rxe_completer
+// COMPST_ERROR_RETRY). A timeout of 0 is infinite: rxe arms no timer
+// (rxe_qp.c rxe_qp_from_attr, qp_timeout_jiffies = 0) and the WR never
+// completes. Until then the process may still finish what it does with
+// the peer's other answers, and exit cleanly: ibv_srq_pingpong's server
+// has sends in flight to a client that already exited, needs none of
+// them, and on rxe ends before their timers do.
+//
+// That time is real only where the NIC has real time: a QP moved with
+// ibv_modify_qp (an rdma_cm QP's peer death is also a DISCONNECTED event,
+// docs/two-processes.md "Peer death") on a NIC whose background thread
+// runs. A sequenced or stepped NIC's time is its steps, so the WR ends at
+// once, as the determinism of its traces needs.
+void FakeNic::RequesterTimesOut(Qp* qp, const char* why) {
+  if (qp->sq.empty()) return;
+  qp->sq.front().in_flight = true;
+  if (qp->id != nullptr || !background_running_ || sequenced_) {
+    FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, why);
+    return;
+  }
+  const uint8_t timeout = qp->attr.timeout & 31;
+  if (timeout == 0) return;  // no timer: in flight for ever
+  const auto per_try = std::chrono::nanoseconds(uint64_t{4096} << timeout);
+  TransportTimer timer;
+  timer.at = std::chrono::steady_clock::now() + per_try * (qp->retry_cnt + 1);
+  timer.qp_num = qp->base.qp_num;
+  timer.why = why;
+  transport_timers_.push_back(timer);
+  work_cv_.notify_all();  // the background thread waits until the first
+}
+
+void FakeNic::FireTransportTimersLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  bool fired = false;
+  for (size_t i = 0; i < transport_timers_.size();) {
+    const TransportTimer timer = transport_timers_[i];
+    if (timer.at > now) {
+      ++i;
+      continue;
+    }
+    transport_timers_.erase(transport_timers_.begin() + i);
+    Qp* qp = FindQpByNum(timer.qp_num);
+    // Only a WR still waiting on the dead peer: the QP may have been
+    // destroyed, moved to ERR or RESET meanwhile.
+    if (qp != nullptr && qp->link_dead && !qp->sq.empty() &&
+        qp->sq.front().in_flight) {
+      FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, timer.why);
+      MarkMaybeReady(qp);
+      fired = true;
+    }
+  }
+  if (fired) WakeWaiters();
+}
+
 void FakeNic::ExecuteRemote(Qp* qp) {
   SendWqe& head = qp->sq.front();
   auto fail = [&](ibv_wc_status status, const char* why) {
@@ -375,7 +434,8 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   };
   // A responder that is gone drops requests (fake_nic_data_path.cc).
   if (qp->link_dead || !LinkAlive(qp->link)) {
-    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer (peer process gone)");
+    qp->link_dead = true;
+    RequesterTimesOut(qp, "responder does not answer (peer process gone)");
     return;
   }
   RequestFrame r;
@@ -448,8 +508,8 @@ void FakeNic::ExecuteRemote(Qp* qp) {
     remote_payload_ = std::vector<uint8_t>();
   }
   if (!sent) {
-    head.in_flight = false;
-    fail(IBV_WC_RETRY_EXC_ERR, "responder does not answer (peer process gone)");
+    qp->link_dead = true;
+    RequesterTimesOut(qp, "responder does not answer (peer process gone)");
   }
 }
 

@@ -357,7 +357,9 @@ bool FakeNic::OnVerbsLinkClosed(uint64_t link) {
   verbs_qp_by_link_.erase(it);
   if (qp != nullptr && qp->link == link) {
     qp->link_dead = true;
-    FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, "peer process gone");
+    if (!qp->sq.empty() && qp->sq.front().in_flight) {
+      RequesterTimesOut(qp, "peer process gone");
+    }
     MarkMaybeReady(qp);
   }
   return true;

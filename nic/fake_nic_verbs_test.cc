@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -62,9 +63,10 @@ struct Side {
     EXPECT_EQ(nic->QueryPort(ctx, 1, &port), 0);
     return port;
   }
-  // INIT, then RTR toward (dest_qp_num, dlid or dgid), then RTS; returns
-  // the RTR's result.
-  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid) {
+  // INIT, then RTR toward (dest_qp_num, dlid or dgid), then RTS with the
+  // transport timer's timeout and retry_cnt; returns the RTR's result.
+  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid,
+              uint8_t timeout = 14, uint8_t retry_cnt = 7) {
     ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
@@ -94,8 +96,8 @@ struct Side {
     if (rtr != 0) return rtr;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
+    a.timeout = timeout;
+    a.retry_cnt = retry_cnt;
     a.rnr_retry = 7;
     a.max_rd_atomic = 1;
     EXPECT_EQ(nic->ModifyQp(qp, &a,
@@ -372,6 +374,61 @@ TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {
   nic_b.reset();           // the peer process exits: its links close
   a->WriteWithImm(*a, 1);  // to any address: nobody answers
   EXPECT_EQ(a->Poll().status, IBV_WC_RETRY_EXC_ERR);
+}
+
+// Nobody answers a request to a peer that is gone, and the requester gives
+// up only when its transport timer has run out retry_cnt + 1 times: with
+// timeout 12 (4.096 us * 2^12 = 16.8 ms) and retry_cnt 2, after 50 ms.
+TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunOut) {
+  auto nic_a = NewNic();
+  auto nic_b = NewNic();
+  auto a = std::make_unique<Side>(nic_a.get());
+  auto b = std::make_unique<Side>(nic_b.get());
+  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr, /*timeout=*/12,
+                       /*retry_cnt=*/2),
+            0);
+  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
+  b.reset();
+  nic_b.reset();
+  const auto posted = std::chrono::steady_clock::now();
+  a->WriteWithImm(*a, 1);
+  ibv_wc wc;
+  // Not before 3 * 16.8 ms (a generous 40 ms are checked here).
+  while (std::chrono::steady_clock::now() - posted <
+         std::chrono::milliseconds(40)) {
+    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0) << "completed too early";
+    usleep(1000);
+  }
+  wc = a->Poll();
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_GE(std::chrono::steady_clock::now() - posted,
+            std::chrono::microseconds(3 * 4096 * 4096 / 1000));
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  ASSERT_EQ(nic_a->QueryQp(a->qp, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+}
+
+// timeout 0 is infinite (rxe arms no retransmit timer): the write to a peer
+// that is gone never completes, and its QP can still be destroyed.
+TEST_F(FakeNicVerbsFabricTest, ATimeoutOfZeroWaitsForeverOnAPeerThatIsGone) {
+  auto nic_a = NewNic();
+  auto nic_b = NewNic();
+  auto a = std::make_unique<Side>(nic_a.get());
+  auto b = std::make_unique<Side>(nic_b.get());
+  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr, /*timeout=*/0,
+                       /*retry_cnt=*/0),
+            0);
+  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
+  b.reset();
+  nic_b.reset();
+  a->WriteWithImm(*a, 1);
+  ibv_wc wc;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0);
+    usleep(2000);
+  }
+  a.reset();  // the QP goes with its WR still in flight
 }
 
 TEST_F(FakeNicVerbsFabricTest, ANodeNumberIsFreeAgainWhenItsNicIsGone) {
