@@ -211,6 +211,13 @@ struct Personality {
   // derived from it: max_inline_data = that size, max_send_sge = size / 16.
   // (Asking for 1 SGE and no inline gets 16 bytes of inline.)
   bool send_caps_from_wqe_size = false;
+  // ibv_post_send(3) allows IBV_SEND_INLINE on SEND and RDMA_WRITE only;
+  // Spec refuses it on a READ or atomic (EINVAL). rxe's provider takes it
+  // for any opcode (providers/rxe post_one_send copies the data in place of
+  // the SGEs), and the READ response then has no SGE to land in: rxe_comp.c
+  // do_read's copy_data fails, IBV_WC_LOC_PROT_ERR (recorded on rxe by
+  // verbs_dropin/testdata/hostile_verbs.c; atomics share copy_data).
+  bool inline_read_fails_at_completion = false;
   // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
   // protocol processing": the requester runs inside ibv_post_send, so the
   // packets are on the wire before it returns. With background progress

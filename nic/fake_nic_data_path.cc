@@ -227,7 +227,8 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (is_inline) {
       // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
       // copied now, so the lkey is not checked and the buffer may be reused.
-      if (op == IBV_WR_RDMA_READ || IsAtomic(op)) {
+      if ((op == IBV_WR_RDMA_READ || IsAtomic(op)) &&
+          !config_.personality.inline_read_fails_at_completion) {
         return refuse(w, EINVAL, "inline on a read/atomic");
       }
       if (length > q->cap.max_inline_data) {
@@ -787,6 +788,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       }
       return;
     }
+  }
+
+  // An inline READ or atomic (taken at post only by a personality with
+  // inline_read_fails_at_completion): its response has nowhere to land.
+  if (head.is_inline &&
+      (head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode))) {
+    fail(IBV_WC_LOC_PROT_ERR, "inline READ/atomic: no local SGE to land in");
+    return;
   }
 
   // Local protection (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR; rxe copy_data

@@ -5,6 +5,7 @@
 # tools/harness) and a small verbs program built against libibverbs-dev.
 #
 #   dropin_verbs_test.sh LIBIBVERBS_SO LOOPBACK_PROGRAM PAIRS_TXT A_DEBIAN_PAIR
+#                        HOSTILE_PROGRAM HOSTILE_ON_RXE_TXT
 #
 # A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
 # (.../pairs/01-connection/pair); its directory's parent holds them all.
@@ -18,6 +19,8 @@ ours_so=$(realpath "$1")
 loopback=$(realpath "$2")
 pairs_txt=$(realpath "$3")
 debian_pairs=$(dirname "$(dirname "$(realpath "$4")")")
+hostile=$(realpath "$5")
+hostile_on_rxe=$(realpath "$6")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -121,6 +124,19 @@ YAML
   grep -q "the sender's completion" <<<"$out" || { echo "$out"; return 1; }
 }
 check FaultRuleReachesAVerbsProgram deny
+
+# A program that misuses verbs (wrong states, oversized queues and WRs, bad
+# keys and access flags, objects in use) answers, call by call, what it
+# answered on rxe (testdata/hostile_verbs.rxe.txt, recorded in the soft-RoCE
+# VM); nothing crashes.
+hostile_answers_as_rxe() {
+  local out rc
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$hostile" 2>"$work/hostile.err")
+  rc=$?
+  diff <(cat "$hostile_on_rxe") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
+  [[ $rc == 0 ]]
+}
+check HostileVerbsProgramAnswersAsRxeDid hostile_answers_as_rxe
 backend_rdma_core() {
   local out
   out=$(on_fake RPMA_HARNESS_BACKEND=rdma-core -- "$loopback" 2>&1) && return 1
