@@ -1091,9 +1091,11 @@ void Fabric::Run() {
         fds.push_back({fd, POLLIN, 0});
         ids.push_back(~uint64_t{0});
       }
+      bool retired_a_link = false;
       for (auto it = links_.begin(); it != links_.end();) {
         Link& link = it->second;
         if (link.closing && link.out.empty()) {
+          retired_a_link = true;
           // Our end goes: the peer reads what we wrote, then EOF. A ring's
           // socket closes below, once no drain can use it (lock order).
           if (link.shm != nullptr) {
@@ -1114,6 +1116,11 @@ void Fabric::Run() {
         ids.push_back(it->first);
         if (link.shm != nullptr) rings.push_back(link.shm);
         ++it;
+      }
+      // A closed link was what WaitFlushedFor (a process's exit) waited
+      // for; without this it waited out its whole timeout (2 s at exit).
+      if (retired_a_link && seq_fd_ < 0 && AllFlushedLocked()) {
+        flushed_cv_.notify_all();
       }
       if (seq_fd_ >= 0) {
         if (AllFlushedLocked()) flushed_cv_.notify_all();
@@ -1275,6 +1282,8 @@ void Fabric::Deliver(uint64_t id, std::vector<Frame>* frames, bool open) {
         if (it->second.shm != nullptr) RemoveShmLocked(it->second.shm.get());
         close(it->second.fd);
         links_.erase(it);
+        // It may have been the last one a process's exit waited for.
+        if (seq_fd_ < 0 && AllFlushedLocked()) flushed_cv_.notify_all();
       }
     }
   }

@@ -412,7 +412,18 @@ int ibv_read_ibdev_sysfs_file(char*, size_t, void*, const char*, ...) {
 // The drop-in librdmacm.so.1 runs on this library's NIC (one NIC a
 // process); it takes it here, the one symbol of the harness's own node
 // (RPMA_HARNESS_PRIVATE_1), which no program refers to.
-void* rpma_harness_fake_verbs_backend(void) { return &Nic(); }
+// A program may never call ibv_get_device_list: an rdma_cm program takes
+// its context from id->verbs. So the contexts' ops tables are pointed at
+// the backend here too, or its inline ibv_post_send / ibv_poll_cq would
+// reach the bare NIC past the fault rules and the checker.
+void* rpma_harness_fake_verbs_backend(void) {
+  static const bool routed = [] {
+    std::vector<ibv_context*> contexts;
+    return OpenContexts(&contexts) == 0;
+  }();
+  (void)routed;
+  return &Nic();
+}
 
 // Providers (Debian's libmlx5.so.1, libefa.so.1) register themselves from
 // their constructors when a program links them; the fake has no use for

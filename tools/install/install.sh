@@ -20,6 +20,8 @@
 #                        rpma-harness-gtest-main.pc
 #   PREFIX/lib/cmake/rpma_harness/rpma_harnessConfig.cmake, rpma_harnessConfigVersion.cmake
 #   PREFIX/bin/rpma-harness-scenario       the scenario runner
+#   PREFIX/bin/rpma-harness-launcher       server and clients as processes on
+#                                          one fake fabric (tools/multiprocess)
 #
 # Run from anywhere; PREFIX is made if missing. Files are copied, not linked
 # to Bazel's output tree, so the install outlives `bazel clean`.
@@ -43,7 +45,8 @@ core=(//rpma:rpma //rpma:fake_backend //rpma:mr_descriptor //check:checking_back
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend)
 gtest_main=(//mock:gtest_main //mock:flight_recorder)
-targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario //:version_h)
+targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario
+         //tools/multiprocess:multiprocess //:version_h)
 dropin=()
 if [ -f rpma/dropin/BUILD ]; then
   dropin=(//rpma/dropin:prefix)
@@ -108,6 +111,7 @@ merge "$lib/librpma_harness.a" "${core[@]}"
 merge "$lib/librpma_harness_testing.a" "${testing[@]}"
 merge "$lib/librpma_harness_gtest_main.a" "${gtest_main[@]}"
 install -m 755 "$bin/tools/scenario" "$prefix/bin/rpma-harness-scenario"
+install -m 755 "$bin/tools/multiprocess/multiprocess" "$prefix/bin/rpma-harness-launcher"
 
 # The drop-in: its own install-shaped tree (a relocatable librpma.pc).
 with_dropin=0

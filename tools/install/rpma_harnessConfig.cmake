@@ -13,8 +13,13 @@
 #                             needs GoogleTest's CMake package; C++17
 #   rpma_harness::gtest_main  main() with the flight recorder
 #   rpma_harness::librpma     the drop-in shared librpma.so.0, if installed
-# Variables: RPMA_HARNESS_SCENARIO (the scenario runner), and
-# rpma_harness_HAS_DROPIN.
+# Variables: RPMA_HARNESS_SCENARIO (the scenario runner),
+# RPMA_HARNESS_LAUNCHER (server and clients as processes on one fake
+# fabric), RPMA_HARNESS_FAKE_VERBS_DIR (the drop-in libibverbs.so.1 and
+# librdmacm.so.1, if installed), rpma_harness_HAS_DROPIN.
+# Function: rpma_harness_add_verbs_test (below): a verbs program, or a
+# server and client pair, as a test on the fake NIC through the drop-in
+# verbs libraries.
 
 include(CMakeFindDependencyMacro)
 find_dependency(Threads)
@@ -82,3 +87,71 @@ if(NOT TARGET rpma_harness::rpma)
 endif()
 
 set(RPMA_HARNESS_SCENARIO "${_rpma_harness_prefix}/bin/rpma-harness-scenario")
+
+set(RPMA_HARNESS_LAUNCHER "${_rpma_harness_prefix}/bin/rpma-harness-launcher")
+set(RPMA_HARNESS_FAKE_VERBS_DIR "")
+if(EXISTS "${_rpma_harness_lib}/fake-verbs/libibverbs.so.1")
+  set(RPMA_HARNESS_FAKE_VERBS_DIR "${_rpma_harness_lib}/fake-verbs")
+endif()
+
+# rpma_harness_add_verbs_test(NAME <name>
+#     SERVER <program> [<arg>...]      # or the only program, without CLIENT
+#     [CLIENT <program> [<arg>...]]    # a second process on the same fabric
+#     [FAULTS <file>]                  # RPMA_HARNESS_FAULTS: the client's
+#                                      #   (the program's, alone)
+#     [CHECK <value>]                  # RPMA_HARNESS_CHECK, e.g. strict
+#     [PERSONALITY spec|rxe|siw]       # RPMA_HARNESS_PERSONALITY
+#     [EXPECT <label>=<0|code|nonzero|any>...]  # labels: server, client0
+#     [READY listen|line:REGEX|delay:MS|none])  # when the client starts
+#
+# Runs programs built against libibverbs / librdmacm (not rpma-harness) on
+# the fake NIC: LD_LIBRARY_PATH puts the drop-in libraries first. With a
+# CLIENT, the launcher runs both as processes on one fresh fabric and the
+# test passes when each ends as EXPECT says (default: exit 0); the client
+# starts once the server listens (rdma_cm), unless READY says otherwise.
+function(rpma_harness_add_verbs_test)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;FAULTS;CHECK;PERSONALITY;READY"
+                        "SERVER;CLIENT;EXPECT")
+  if(NOT arg_NAME OR NOT arg_SERVER)
+    message(FATAL_ERROR "rpma_harness_add_verbs_test: NAME and SERVER are required")
+  endif()
+  if(NOT RPMA_HARNESS_FAKE_VERBS_DIR)
+    message(FATAL_ERROR "rpma_harness_add_verbs_test: this install has no "
+                        "drop-in verbs libraries (lib/fake-verbs)")
+  endif()
+  set(env "LD_LIBRARY_PATH=${RPMA_HARNESS_FAKE_VERBS_DIR}")
+  if(arg_CHECK)
+    list(APPEND env "RPMA_HARNESS_CHECK=${arg_CHECK}")
+  endif()
+  if(arg_PERSONALITY)
+    list(APPEND env "RPMA_HARNESS_PERSONALITY=${arg_PERSONALITY}")
+  endif()
+  if(NOT arg_CLIENT)
+    if(arg_FAULTS)
+      list(APPEND env "RPMA_HARNESS_FAULTS=${arg_FAULTS}")
+    endif()
+    add_test(NAME ${arg_NAME} COMMAND ${arg_SERVER})
+  else()
+    set(launcher_args)
+    if(arg_READY)
+      list(APPEND launcher_args --ready "${arg_READY}")
+    endif()
+    if(arg_FAULTS)
+      list(APPEND launcher_args --faults "client0=${arg_FAULTS}")
+    endif()
+    foreach(want IN LISTS arg_EXPECT)
+      list(APPEND launcher_args --expect "${want}")
+    endforeach()
+    foreach(e IN LISTS env)
+      list(APPEND launcher_args --env "${e}")
+    endforeach()
+    add_test(NAME ${arg_NAME}
+             COMMAND "${RPMA_HARNESS_LAUNCHER}" ${launcher_args}
+                     ${arg_SERVER} -- ${arg_CLIENT})
+    # The launcher gives each process its environment; it runs natively.
+    set(env "")
+  endif()
+  if(env)
+    set_tests_properties(${arg_NAME} PROPERTIES ENVIRONMENT "${env}")
+  endif()
+endfunction()

@@ -27,6 +27,25 @@ list): that process alone gets RPMA_HARNESS_FAULTS (launcher
 the fabric sequenced (launcher --sequence: every NIC step of every process
 in the seed's order). `launcher_args` go to the launcher as they are
 (--grace, --env, --trace, ...).
+
+Verbs programs (built against libibverbs / librdmacm, not the harness's
+librpma) run on the same fake NIC through the drop-in libraries:
+`verbs_dropin = True` puts //verbs_dropin:lib on every process's
+LD_LIBRARY_PATH. `check` sets RPMA_HARNESS_CHECK (e.g. "strict": a usage
+finding makes the process exit 66) and `personality` RPMA_HARNESS_PERSONALITY
+("spec", "rxe", "siw") for every process. A program that exchanges its QP
+numbers over TCP rather than rdma_cm publishes no listener: give it
+`ready = "line:REGEX"` or "delay:MS".
+
+    rpma_multiprocess_test(
+        name = "verbs_write_imm_test",
+        server = ":server",
+        server_args = ["127.0.0.1", "7000"],
+        clients = [":client"],
+        client_args = ["127.0.0.1", "7000"],
+        verbs_dropin = True,
+        check = "strict",
+    )
 """
 
 def _quote(arg):
@@ -46,10 +65,21 @@ def rpma_multiprocess_test(
         sequence = None,
         faults = {},
         launcher_args = [],
+        verbs_dropin = False,
+        check = None,
+        personality = None,
         **kwargs):
     launcher = Label("//tools/multiprocess:multiprocess")
     runner = Label("//tools/multiprocess:run_launcher.sh")
     data = [launcher, server]
+    runner_args = []
+    if verbs_dropin:
+        # run_launcher.sh makes the directory absolute: the processes run
+        # with the test's runfiles as their working directory, but a
+        # program may change it before the loader needs the path.
+        dropin = Label("//verbs_dropin:lib/libibverbs.so.1")
+        data += [dropin, Label("//verbs_dropin:lib/librdmacm.so.1")]
+        runner_args += ["--verbs-dropin", "$(location %s)" % dropin]
     for c in clients:
         if c not in data:
             data.append(c)
@@ -65,6 +95,10 @@ def rpma_multiprocess_test(
         args += ["--sequence", str(sequence)]
     for label, want in expect.items():
         args += ["--expect", "%s=%s" % (label, want)]
+    if check != None:
+        args += ["--env", "RPMA_HARNESS_CHECK=" + check]
+    if personality != None:
+        args += ["--env", "RPMA_HARNESS_PERSONALITY=" + personality]
     args += launcher_args
     args += ["$(location %s)" % server] + [_quote(a) for a in server_args]
     for c in clients:
@@ -72,7 +106,7 @@ def rpma_multiprocess_test(
     native.sh_test(
         name = name,
         srcs = [runner],
-        args = args,
+        args = runner_args + args,
         data = data,
         **kwargs
     )
