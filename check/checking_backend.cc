@@ -716,8 +716,9 @@ void CheckingBackend::CompareSource(const OutstandingSend& s, uint32_t qp_num) {
              "at " +
                  Hex(fault) + ") before its completion was reaped",
              "  WR: " + Text(s.wr) +
-                 "\n  fix: unmap or free registered memory only after "
-                 "rpma_mr_dereg(3) and after every WR using it completed\n",
+                 "\n  fix: unmap or free registered memory only after " +
+                 Call("rpma_mr_dereg(3)", "ibv_dereg_mr(3)") +
+                 " and after every WR using it completed\n",
              qp_num);
     }
     return;
@@ -728,9 +729,10 @@ void CheckingBackend::CompareSource(const OutstandingSend& s, uint32_t qp_num) {
   uint64_t first = 0, last = 0;
   const std::string op = WrOpcodeName(s.opcode);
   const std::string fix =
-      "  fix: change the buffer only after rpma_cq_get_wc(3) returned this "
-      "WR's completion (for an unsignaled WR: a later signaled one's), or "
-      "write from another buffer\n";
+      "  fix: change the buffer only after " +
+      Call("rpma_cq_get_wc(3)", "ibv_poll_cq(3)") +
+      " returned this WR's completion (for an unsignaled WR: a later "
+      "signaled one's), or write from another buffer\n";
   // Before the NIC read it: what went on the wire differs from the post.
   if (Span(
           n,
@@ -1172,7 +1174,9 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                    "\n  why: a real NIC pinned the pages at ibv_reg_mr(3) "
                    "and keeps using them: it sends what was there, and the "
                    "program has freed memory the NIC still owns\n"
-                   "  fix: rpma_mr_dereg(3) before munmap/free\n",
+                   "  fix: " +
+                   Call("rpma_mr_dereg(3)", "ibv_dereg_mr(3)") +
+                   " before munmap/free\n",
                qp->qp_num);
       }
     }
@@ -1233,8 +1237,10 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                      "overruns (ibv_create_cq(3)) and its QPs go to "
                      "ERR\n"
                      "  fix: poll completions before posting more, or "
-                     "create a larger CQ (rpma_conn_cfg_set_cq_size(3))"
-                     "\n",
+                     "create a larger CQ (" +
+                     Call("rpma_conn_cfg_set_cq_size(3)",
+                          "ibv_create_cq(3) with more entries") +
+                     ")\n",
                  qs.qp_num});
           }
         }
@@ -1371,8 +1377,10 @@ void CheckingBackend::CompareRecv(OutstandingRecv* r, const char* moment,
              "safely reused after the request is fully executed and its "
              "work completion has been retrieved; a SEND landing there "
              "overwrites what the program wrote, or mixes with it\n"
-             "  fix: write into a receive buffer only after rpma_cq_get_wc(3) "
-             "returned its receive's completion, or use another buffer\n",
+             "  fix: write into a receive buffer only after " +
+                 Call("rpma_cq_get_wc(3)", "ibv_poll_cq(3)") +
+                 " returned its receive's completion, or use another "
+                 "buffer\n",
          qp_num, &posted.text, posted.where, "receive posted at");
 }
 
@@ -1543,7 +1551,7 @@ void ReportAtExit() {
 }  // namespace
 
 std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
-    std::shared_ptr<VerbsBackend> backend) {
+    std::shared_ptr<VerbsBackend> backend, bool verbs_program) {
   // env RPMA_HARNESS_CHECK=1|all|LIST|strict: run the program under the usage
   //   checker (docs/usage-checker.md): 1 or all every check, a comma-separated
   //   list of check names, `strict` (alone or in the list) makes any finding
@@ -1565,6 +1573,7 @@ std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
                  why.c_str());
   }
   options.trace_nic = dynamic_cast<FakeNic*>(backend.get());
+  options.verbs_program = verbs_program;
   auto checker = std::make_shared<CheckingBackend>(backend, options);
   std::lock_guard<std::mutex> lock(ExitMutex());
   if (ExitCheckers().empty()) std::atexit(ReportAtExit);

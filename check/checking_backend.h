@@ -106,6 +106,10 @@ struct CheckOptions {
   // not what is reported. Ignored when the backend is not the fake.
   bool set_landing = false;
   Landing landing = Landing::kAtOnce;
+  // The program calls libibverbs itself (the drop-in libibverbs.so.1), not
+  // librpma: a report's "fix:" names the verbs call (ibv_poll_cq(3)), not
+  // the librpma one (rpma_cq_get_wc(3)).
+  bool verbs_program = false;
 };
 
 // Parses an RPMA_HARNESS_CHECK value: "1"/"all" (every check), a list of
@@ -299,6 +303,11 @@ class CheckingBackend final : public ForwardingBackend {
   static uint64_t TotalLength(const std::vector<Range>& ranges);
 
   const CheckOptions options_;
+  // The call a "fix:" line names: librpma's, or for a verbs program the
+  // verbs one.
+  std::string Call(const char* rpma, const char* verbs) const {
+    return options_.verbs_program ? verbs : rpma;
+  }
   // recv-written runs only over the fake (options_.trace_nic), whose
   // writes the NIC-write tap shows; over rdma-core a NIC write into a
   // receive buffer (a peer's RDMA WRITE) cannot be told from the program's.
@@ -327,8 +336,9 @@ CheckingBackend* CheckerOf(VerbsBackend* backend);
 // When RPMA_HARNESS_CHECK is set: `backend` wrapped in a CheckingBackend that
 // reports at exit (live objects, summary, strict exit code); otherwise
 // `backend` itself. A bad value prints why and checks everything.
+// verbs_program: see CheckOptions::verbs_program.
 std::shared_ptr<VerbsBackend> WrapForCheckingFromEnvironment(
-    std::shared_ptr<VerbsBackend> backend);
+    std::shared_ptr<VerbsBackend> backend, bool verbs_program = false);
 
 }  // namespace rpma_harness
 

@@ -289,6 +289,26 @@ TEST(SourceChangedCheck, SourceWrittenBeforeTheCompletionIsReaped) {
       << AllFindings(pair.checker());
 }
 
+// The "fix:" names the call the program makes: librpma's, or for a verbs
+// program (the drop-in libibverbs.so.1) the verbs one.
+TEST(SourceChangedCheck, TheFixNamesTheProgramsOwnCall) {
+  for (const bool verbs : {false, true}) {
+    ConnectedPairOptions options = Checked(/*print=*/false);
+    options.check->verbs_program = verbs;
+    ConnectedPair pair(options);
+    ASSERT_TRUE(pair.ok()) << pair.error();
+    std::memset(pair.client_buffer(), 'a', 64);
+    ASSERT_EQ(pair.WriteWithImm(0, 64, 1), 0);
+    pair.client_buffer()[10] = 'b';
+    ibv_wc wc;
+    ASSERT_EQ(pair.ClientCompletion(&wc), 0);
+    ASSERT_EQ(pair.checker()->FindingCount("source-changed"), 1u);
+    const std::string details = pair.checker()->Findings()[0].details;
+    EXPECT_THAT(details, HasSubstr(verbs ? "only after ibv_poll_cq(3)"
+                                         : "only after rpma_cq_get_wc(3)"));
+  }
+}
+
 TEST(SourceChangedCheck, SourceWrittenAfterTheCompletionIsSilent) {
   ConnectedPair pair(Checked());
   ASSERT_TRUE(pair.ok()) << pair.error();

@@ -57,7 +57,8 @@ VerbsBackend& Nic() {
           "real NIC take it off LD_LIBRARY_PATH");
     } else {
       made = rpma_harness::WrapForCheckingFromEnvironment(
-          rpma_harness::MakeFakeBackendFromEnvironment());
+          rpma_harness::MakeFakeBackendFromEnvironment(),
+          /*verbs_program=*/true);
     }
     // Never destroyed: a program may still call from its own atexit
     // handlers or threads while static destructors run.

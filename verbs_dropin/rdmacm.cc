@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "nic/fake_nic.h"
@@ -96,13 +97,17 @@ void SayOnce(std::atomic<bool>* told, const char* what) {
 //    RAI_PASSIVE); rdma_get_request makes each new id's QP from them.
 //  - the CQs and completion channels rdma_create_qp made because the caller
 //    gave none (ucma_create_cqs); rdma_destroy_qp destroys those only.
+struct OwnCqs {
+  ibv_cq* send_cq = nullptr;
+  ibv_cq* recv_cq = nullptr;
+  ibv_comp_channel* send_channel = nullptr;
+  ibv_comp_channel* recv_channel = nullptr;
+  void Destroy() const;  // below Nic(); CQs before their channels
+};
 struct IdState {
   bool sync = false;
   std::unique_ptr<ibv_qp_init_attr> ep_qp_attr;
-  ibv_cq* own_send_cq = nullptr;
-  ibv_cq* own_recv_cq = nullptr;
-  ibv_comp_channel* own_send_channel = nullptr;
-  ibv_comp_channel* own_recv_channel = nullptr;
+  OwnCqs own;
 };
 
 std::mutex ids_mu;
@@ -149,6 +154,13 @@ int Complete(rdma_cm_id* id) {
 // A successful call, then (on a synchronous id) its event.
 int ThenComplete(rdma_cm_id* id, int rc) {
   return rc == 0 ? Complete(id) : rc;
+}
+
+void OwnCqs::Destroy() const {
+  if (recv_cq != nullptr) Nic().DestroyCq(recv_cq);
+  if (send_cq != nullptr) Nic().DestroyCq(send_cq);
+  if (recv_channel != nullptr) Nic().DestroyCompChannel(recv_channel);
+  if (send_channel != nullptr) Nic().DestroyCompChannel(send_channel);
 }
 
 // The device's default PD, which librdmacm allocates once per device
@@ -405,7 +417,7 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   if (pd == nullptr) pd = id->pd != nullptr ? id->pd : DefaultPd(id->verbs);
   if (pd == nullptr) return -1;
   ibv_qp_init_attr attr = *qp_init_attr;
-  IdState made;
+  OwnCqs made;
   auto make_cq = [&](uint32_t size, ibv_cq** cq, ibv_comp_channel** ch) {
     // A zero size makes no CQ (ucma_create_cqs), and the QP fails below.
     if (size == 0) return true;
@@ -414,43 +426,29 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
     *cq = Nic().CreateCq(id->verbs, static_cast<int>(size), id, *ch, 0);
     return *cq != nullptr;
   };
-  auto unmake = [&] {
-    if (made.own_recv_cq != nullptr) Nic().DestroyCq(made.own_recv_cq);
-    if (made.own_send_cq != nullptr) Nic().DestroyCq(made.own_send_cq);
-    if (made.own_recv_channel != nullptr) {
-      Nic().DestroyCompChannel(made.own_recv_channel);
-    }
-    if (made.own_send_channel != nullptr) {
-      Nic().DestroyCompChannel(made.own_send_channel);
-    }
-  };
   const bool ok =
       (attr.recv_cq != nullptr ||
-       make_cq(attr.cap.max_recv_wr, &made.own_recv_cq,
-               &made.own_recv_channel)) &&
+       make_cq(attr.cap.max_recv_wr, &made.recv_cq,
+               &made.recv_channel)) &&
       (attr.send_cq != nullptr ||
-       make_cq(attr.cap.max_send_wr, &made.own_send_cq,
-               &made.own_send_channel));
+       make_cq(attr.cap.max_send_wr, &made.send_cq,
+               &made.send_channel));
   if (!ok) {
     const int err = errno;
-    unmake();
+    made.Destroy();
     return Fail(err);
   }
-  if (attr.recv_cq == nullptr) attr.recv_cq = made.own_recv_cq;
-  if (attr.send_cq == nullptr) attr.send_cq = made.own_send_cq;
+  if (attr.recv_cq == nullptr) attr.recv_cq = made.recv_cq;
+  if (attr.send_cq == nullptr) attr.send_cq = made.send_cq;
   if (attr.srq == nullptr) attr.srq = id->srq;
   if (Nic().CreateQp(id, pd, &attr) != 0) {
     const int err = errno;
-    unmake();
+    made.Destroy();
     return Fail(err);
   }
   *qp_init_attr = attr;
   std::lock_guard<std::mutex> lock(ids_mu);
-  IdState& state = Ids()[id];
-  state.own_send_cq = made.own_send_cq;
-  state.own_recv_cq = made.own_recv_cq;
-  state.own_send_channel = made.own_send_channel;
-  state.own_recv_channel = made.own_recv_channel;
+  Ids()[id].own = made;
   return 0;
 }
 
@@ -488,30 +486,20 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
 void rdma_destroy_qp(rdma_cm_id* id) {
   if (id == nullptr) return;
   Nic().DestroyQp(id);
-  IdState made;
+  OwnCqs made;
   {
     std::lock_guard<std::mutex> lock(ids_mu);
     auto it = Ids().find(id);
     if (it == Ids().end()) return;
-    std::swap(made.own_send_cq, it->second.own_send_cq);
-    std::swap(made.own_recv_cq, it->second.own_recv_cq);
-    std::swap(made.own_send_channel, it->second.own_send_channel);
-    std::swap(made.own_recv_channel, it->second.own_recv_channel);
+    made = std::exchange(it->second.own, OwnCqs());
   }
-  if (made.own_recv_cq != nullptr) Nic().DestroyCq(made.own_recv_cq);
-  if (made.own_send_cq != nullptr) Nic().DestroyCq(made.own_send_cq);
-  if (made.own_recv_channel != nullptr) {
-    Nic().DestroyCompChannel(made.own_recv_channel);
-  }
-  if (made.own_send_channel != nullptr) {
-    Nic().DestroyCompChannel(made.own_send_channel);
-  }
-  if (id->send_cq == made.own_send_cq) id->send_cq = nullptr;
-  if (id->recv_cq == made.own_recv_cq) id->recv_cq = nullptr;
-  if (id->send_cq_channel == made.own_send_channel) {
+  made.Destroy();
+  if (id->send_cq == made.send_cq) id->send_cq = nullptr;
+  if (id->recv_cq == made.recv_cq) id->recv_cq = nullptr;
+  if (id->send_cq_channel == made.send_channel) {
     id->send_cq_channel = nullptr;
   }
-  if (id->recv_cq_channel == made.own_recv_channel) {
+  if (id->recv_cq_channel == made.recv_channel) {
     id->recv_cq_channel = nullptr;
   }
 }
