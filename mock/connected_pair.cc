@@ -57,7 +57,7 @@ void ConnectedPair::Connect() {
                          &client_mr_),
              "rpma_mr_reg(client buffer)") ||
       !Check(rpma_mr_reg(server_peer_, server_buffer_.data(),
-                         server_buffer_.size(), RPMA_MR_USAGE_WRITE_DST,
+                         server_buffer_.size(), options_.server_usage,
                          &server_mr_),
              "rpma_mr_reg(server buffer)") ||
       !Check(rpma_mr_reg(server_peer_, recv_buffer_.data(), recv_buffer_.size(),
@@ -130,6 +130,16 @@ void ConnectedPair::Connect() {
       !Check(rpma_conn_get_cq(client_, &client_cq_), "rpma_conn_get_cq") ||
       !Check(rpma_conn_get_cq(server_, &server_cq_), "rpma_conn_get_cq")) {
     return;
+  }
+  if (options_.direct_write_to_pmem) {
+    rpma_peer_cfg* cfg = nullptr;
+    if (!Check(rpma_peer_cfg_new(&cfg), "rpma_peer_cfg_new")) return;
+    const bool ok = Check(rpma_peer_cfg_set_direct_write_to_pmem(cfg, true),
+                          "rpma_peer_cfg_set_direct_write_to_pmem") &&
+                    Check(rpma_conn_apply_remote_peer_cfg(client_, cfg),
+                          "rpma_conn_apply_remote_peer_cfg");
+    rpma_peer_cfg_delete(&cfg);
+    if (!ok) return;
   }
 }
 

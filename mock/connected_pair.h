@@ -42,8 +42,8 @@
 #include <vector>
 
 #include "check/checking_backend.h"
-#include "nic/fake_nic.h"
 #include "faults/fault_injection.h"
+#include "nic/fake_nic.h"
 #include "rpma/harness.h"
 
 namespace rpma_harness {
@@ -55,6 +55,12 @@ struct ConnectedPairOptions {
   size_t buffer_size = 4096;      // client's source, server's destination
   int recvs = 1;                  // receives posted before accepting
   size_t recv_size = 64;          // bytes of each receive
+  // The server buffer's rpma_mr_reg usage (RPMA_MR_USAGE_WRITE_DST |
+  // RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT for persistent memory).
+  int server_usage = RPMA_MR_USAGE_WRITE_DST;
+  // The client's connection gets a peer cfg that declares the server's
+  // direct write to PMem (rpma_flush(PERSISTENT) needs it).
+  bool direct_write_to_pmem = false;
   std::string address = "10.0.0.1";
   std::string port = "7204";
   // Set: a usage checker (check/checking_backend.h) wraps the NIC (and the

@@ -139,5 +139,14 @@ extern "C" int rpma_cq_get_wc(struct rpma_cq* cq, int num_entries,
     return RPMA_E_UNKNOWN;
   }
   if (num_entries_got != nullptr) *num_entries_got = got;
+  if (rpma_harness::internal::PersistenceListened()) {
+    for (int i = 0; i < got; ++i) {
+      rpma_harness::PersistenceNote note;
+      note.kind = rpma_harness::PersistenceNote::Kind::kPolled;
+      note.qp_num = wc[i].qp_num;
+      note.wc = wc[i];
+      rpma_harness::internal::NotePersistence(note);
+    }
+  }
   return 0;
 }

@@ -60,6 +60,34 @@ class ScopedBackend {
 using LogSink = std::function<void(const std::string& message)>;
 void SetLogSink(LogSink sink);
 
+// What the rpma layer tells a persistence recorder (crash/crash_check.h):
+// the facts about remote persistence that no verbs call carries. A flush is
+// an 8-byte RDMA READ on the wire (rpma/flush.cc), so only here is its range
+// and type known; a poll is when the program learns that a flush completed
+// (rpma_flush(3): "the flush is complete when its completion is obtained").
+struct PersistenceNote {
+  enum class Kind {
+    kMrReg,    // rpma_mr_reg succeeded: addr, len, usage
+    kMrDereg,  // rpma_mr_dereg of [addr, addr + len)
+    kFlush,    // rpma_flush about to post: qp_num, remote_addr, len, type
+    kPolled,   // rpma_cq_get_wc returned `wc`
+  };
+  Kind kind = Kind::kPolled;
+  uint32_t qp_num = 0;
+  const void* addr = nullptr;
+  uint64_t len = 0;
+  int usage = 0;
+  uint64_t remote_addr = 0;           // kFlush: the MR's raddr + offset
+  int flush_type = 0;                 // kFlush: enum rpma_flush_type
+  bool direct_write_to_pmem = false;  // kFlush: the connection's peer cfg
+  ibv_wc wc{};                        // kPolled
+};
+using PersistenceListener = std::function<void(const PersistenceNote& note)>;
+
+// One listener per process (nullptr removes it); called on the thread that
+// made the rpma call, before a flush is posted and after a poll returned.
+void SetPersistenceListener(PersistenceListener listener);
+
 }  // namespace rpma_harness
 
 #endif  // RPMA_HARNESS_RPMA_HARNESS_H_

@@ -55,6 +55,14 @@ extern "C" int rpma_mr_reg(struct rpma_peer* peer, void* ptr, size_t size,
   if (peer->checker != nullptr) {
     peer->checker->NoteCreated("rpma_mr_local", local);
   }
+  if (rpma_harness::internal::PersistenceListened()) {
+    rpma_harness::PersistenceNote note;
+    note.kind = rpma_harness::PersistenceNote::Kind::kMrReg;
+    note.addr = ptr;
+    note.len = size;
+    note.usage = usage;
+    rpma_harness::internal::NotePersistence(note);
+  }
   *mr_ptr = local;
   return 0;
 }
@@ -63,6 +71,10 @@ extern "C" int rpma_mr_dereg(struct rpma_mr_local** mr_ptr) {
   if (mr_ptr == nullptr) return RPMA_E_INVAL;
   rpma_mr_local* mr = *mr_ptr;
   if (mr == nullptr) return 0;
+  rpma_harness::PersistenceNote note;
+  note.kind = rpma_harness::PersistenceNote::Kind::kMrDereg;
+  note.addr = mr->mr->addr;
+  note.len = mr->mr->length;
   int err = mr->peer->backend->DeregMr(mr->mr);
   if (err != 0) {
     Log("%s backend: ibv_dereg_mr failed: %s", mr->peer->backend->Name(),
@@ -70,6 +82,9 @@ extern "C" int rpma_mr_dereg(struct rpma_mr_local** mr_ptr) {
     return RPMA_E_PROVIDER;
   }
   if (mr->peer->checker != nullptr) mr->peer->checker->NoteDeleted(mr);
+  if (rpma_harness::internal::PersistenceListened()) {
+    rpma_harness::internal::NotePersistence(note);
+  }
   delete mr;
   *mr_ptr = nullptr;
   return 0;

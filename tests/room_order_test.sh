@@ -2,7 +2,8 @@
 # room_order_test: the rooms of product code include each other one way
 # only (docs/design.md, "Rooms"; issue 21):
 #
-#   verbs_backend  <-  nic  <-  faults, check  <-  rpma  <-  mock, verbs_dropin
+#   verbs_backend  <-  nic  <-  faults, check  <-  rpma  <-  mock, verbs_dropin,
+#                                                            crash
 #
 # A file of a room may include its own room and rooms to its left, never one
 # to its right or beside it (faults and check are both wrappers over any
@@ -23,7 +24,7 @@ rank() {
     nic) echo 1 ;;
     faults | check) echo 2 ;;
     rpma) echo 3 ;;
-    mock | verbs_dropin) echo 4 ;;
+    mock | verbs_dropin | crash) echo 4 ;;
     *) echo "" ;;
   esac
 }

@@ -1,0 +1,887 @@
+#include "crash/crash_check.h"
+
+#include <infiniband/verbs.h>
+#include <librpma.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "rpma/harness.h"
+
+namespace rpma_harness {
+namespace crash {
+
+// ---------------------------------------------------------------- Image --
+
+size_t Image::regions() const { return state_->regions(); }
+const std::string& Image::name(size_t region) const {
+  return state_->name(region);
+}
+size_t Image::size(size_t region) const { return state_->size(region); }
+
+// The runner that owns an Image's choices: maps a (region, unit) to its
+// choice-unit index and resolves a unit the first time recovery reads it.
+class ImageRunner {
+ public:
+  ImageRunner(const ModelState& state, std::vector<std::string> promises,
+              std::string point)
+      : state_(state),
+        promises_(std::move(promises)),
+        point_(std::move(point)),
+        units_(state.ChoiceUnits()) {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      index_[{units_[i].region, units_[i].unit}] = i;
+      contents_.push_back(state.Contents(units_[i].region, units_[i].unit));
+    }
+  }
+
+  const std::vector<ChoiceUnit>& units() const { return units_; }
+  size_t choices(size_t i) const { return contents_[i].size(); }
+  const std::vector<ModelState::Content>& contents(size_t i) const {
+    return contents_[i];
+  }
+  double combinations() const {
+    double product = 1;
+    for (const auto& c : contents_) product *= static_cast<double>(c.size());
+    return product;
+  }
+
+  // A fresh image whose undecided units ask `choose`.
+  std::unique_ptr<Image> Make(std::function<int(size_t)> choose) const {
+    std::unique_ptr<Image> image(new Image());
+    image->state_ = &state_;
+    image->choose_ = std::move(choose);
+    for (size_t r = 0; r < state_.regions(); ++r) {
+      image->bytes_.push_back(state_.durable(r));
+    }
+    image->decided_.assign(units_.size(), -1);
+    image->promises_ = promises_;
+    image->point_ = point_;
+    image->runner_ = this;
+    return image;
+  }
+
+  // Puts the unit's chosen content into the image the first time it is
+  // read; a unit nobody read stays undecided (and unbranched).
+  void Resolve(Image* image, size_t region, uint64_t first_unit,
+               uint64_t end_unit) const {
+    auto it = index_.lower_bound({region, first_unit});
+    const size_t g = state_.unit();
+    for (; it != index_.end() && it->first.first == region &&
+           it->first.second < end_unit;
+         ++it) {
+      const size_t i = it->second;
+      if (image->decided_[i] >= 0) continue;
+      int c = image->choose_(i);
+      if (c < 0 || static_cast<size_t>(c) >= contents_[i].size()) c = 0;
+      image->decided_[i] = c;
+      std::memcpy(image->bytes_[region].data() + it->first.second * g,
+                  contents_[i][c].bytes, g);
+    }
+  }
+
+ private:
+  const ModelState& state_;
+  std::vector<std::string> promises_;
+  std::string point_;
+  std::vector<ChoiceUnit> units_;
+  std::map<std::pair<size_t, uint64_t>, size_t> index_;
+  std::vector<std::vector<ModelState::Content>> contents_;
+};
+
+void Image::Read(size_t region, uint64_t offset, void* dst, size_t len) {
+  if (region >= regions() || offset >= size(region)) return;
+  len = static_cast<size_t>(std::min<uint64_t>(len, size(region) - offset));
+  if (len == 0) return;
+  const uint64_t g = state_->unit();
+  const uint64_t start = state_->pad(region) + offset;
+  runner_->Resolve(this, region, start / g, (start + len + g - 1) / g);
+  std::memcpy(dst, bytes_[region].data() + start, len);
+}
+
+const uint8_t* Image::Bytes(size_t region) {
+  const uint64_t g = state_->unit();
+  runner_->Resolve(this, region, 0, bytes_[region].size() / g);
+  return bytes_[region].data() + state_->pad(region);
+}
+
+// ----------------------------------------------------------- Recorder --
+
+namespace {
+
+bool WritesRemote(int opcode) {
+  return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+         opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+bool IsMessage(int opcode) {
+  return opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND ||
+         opcode == IBV_WR_SEND_WITH_IMM;
+}
+
+std::string Hex(const uint8_t* bytes, size_t len) {
+  std::string out;
+  char b[4];
+  for (size_t i = 0; i < len && i < 16; ++i) {
+    std::snprintf(b, sizeof(b), "%s%02x", i ? " " : "", bytes[i]);
+    out += b;
+  }
+  if (len > 16) out += " ...";
+  return out;
+}
+
+std::string QpName(uint32_t qp_num) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "0x%x", qp_num);
+  return b;
+}
+
+// splitmix64: the sampler's platform-independent draws.
+uint64_t NextRandom(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+constexpr size_t kMaxFindings = 20;
+
+}  // namespace
+
+class PersistenceRecorder::Impl {
+ public:
+  Impl(FakeNic& nic, CrashCheckOptions options)
+      : nic_(nic), options_(std::move(options)), live_(options_.unit) {
+    observer_ = nic_.AddObserver(
+        [this](const FakeNicEvent& event) { OnNicEvent(event); });
+    SetPersistenceListener(
+        [this](const PersistenceNote& note) { OnNote(note); });
+  }
+  ~Impl() {
+    SetPersistenceListener(nullptr);
+    nic_.RemoveObserver(observer_);
+  }
+
+  int MarkPersistent(const void* addr, size_t len, std::string name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return MarkLocked(addr, len, std::move(name));
+  }
+
+  void ServerPersisted(const void* addr, size_t len) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    for (size_t r = 0; r < live_.regions(); ++r) {
+      const uint64_t lo = std::max(a, live_.base(r));
+      const uint64_t hi = std::min(a + len, live_.base(r) + live_.size(r));
+      if (lo >= hi) continue;
+      ModelOp op;
+      op.kind = ModelOp::Kind::kPersisted;
+      op.region = r;
+      op.lo = lo - live_.base(r);
+      op.hi = hi - live_.base(r);
+      op.bytes.assign(reinterpret_cast<const uint8_t*>(lo),
+                      reinterpret_cast<const uint8_t*>(hi));
+      ApplyLocked(std::move(op));
+    }
+  }
+
+  void Promise(std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    promises_.push_back(what);
+    dirty_ = true;
+    PointLocked("after promise \"" + what + "\"");
+  }
+
+  void CrashPoint(std::string label) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirty_ = true;
+    PointLocked(std::move(label));
+  }
+
+  CrashReport Check(const RecoveryCheck& check);
+
+ private:
+  struct FlushNote {
+    uint64_t remote_addr = 0;
+    uint64_t len = 0;
+    int type = 0;
+  };
+  struct Cqe {
+    uint64_t wr_id = 0;
+    int opcode = 0;
+    std::vector<FlushNote> flushes;
+  };
+  struct Point {
+    std::string label;
+    size_t log_size = 0;
+    size_t promises = 0;
+  };
+
+  int MarkLocked(const void* addr, size_t len, std::string name) {
+    const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    for (size_t r = 0; r < live_.regions(); ++r) {
+      if (a < live_.base(r) + live_.size(r) && live_.base(r) < a + len) {
+        if (live_.base(r) == a && live_.size(r) == len) {
+          return static_cast<int>(r);  // marked again (and registered)
+        }
+        FindingLocked("persistent region \"" + name + "\" overlaps \"" +
+                      live_.name(r) + "\"; it is not recorded");
+        return -1;
+      }
+    }
+    if (len == 0 || addr == nullptr) return -1;
+    ModelOp op;
+    op.kind = ModelOp::Kind::kRegion;
+    op.name = std::move(name);
+    op.base = a;
+    op.bytes.assign(static_cast<const uint8_t*>(addr),
+                    static_cast<const uint8_t*>(addr) + len);
+    ApplyLocked(std::move(op));
+    return static_cast<int>(live_.regions() - 1);
+  }
+
+  void ApplyLocked(ModelOp op) {
+    live_.Apply(op);
+    log_.push_back(std::move(op));
+    dirty_ = true;
+  }
+
+  void PointLocked(std::string label) {
+    if (!dirty_) return;
+    points_.push_back({std::move(label), log_.size(), promises_.size()});
+    dirty_ = false;
+  }
+
+  void FindingLocked(std::string text) {
+    for (const Finding& f : findings_) {
+      if (f.text == text) return;
+    }
+    if (findings_.size() < kMaxFindings) findings_.push_back({std::move(text)});
+  }
+
+  // A write landed (the NIC's kExecute, right after its bytes moved): one
+  // version per unit it touched, the unit's bytes as they are now.
+  void RecordWriteLocked(const FakeNicEvent& event) {
+    const int r = live_.RegionAt(event.remote_addr);
+    if (r < 0 || event.byte_len == 0) return;
+    const uint64_t g = live_.unit();
+    const uint64_t base = live_.base(r), pad = live_.pad(r);
+    const uint64_t lo = event.remote_addr - base + pad;
+    const uint64_t hi =
+        std::min(event.remote_addr + event.byte_len, base + live_.size(r)) -
+        base + pad;
+    for (uint64_t u = lo / g; u * g < hi; ++u) {
+      UnitVersion v;
+      const uint8_t* latest = live_.Latest(r, u);
+      v.bytes.assign(latest, latest + g);
+      uint64_t mask = 0;
+      for (uint64_t b = std::max(lo, u * g); b < std::min(hi, (u + 1) * g);
+           ++b) {
+        const uint8_t now = *reinterpret_cast<const uint8_t*>(base + b - pad);
+        const size_t i = b - u * g;
+        // A failed write may have landed in part or not at all: only the
+        // bytes that changed are known to be its.
+        if (event.status == IBV_WC_SUCCESS || now != v.bytes[i]) {
+          mask |= uint64_t{1} << i;
+          v.bytes[i] = now;
+        }
+      }
+      if (mask == 0) continue;
+      v.mask = mask;
+      v.qp_num = event.qp_num;
+      v.event_seq = event.seq;
+      v.opcode = event.opcode;
+      written_[event.qp_num].insert({static_cast<size_t>(r), u});
+      ModelOp op;
+      op.kind = ModelOp::Kind::kVersion;
+      op.region = static_cast<size_t>(r);
+      op.unit = u;
+      op.version = std::move(v);
+      ApplyLocked(std::move(op));
+    }
+  }
+
+  uint64_t PendingOfLocked(uint32_t qp_num) const {
+    uint64_t count = 0;
+    for (const ChoiceUnit& c : live_.ChoiceUnits()) {
+      for (const UnitVersion& v : *live_.Versions(c.region, c.unit)) {
+        if (v.qp_num == qp_num) {
+          ++count;
+          break;
+        }
+      }
+    }
+    return count;
+  }
+
+  void OnNicEvent(const FakeNicEvent& event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.kind == FakeNicEvent::Kind::kExecute) {
+      if (WritesRemote(event.opcode)) RecordWriteLocked(event);
+      if (event.status == IBV_WC_SUCCESS && IsMessage(event.opcode)) {
+        message_from_ = event.qp_num;
+        message_landed_ = true;
+      }
+      if (event.opcode == IBV_WR_RDMA_READ && event.status == IBV_WC_SUCCESS) {
+        // A flush's READ has executed: the flush is done at the responder
+        // and waits for the completion the program polls (R1).
+        std::deque<FlushNote>& noted = noted_[event.qp_num];
+        while (!noted.empty() &&
+               noted.front().remote_addr != event.remote_addr) {
+          noted.pop_front();  // noted, but its post failed
+        }
+        if (!noted.empty()) {
+          executed_[event.qp_num].push_back(noted.front());
+          noted.pop_front();
+        }
+      }
+      return;
+    }
+    if (event.kind != FakeNicEvent::Kind::kCompletion ||
+        event.status != IBV_WC_SUCCESS) {
+      return;
+    }
+    if (event.opcode < IBV_WC_RECV) {
+      // A successful send-side CQE: the flushes executed before it are
+      // complete once the program polls it (or a later one of the QP).
+      Cqe cqe;
+      cqe.wr_id = event.wr_id;
+      cqe.opcode = event.opcode;
+      cqe.flushes = std::move(executed_[event.qp_num]);
+      executed_[event.qp_num].clear();
+      cqes_[event.qp_num].push_back(std::move(cqe));
+    } else if (message_landed_) {
+      message_landed_ = false;
+      sender_[event.qp_num] = message_from_;
+      unpersisted_[event.qp_num].push_back(PendingOfLocked(message_from_));
+    }
+  }
+
+  void OnNote(const PersistenceNote& note) {
+    std::lock_guard<std::mutex> lock(mu_);
+    switch (note.kind) {
+      case PersistenceNote::Kind::kMrReg:
+        if (note.usage & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT) {
+          MarkLocked(note.addr, note.len, "mr" + std::to_string(++registered_));
+        }
+        return;
+      case PersistenceNote::Kind::kMrDereg:
+        return;
+      case PersistenceNote::Kind::kFlush: {
+        const int r = live_.RegionAt(note.remote_addr);
+        if (r >= 0 && note.flush_type == RPMA_FLUSH_TYPE_VISIBILITY) {
+          FindingLocked(
+              "rpma_flush(RPMA_FLUSH_TYPE_VISIBILITY) on persistent memory \"" +
+              live_.name(r) + "\" (qp " + QpName(note.qp_num) +
+              "): it makes data visible, not persistent (R2); use "
+              "RPMA_FLUSH_TYPE_PERSISTENT");
+        }
+        if (note.flush_type == RPMA_FLUSH_TYPE_PERSISTENT &&
+            note.direct_write_to_pmem &&
+            !options_.platform_direct_write_to_pmem) {
+          FindingLocked(
+              "the peer cfg declares direct_write_to_pmem, but the platform "
+              "writes through the CPU cache (DDIO on): "
+              "rpma_flush(PERSISTENT) persists nothing there "
+              "(rpma_peer_cfg_set_direct_write_to_pmem(3))");
+        }
+        noted_[note.qp_num].push_back(
+            {note.remote_addr, note.len, note.flush_type});
+        return;
+      }
+      case PersistenceNote::Kind::kPolled:
+        OnPolledLocked(note.wc);
+        return;
+    }
+  }
+
+  void OnPolledLocked(const ibv_wc& wc) {
+    const std::string what = std::string("polled ") + WcOpcodeName(wc.opcode) +
+                             " " + WcStatusName(wc.status) + " on qp " +
+                             QpName(wc.qp_num);
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (options_.crash_at_polls) PointLocked("after " + what);
+      return;
+    }
+    if (wc.opcode >= IBV_WC_RECV) {
+      std::deque<uint64_t>& queue = unpersisted_[wc.qp_num];
+      if (!queue.empty()) {
+        const uint64_t pending = queue.front();
+        queue.pop_front();
+        if (pending > 0) {
+          FindingLocked(
+              "qp " + QpName(wc.qp_num) + " received " +
+              WcOpcodeName(wc.opcode) + " from qp " +
+              QpName(sender_[wc.qp_num]) + " while " + std::to_string(pending) +
+              " unit(s) the sender wrote were not yet persistent (no "
+              "PERSISTENT flush of theirs had been polled complete): a "
+              "server that takes this message as \"committed\" can lose "
+              "them in a crash");
+        }
+      }
+      if (options_.crash_at_polls) PointLocked("after " + what);
+      return;
+    }
+    std::deque<Cqe>& cqes = cqes_[wc.qp_num];
+    auto it = std::find_if(cqes.begin(), cqes.end(), [&](const Cqe& c) {
+      return c.wr_id == wc.wr_id && c.opcode == static_cast<int>(wc.opcode);
+    });
+    std::vector<FlushNote> flushes;
+    if (it != cqes.end()) {
+      for (auto c = cqes.begin(); c != it + 1; ++c) {
+        for (FlushNote& f : c->flushes) flushes.push_back(f);
+      }
+      cqes.erase(cqes.begin(), it + 1);
+    }
+    bool folds = false;
+    for (const FlushNote& f : flushes) {
+      folds |= f.type == RPMA_FLUSH_TYPE_PERSISTENT;
+    }
+    // The moment before the program learns of the flush is a crash point
+    // of its own: the last one at which the flushed data may be lost.
+    if (folds && options_.crash_at_polls) PointLocked("before " + what);
+    for (const FlushNote& f : flushes) FoldLocked(wc.qp_num, f);
+    if (options_.crash_at_polls) PointLocked("after " + what);
+  }
+
+  void FoldLocked(uint32_t qp_num, const FlushNote& flush) {
+    if (flush.type != RPMA_FLUSH_TYPE_PERSISTENT) return;  // R2
+    if (!options_.platform_direct_write_to_pmem) return;
+    const int r = live_.RegionAt(flush.remote_addr);
+    if (r < 0) return;
+    const uint64_t lo = flush.remote_addr - live_.base(r);
+    const uint64_t hi = std::min<uint64_t>(
+        lo + std::max<uint64_t>(flush.len, 1), live_.size(r));
+    // Did the connection ever write into the range?
+    const uint64_t g = live_.unit(), pad = live_.pad(r);
+    bool wrote = false;
+    for (uint64_t u = (lo + pad) / g; u * g < hi + pad && !wrote; ++u) {
+      wrote = written_[qp_num].count({static_cast<size_t>(r), u}) != 0;
+    }
+    if (!wrote) {
+      FindingLocked("rpma_flush(PERSISTENT) of \"" + live_.name(r) + "\" [" +
+                    std::to_string(lo) + ", " + std::to_string(hi) +
+                    ") by qp " + QpName(qp_num) +
+                    " covers nothing that connection wrote");
+    }
+    auto fold = [&](size_t region, uint64_t from, uint64_t to) {
+      ModelOp op;
+      op.kind = ModelOp::Kind::kFold;
+      op.region = region;
+      op.lo = from;
+      op.hi = to;
+      op.qp_num = qp_num;
+      ApplyLocked(std::move(op));
+    };
+    if (options_.read_flushes_all) {
+      // librpma's READ flush on a DDIO-off platform: the READ response
+      // follows every earlier write of the QP (IB spec o9-20), so all of
+      // them are in the persistent domain.
+      for (size_t region = 0; region < live_.regions(); ++region) {
+        fold(region, 0, live_.size(region));
+      }
+    } else {
+      fold(static_cast<size_t>(r), lo, hi);
+    }
+  }
+
+  FakeNic& nic_;
+  int observer_ = -1;
+  const CrashCheckOptions options_;
+  std::mutex mu_;
+  ModelState live_;
+  std::vector<ModelOp> log_;
+  std::vector<Point> points_;
+  std::vector<std::string> promises_;
+  bool dirty_ = false;
+  std::vector<Finding> findings_;
+  int registered_ = 0;
+  std::map<uint32_t, std::deque<FlushNote>> noted_;
+  std::map<uint32_t, std::vector<FlushNote>> executed_;
+  std::map<uint32_t, std::deque<Cqe>> cqes_;
+  std::map<uint32_t, std::set<std::pair<size_t, uint64_t>>> written_;
+  bool message_landed_ = false;
+  uint32_t message_from_ = 0;
+  std::map<uint32_t, uint32_t> sender_;
+  std::map<uint32_t, std::deque<uint64_t>> unpersisted_;
+};
+
+// ------------------------------------------------------------ Checking --
+
+namespace {
+
+struct Decision {
+  size_t unit = 0;  // choice-unit index
+  size_t choice = 0;
+  size_t choices = 0;
+};
+
+struct Run {
+  std::string verdict;
+  std::vector<Decision> decisions;
+};
+
+// One crash point: the DFS over what recovery reads, then sampling.
+class PointChecker {
+ public:
+  PointChecker(const ImageRunner& runner, const RecoveryCheck& check,
+               const CrashCheckOptions& options)
+      : runner_(runner), check_(check), options_(options) {}
+
+  // Runs recovery with the unit choices `pick` gives (by choice-unit
+  // index); records which units it read and what each held.
+  Run RunWith(const std::function<size_t(size_t)>& pick) {
+    Run run;
+    std::unique_ptr<Image> image = runner_.Make([&](size_t i) {
+      const size_t c = pick(i);
+      run.decisions.push_back({i, c, runner_.choices(i)});
+      return static_cast<int>(c);
+    });
+    run.verdict = check_(*image);
+    ++images_;
+    return run;
+  }
+
+  uint64_t images() const { return images_; }
+
+  // Lazily exhaustive (Jaaru): depth-first over the decisions recovery
+  // makes, each new unit first at its durable content. Returns the first
+  // violating run, if any; `*complete` tells whether every distinguishable
+  // image was tried within the budget.
+  bool Explore(Run* violation, bool* complete) {
+    std::vector<Decision> prefix;
+    *complete = false;
+    while (images_ < options_.budget) {
+      size_t k = 0;
+      Run run = RunWith([&](size_t i) -> size_t {
+        const size_t at = k++;
+        return at < prefix.size() && prefix[at].unit == i ? prefix[at].choice
+                                                          : 0;
+      });
+      if (!run.verdict.empty()) {
+        *violation = std::move(run);
+        return true;
+      }
+      std::vector<Decision>& taken = run.decisions;
+      while (!taken.empty() &&
+             taken.back().choice + 1 >= taken.back().choices) {
+        taken.pop_back();
+      }
+      if (taken.empty()) {
+        *complete = true;
+        return false;
+      }
+      taken.back().choice++;
+      prefix = std::move(taken);
+    }
+    return false;
+  }
+
+  // Past the budget: images of every unit decided up front. All-new,
+  // every prefix of the write order (globally and per connection), one
+  // unit off all-new and off all-old, then seeded random ones.
+  bool Sample(uint64_t limit, Run* violation) {
+    const std::vector<ChoiceUnit>& units = runner_.units();
+    const size_t n = units.size();
+    std::vector<size_t> latest(n);
+    for (size_t i = 0; i < n; ++i) latest[i] = runner_.choices(i) - 1;
+    auto tryit = [&](const std::vector<size_t>& assignment) {
+      if (images_ >= limit) return false;
+      Run run = RunWith([&](size_t i) { return assignment[i]; });
+      if (run.verdict.empty()) return false;
+      *violation = std::move(run);
+      return true;
+    };
+    if (tryit(latest)) return true;
+    // Prefixes of the write order: every content whose last write came
+    // at or before the cut.
+    std::set<uint64_t> cuts;
+    std::set<uint32_t> qps;
+    for (size_t i = 0; i < n; ++i) {
+      const auto* versions = Versions(units[i]);
+      for (const UnitVersion& v : *versions) {
+        cuts.insert(v.event_seq);
+        qps.insert(v.qp_num);
+      }
+    }
+    auto prefix = [&](uint64_t cut, int qp) {
+      std::vector<size_t> a(n, 0);
+      for (size_t i = 0; i < n; ++i) {
+        const auto& contents = runner_.contents(i);
+        const auto* versions = Versions(units[i]);
+        for (size_t c = 1; c < contents.size(); ++c) {
+          const UnitVersion& v = (*versions)[contents[c].version];
+          if (v.event_seq <= cut &&
+              (qp < 0 || v.qp_num == static_cast<uint32_t>(qp))) {
+            a[i] = c;
+          }
+        }
+      }
+      return a;
+    };
+    for (uint64_t cut : cuts) {
+      if (tryit(prefix(cut, -1))) return true;
+    }
+    if (qps.size() > 1) {
+      for (uint32_t qp : qps) {
+        for (uint64_t cut : cuts) {
+          if (tryit(prefix(cut, static_cast<int>(qp)))) return true;
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t c = 0; c + 1 < runner_.choices(i); ++c) {
+        std::vector<size_t> a = latest;
+        a[i] = c;
+        if (tryit(a)) return true;
+      }
+      for (size_t c = 1; c < runner_.choices(i); ++c) {
+        std::vector<size_t> a(n, 0);
+        a[i] = c;
+        if (tryit(a)) return true;
+      }
+    }
+    uint64_t seed = options_.seed;
+    while (images_ < limit) {
+      std::vector<size_t> a(n);
+      for (size_t i = 0; i < n; ++i) {
+        a[i] = NextRandom(&seed) % runner_.choices(i);
+      }
+      if (tryit(a)) return true;
+    }
+    return false;
+  }
+
+  // Delta debugging, one unit at a time: puts each unit that did not hold
+  // its latest content back to it while the violation remains.
+  Run Shrink(const Run& failing) {
+    std::map<size_t, size_t> deviating;
+    for (const Decision& d : failing.decisions) {
+      if (d.choice + 1 != d.choices) deviating[d.unit] = d.choice;
+    }
+    auto run_with = [&](const std::map<size_t, size_t>& dev) {
+      return RunWith([&](size_t i) {
+        auto it = dev.find(i);
+        return it != dev.end() ? it->second : runner_.choices(i) - 1;
+      });
+    };
+    Run best = failing;
+    std::vector<size_t> order;
+    for (const auto& [unit, choice] : deviating) order.push_back(unit);
+    for (size_t unit : order) {
+      std::map<size_t, size_t> trial = deviating;
+      trial.erase(unit);
+      Run run = run_with(trial);
+      if (!run.verdict.empty()) {
+        deviating = std::move(trial);
+        best = std::move(run);
+      }
+    }
+    return best;
+  }
+
+  const std::vector<UnitVersion>* Versions(const ChoiceUnit& u) const {
+    return state_->Versions(u.region, u.unit);
+  }
+  const ModelState* state_ = nullptr;
+
+ private:
+  const ImageRunner& runner_;
+  const RecoveryCheck& check_;
+  const CrashCheckOptions& options_;
+  uint64_t images_ = 0;
+};
+
+std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
+                        const Run& run, int point_index) {
+  std::ostringstream out;
+  const size_t g = state.unit();
+  std::vector<const Decision*> lost;
+  for (const Decision& d : run.decisions) {
+    if (d.choice + 1 != d.choices) lost.push_back(&d);
+  }
+  out << "  " << lost.size() << " unit(s) did not hold their latest write ("
+      << run.decisions.size() << " read by recovery, " << runner.units().size()
+      << " pending):\n";
+  for (const Decision* d : lost) {
+    const ChoiceUnit& u = runner.units()[d->unit];
+    const auto& contents = runner.contents(d->unit);
+    const auto& versions = *state.Versions(u.region, u.unit);
+    const UnitVersion& last = versions.back();
+    const int64_t pad = static_cast<int64_t>(state.pad(u.region));
+    const int64_t from = std::max<int64_t>(0, int64_t(u.unit * g) - pad);
+    const int64_t to = std::min<int64_t>(int64_t(state.size(u.region)),
+                                         int64_t((u.unit + 1) * g) - pad);
+    out << "    \"" << state.name(u.region) << "\" bytes [" << from << ", "
+        << to << "): held ";
+    if (contents[d->choice].version < 0) {
+      out << "its durable bytes (" << Hex(contents[d->choice].bytes, g) << ")";
+    } else {
+      const UnitVersion& held = versions[contents[d->choice].version];
+      out << "an older write's (" << Hex(contents[d->choice].bytes, g) << ", "
+          << WrOpcodeName(held.opcode) << " by qp " << QpName(held.qp_num)
+          << ", NIC event #" << held.event_seq << ")";
+    }
+    out << "; the last write (" << WrOpcodeName(last.opcode) << " by qp "
+        << QpName(last.qp_num) << ", NIC event #" << last.event_seq << ") put "
+        << Hex(contents.back().bytes, g) << ". No PERSISTENT flush of qp "
+        << QpName(last.qp_num)
+        << " covering these bytes had been polled complete: flush them with "
+           "rpma_flush(..., RPMA_FLUSH_TYPE_PERSISTENT, ...) and wait for its "
+           "completion before this point.\n";
+  }
+  out << "  replay: CrashCheckOptions::only_point = " << point_index
+      << "; choices = {";
+  bool first = true;
+  for (const Decision& d : run.decisions) {
+    const ChoiceUnit& u = runner.units()[d.unit];
+    out << (first ? "" : ", ") << "{" << u.region << ", " << u.unit << ", "
+        << d.choice << "}";
+    first = false;
+  }
+  out << "}\n";
+  return out.str();
+}
+
+}  // namespace
+
+CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
+  std::vector<ModelOp> log;
+  std::vector<Point> points;
+  std::vector<std::string> promises;
+  CrashReport report;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    log = log_;
+    points = points_;
+    promises = promises_;
+    report.findings = findings_;
+    if (dirty_ || points.empty()) {
+      points.push_back({"at the end", log_.size(), promises_.size()});
+    }
+  }
+  ModelState state(options_.unit);
+  size_t applied = 0;
+  for (size_t p = 0; p < points.size(); ++p) {
+    for (; applied < points[p].log_size; ++applied) state.Apply(log[applied]);
+    if (options_.only_point >= 0 &&
+        static_cast<size_t>(options_.only_point) != p) {
+      continue;
+    }
+    std::vector<std::string> promised(promises.begin(),
+                                      promises.begin() + points[p].promises);
+    ImageRunner runner(state, promised, points[p].label);
+    PointChecker checker(runner, check, options_);
+    checker.state_ = &state;
+    CrashPointResult result;
+    result.label = points[p].label;
+    result.pending_units = runner.units().size();
+    result.combinations = runner.combinations();
+    Run violation;
+    bool found = false;
+    if (!options_.choices.empty()) {
+      std::map<std::pair<size_t, uint64_t>, size_t> wanted;
+      for (const UnitChoice& c : options_.choices) {
+        wanted[{c.region, c.unit}] = c.choice;
+      }
+      Run run = checker.RunWith([&](size_t i) -> size_t {
+        auto it =
+            wanted.find({runner.units()[i].region, runner.units()[i].unit});
+        return it != wanted.end() ? it->second : runner.choices(i) - 1;
+      });
+      if (!run.verdict.empty()) {
+        violation = std::move(run);
+        found = true;
+      }
+    }
+    bool complete = false;
+    if (!found) found = checker.Explore(&violation, &complete);
+    if (!found && !complete) {
+      found = checker.Sample(2 * options_.budget, &violation);
+    }
+    result.exhaustive = complete;
+    if (found) {
+      result.violations = 1;
+      Run shrunk = checker.Shrink(violation);
+      std::ostringstream out;
+      out << "crash point #" << p << " (" << points[p].label
+          << "): " << shrunk.verdict << "\n"
+          << DescribeRun(state, runner, shrunk, static_cast<int>(p));
+      if (!promised.empty()) {
+        out << "  promised before the crash:";
+        for (const std::string& s : promised) out << " \"" << s << "\"";
+        out << "\n";
+      }
+      report.violation = out.str();
+      report.violating_images = 1;
+    }
+    result.images = checker.images();
+    report.images += result.images;
+    report.points.push_back(std::move(result));
+    if (found) break;
+  }
+  return report;
+}
+
+std::string CrashReport::Text() const {
+  std::ostringstream out;
+  out << "crash check: " << points.size() << " crash point(s), " << images
+      << " image(s), " << (ok() ? "no violation" : "a violation") << "\n";
+  if (!ok()) out << violation;
+  if (!findings.empty()) {
+    out << "findings:\n";
+    for (const Finding& f : findings) out << "  " << f.text << "\n";
+  }
+  out << "crash points:\n";
+  for (size_t p = 0; p < points.size(); ++p) {
+    const CrashPointResult& r = points[p];
+    char combos[32];
+    std::snprintf(combos, sizeof(combos), "%.0f", r.combinations);
+    out << "  #" << p << " " << r.label << ": " << r.pending_units
+        << " pending unit(s), " << combos << " image(s) possible, " << r.images
+        << " run "
+        << (r.violations > 0 ? "(stopped at the violation)"
+            : r.exhaustive   ? "(all that recovery can tell apart)"
+                             : "(sampled: over the budget)")
+        << "\n";
+  }
+  return out.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const CrashReport& report) {
+  return out << report.Text();
+}
+
+// ------------------------------------------------------------- Facade --
+
+PersistenceRecorder::PersistenceRecorder(FakeNic& nic,
+                                         CrashCheckOptions options)
+    : impl_(std::make_unique<Impl>(nic, std::move(options))) {}
+PersistenceRecorder::~PersistenceRecorder() = default;
+
+int PersistenceRecorder::MarkPersistent(const void* addr, size_t len,
+                                        std::string name) {
+  return impl_->MarkPersistent(addr, len, std::move(name));
+}
+void PersistenceRecorder::ServerPersisted(const void* addr, size_t len) {
+  impl_->ServerPersisted(addr, len);
+}
+void PersistenceRecorder::Promise(std::string what) {
+  impl_->Promise(std::move(what));
+}
+void PersistenceRecorder::CrashPoint(std::string label) {
+  impl_->CrashPoint(std::move(label));
+}
+CrashReport PersistenceRecorder::Check(const RecoveryCheck& check) {
+  return impl_->Check(check);
+}
+
+}  // namespace crash
+}  // namespace rpma_harness
