@@ -176,6 +176,10 @@ class PersistenceRecorder::Impl {
 
   void ServerPersisted(const void* addr, size_t len) {
     std::lock_guard<std::mutex> lock(mu_);
+    PersistedLocked(addr, len);
+  }
+
+  void PersistedLocked(const void* addr, size_t len) {
     const uint64_t a = reinterpret_cast<uint64_t>(addr);
     for (size_t r = 0; r < live_.regions(); ++r) {
       const uint64_t lo = std::max(a, live_.base(r));
@@ -194,6 +198,10 @@ class PersistenceRecorder::Impl {
 
   void Promise(std::string what) {
     std::lock_guard<std::mutex> lock(mu_);
+    PromiseLocked(std::move(what));
+  }
+
+  void PromiseLocked(std::string what) {
     promises_.push_back(what);
     dirty_ = true;
     PointLocked("after promise \"" + what + "\"");
@@ -398,6 +406,12 @@ class PersistenceRecorder::Impl {
       }
       case PersistenceNote::Kind::kPolled:
         OnPolledLocked(note.wc);
+        return;
+      case PersistenceNote::Kind::kPersisted:
+        PersistedLocked(note.addr, note.len);
+        return;
+      case PersistenceNote::Kind::kPromise:
+        PromiseLocked(note.text);
         return;
     }
   }

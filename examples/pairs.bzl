@@ -54,4 +54,10 @@ EXAMPLE_PAIRS = [
         "server_args": ["3", "4"],
         "client_args": ["%i000", "4"],
     },
+    {
+        "dir": "13-crash-consistency",
+        "clients": 1,
+        "server_args": ["signal-after-flush"],
+        "client_args": ["signal-after-flush"],
+    },
 ]

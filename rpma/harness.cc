@@ -12,6 +12,7 @@
 #include "check/checking_backend.h"
 #include "rpma/default_backend.h"
 #include "rpma/internal.h"
+#include "rpma/rpma_harness_crash.h"
 
 namespace rpma_harness {
 namespace {
@@ -141,3 +142,22 @@ void Log(const char* format, ...) {
 
 }  // namespace internal
 }  // namespace rpma_harness
+
+extern "C" void rpma_harness_persisted(const void* addr, size_t len) {
+  if (!rpma_harness::internal::PersistenceListened()) return;
+  rpma_harness::PersistenceNote note;
+  note.kind = rpma_harness::PersistenceNote::Kind::kPersisted;
+  note.addr = addr;
+  note.len = len;
+  rpma_harness::internal::NotePersistence(note);
+}
+
+extern "C" void rpma_harness_promise(const char* what) {
+  if (!rpma_harness::internal::PersistenceListened() || what == nullptr) {
+    return;
+  }
+  rpma_harness::PersistenceNote note;
+  note.kind = rpma_harness::PersistenceNote::Kind::kPromise;
+  note.text = what;
+  rpma_harness::internal::NotePersistence(note);
+}

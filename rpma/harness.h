@@ -64,13 +64,15 @@ void SetLogSink(LogSink sink);
 // the facts about remote persistence that no verbs call carries. A flush is
 // an 8-byte RDMA READ on the wire (rpma/flush.cc), so only here is its range
 // and type known; a poll is when the program learns that a flush completed
-// (rpma_flush(3): "the flush is complete when its completion is obtained").
+// (rpma_flush(3) only initiates the flush; its completion says it is done).
 struct PersistenceNote {
   enum class Kind {
-    kMrReg,    // rpma_mr_reg succeeded: addr, len, usage
-    kMrDereg,  // rpma_mr_dereg of [addr, addr + len)
-    kFlush,    // rpma_flush about to post: qp_num, remote_addr, len, type
-    kPolled,   // rpma_cq_get_wc returned `wc`
+    kMrReg,      // rpma_mr_reg succeeded: addr, len, usage
+    kMrDereg,    // rpma_mr_dereg of [addr, addr + len)
+    kFlush,      // rpma_flush about to post: qp_num, remote_addr, len, type
+    kPolled,     // rpma_cq_get_wc returned `wc`
+    kPersisted,  // rpma_harness_persisted(addr, len) (rpma_harness_crash.h)
+    kPromise,    // rpma_harness_promise(text)
   };
   Kind kind = Kind::kPolled;
   uint32_t qp_num = 0;
@@ -81,6 +83,7 @@ struct PersistenceNote {
   int flush_type = 0;                 // kFlush: enum rpma_flush_type
   bool direct_write_to_pmem = false;  // kFlush: the connection's peer cfg
   ibv_wc wc{};                        // kPolled
+  std::string text;                   // kPromise
 };
 using PersistenceListener = std::function<void(const PersistenceNote& note)>;
 

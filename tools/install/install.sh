@@ -3,12 +3,13 @@
 # libraries (bazel build -c opt) and installs them for CMake and Make
 # projects (what `tools/harness install PREFIX` runs):
 #
-#   PREFIX/include/rpma-harness/   librpma.h, rpma_harness_version.h, rpma/, check/, nic/, faults/, mock/, verbs_backend/
+#   PREFIX/include/rpma-harness/   librpma.h, rpma_harness_crash.h, rpma_harness_version.h, rpma/, check/, nic/, faults/, mock/, crash/, verbs_backend/
 #   PREFIX/lib/librpma_harness.a           the librpma C API, FakeNic,
 #                                          FaultInjector, ScopedBackend,
 #                                          the rdma-core backend
 #   PREFIX/lib/librpma_harness_testing.a   gMock matchers (WR/WC and rpma),
-#                                          ConnectedPair, MockVerbsBackend
+#                                          ConnectedPair, MockVerbsBackend,
+#                                          the crash checker (crash/)
 #   PREFIX/lib/librpma_harness_gtest_main.a  main() + the flight recorder
 #   PREFIX/lib/librpma.so.0, librpma.so    the drop-in shared librpma, when
 #   PREFIX/lib/pkgconfig/librpma.pc        this tree has rpma/dropin (its
@@ -43,7 +44,7 @@ here="$PWD/tools/install"
 core=(//rpma:rpma //rpma:fake_backend //rpma:mr_descriptor //check:checking_backend //nic:fake_nic //nic:fabric_sequence //faults:fault_injection //faults:fault_file
       //verbs_backend:rdma_core_backend //verbs_backend:unavailable_backend)
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
-         //mock:mock_verbs_backend)
+         //mock:mock_verbs_backend //crash:crash_check //crash:persistence_model)
 gtest_main=(//mock:gtest_main //mock:flight_recorder)
 targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario
          //tools/multiprocess:multiprocess //:version_h)
@@ -91,14 +92,17 @@ merge() {
 
 inc="$prefix/include/rpma-harness"
 lib="$prefix/lib"
-mkdir -p "$inc/rpma" "$inc/mock" "$inc/nic" "$inc/faults" "$inc/check" "$inc/verbs_backend" "$lib/pkgconfig" \
+mkdir -p "$inc/rpma" "$inc/mock" "$inc/nic" "$inc/faults" "$inc/check" "$inc/crash" "$inc/verbs_backend" "$lib/pkgconfig" \
   "$lib/cmake/rpma_harness" "$prefix/bin"
 
 # Headers: <librpma.h> at the top (as -I ${includedir}/rpma-harness), the
 # C++ ones under the paths they include each other by.
 install -m 644 rpma/librpma.h "$inc/librpma.h"
 install -m 644 "$bin/rpma_harness_version.h" "$inc/rpma_harness_version.h"
-install -m 644 rpma/harness.h rpma/librpma_check.h "$inc/rpma/"
+install -m 644 rpma/harness.h rpma/librpma_check.h rpma/rpma_harness_crash.h "$inc/rpma/"
+# <rpma_harness_crash.h> as C programs include it (beside <librpma.h>).
+install -m 644 rpma/rpma_harness_crash.h "$inc/rpma_harness_crash.h"
+install -m 644 crash/crash_check.h crash/persistence_model.h "$inc/crash/"
 install -m 644 nic/fake_nic.h nic/fake_nic_lifecycle.h "$inc/nic/"
 install -m 644 faults/fault_injection.h "$inc/faults/"
 install -m 644 mock/matchers.h mock/rpma_matchers.h mock/connected_pair.h \

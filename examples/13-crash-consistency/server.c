@@ -1,0 +1,148 @@
+/*
+ * 13-crash-consistency/server.c: the server of a one-record log in
+ * persistent memory. It offers its "persistent" region (a file mapped
+ * MAP_SHARED, as in 04) for writes and for both flush types, declares
+ * direct write to PMem, and waits for the client's word that record 1 is
+ * durable: a 0-byte write with immediate data SEQUENCE. It then tells the
+ * world (stdout, and the crash checker's RPMA_HARNESS_PROMISE), hangs up,
+ * and recovers the log from the file to check it.
+ *
+ * Without a crash every variant passes; which ones lose the record in a
+ * crash is what crash_test.cc finds.
+ *
+ *   server ADDR PORT VARIANT
+ */
+#include <arpa/inet.h>
+#include <rpma_harness_crash.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "example_common.h"
+#include "log.h"
+
+static const char kWho[] = "log server";
+
+static void read_file(void *ctx, size_t offset, void *dst, size_t len) {
+  const struct example_pmem *pmem = ctx;
+  if (example_pmem_read_back(pmem, offset, dst, len)) memset(dst, 0, len);
+}
+
+int main(int argc, char *argv[]) {
+  rpma_log_set_threshold(RPMA_LOG_THRESHOLD, RPMA_LOG_LEVEL_INFO);
+  if (argc < 4 || log_variant_parse(argv[3]) < 0) {
+    fprintf(stderr, "usage: %s ADDR PORT VARIANT\n", argv[0]);
+    return 2;
+  }
+  const char *addr = argv[1], *port = argv[2];
+  const enum log_variant variant = (enum log_variant)log_variant_parse(argv[3]);
+  struct example_pmem pmem;
+  struct rpma_peer *peer = NULL;
+  struct rpma_peer_cfg *pcfg = NULL;
+  struct rpma_ep *ep = NULL;
+  struct rpma_mr_local *mr = NULL, *recv_mr = NULL;
+  struct rpma_conn_cfg *cfg = NULL;
+  struct rpma_conn *conn = NULL;
+  char *recv = example_malloc(8);
+  if (recv == NULL || example_pmem_map("crash-log", LOG_SIZE, &pmem)) return 1;
+
+  int ret =
+      example_check(example_peer_new(addr, RPMA_UTIL_IBV_CONTEXT_LOCAL, &peer),
+                    kWho, "rpma_peer_new");
+  if (ret) goto out_unmap;
+  if ((ret = example_check(rpma_mr_reg(peer, pmem.ptr, LOG_SIZE,
+                                       RPMA_MR_USAGE_WRITE_DST |
+                                           RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT |
+                                           RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY,
+                                       &mr),
+                           kWho, "rpma_mr_reg")))
+    goto out_peer;
+  if ((ret = example_check(
+           rpma_mr_reg(peer, recv, 8, RPMA_MR_USAGE_RECV, &recv_mr), kWho,
+           "rpma_mr_reg(recv)")))
+    goto out_mr;
+  if ((ret = example_check(rpma_peer_cfg_new(&pcfg), kWho,
+                           "rpma_peer_cfg_new")) ||
+      (ret = example_check(rpma_peer_cfg_set_direct_write_to_pmem(pcfg, true),
+                           kWho, "rpma_peer_cfg_set_direct_write_to_pmem")))
+    goto out_recv_mr;
+
+  /* Both descriptors in the private data, as in 04. */
+  unsigned char pd[EXAMPLE_PDATA_MAX];
+  size_t mr_size = 0, pcfg_size = 0;
+  if ((ret = example_check(rpma_mr_get_descriptor_size(mr, &mr_size), kWho,
+                           "rpma_mr_get_descriptor_size")) ||
+      (ret = example_check(rpma_peer_cfg_get_descriptor_size(pcfg, &pcfg_size),
+                           kWho, "rpma_peer_cfg_get_descriptor_size")))
+    goto out_pcfg;
+  if (2 + mr_size + pcfg_size > sizeof(pd)) {
+    fprintf(stderr, "%s: descriptors too big for private data\n", kWho);
+    ret = -1;
+    goto out_pcfg;
+  }
+  pd[0] = (unsigned char)mr_size;
+  pd[1] = (unsigned char)pcfg_size;
+  if ((ret = example_check(rpma_mr_get_descriptor(mr, pd + 2), kWho,
+                           "rpma_mr_get_descriptor")) ||
+      (ret = example_check(rpma_peer_cfg_get_descriptor(pcfg, pd + 2 + mr_size),
+                           kWho, "rpma_peer_cfg_get_descriptor")))
+    goto out_pcfg;
+
+  if ((ret = example_check(example_conn_cfg_new(0, &cfg), kWho,
+                           "rpma_conn_cfg_new")))
+    goto out_pcfg;
+  if ((ret = example_check(example_listen(kWho, peer, addr, port, &ep), kWho,
+                           "rpma_ep_listen")))
+    goto out_cfg;
+  struct rpma_conn_private_data pdata = {pd,
+                                         (uint8_t)(2 + mr_size + pcfg_size)};
+  if ((ret =
+           example_check(example_accept(ep, cfg, recv_mr, 0, 8, &pdata, &conn),
+                         kWho, "accepting")))
+    goto out_ep;
+
+  struct ibv_wc wc;
+  if ((ret = example_check(example_wait(conn, IBV_WC_RECV_RDMA_WITH_IMM, &wc),
+                           kWho, "waiting for the commit")))
+    goto out_disconnect;
+  if (!(wc.wc_flags & IBV_WC_WITH_IMM) || ntohl(wc.imm_data) != SEQUENCE) {
+    fprintf(stderr, "%s: expected immediate data %d\n", kWho, SEQUENCE);
+    ret = -1;
+    goto out_disconnect;
+  }
+  /* The client says record 1 is durable: the server tells the world. */
+  example_say(kWho, "commit %d is durable", SEQUENCE);
+  RPMA_HARNESS_PROMISE("commit 1");
+
+out_disconnect:
+  ret |= example_check(example_disconnect(&conn), kWho, "disconnecting");
+  if (!ret) {
+    /* No crash happened: whatever the variant, the log must be whole. */
+    char why[160];
+    if (log_recover(read_file, &pmem, variant, SEQUENCE, why, sizeof(why))) {
+      fprintf(stderr, "%s: recovery: %s\n", kWho, why);
+      ret = -1;
+    } else {
+      example_say(kWho, "%s recovers commit %d (%s)", pmem.path, SEQUENCE,
+                  log_variant_names[variant]);
+    }
+  }
+out_ep:
+  ret |= example_check(rpma_ep_shutdown(&ep), kWho, "rpma_ep_shutdown");
+out_cfg:
+  ret |=
+      example_check(rpma_conn_cfg_delete(&cfg), kWho, "rpma_conn_cfg_delete");
+out_pcfg:
+  ret |=
+      example_check(rpma_peer_cfg_delete(&pcfg), kWho, "rpma_peer_cfg_delete");
+out_recv_mr:
+  ret |= example_check(rpma_mr_dereg(&recv_mr), kWho, "rpma_mr_dereg(recv)");
+out_mr:
+  ret |= example_check(rpma_mr_dereg(&mr), kWho, "rpma_mr_dereg");
+out_peer:
+  ret |= example_check(rpma_peer_delete(&peer), kWho, "rpma_peer_delete");
+out_unmap:
+  example_pmem_unmap(&pmem);
+  free(recv);
+  return ret ? 1 : 0;
+}
