@@ -1,12 +1,15 @@
 #include "crash/crash_check.h"
 
+#include <dirent.h>
 #include <infiniband/verbs.h>
 #include <librpma.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -157,29 +160,38 @@ constexpr size_t kMaxFindings = 20;
 
 class PersistenceRecorder::Impl {
  public:
-  Impl(FakeNic& nic, CrashCheckOptions options)
+  Impl(FakeNic* nic, CrashCheckOptions options)
       : nic_(nic), options_(std::move(options)), live_(options_.unit) {
-    observer_ = nic_.AddObserver(
-        [this](const FakeNicEvent& event) { OnNicEvent(event); });
+    if (nic_ == nullptr) return;  // fed from journals (FeedJournalLine)
+    observer_ = nic_->AddObserver(
+        [this](const FakeNicEvent& event) { OnNicEvent(event, nullptr); });
     SetPersistenceListener(
         [this](const PersistenceNote& note) { OnNote(note); });
   }
   ~Impl() {
+    if (nic_ == nullptr) return;
     SetPersistenceListener(nullptr);
-    nic_.RemoveObserver(observer_);
+    nic_->RemoveObserver(observer_);
   }
+
+  // One journal line (rpma/crash_journal.h) without its time stamp; false
+  // if it does not parse.
+  bool FeedJournalLine(const std::string& line);
 
   int MarkPersistent(const void* addr, size_t len, std::string name) {
     std::lock_guard<std::mutex> lock(mu_);
-    return MarkLocked(addr, len, std::move(name));
+    return MarkLocked(addr, len, std::move(name),
+                      static_cast<const uint8_t*>(addr));
   }
 
   void ServerPersisted(const void* addr, size_t len) {
     std::lock_guard<std::mutex> lock(mu_);
-    PersistedLocked(addr, len);
+    PersistedLocked(addr, len, static_cast<const uint8_t*>(addr));
   }
 
-  void PersistedLocked(const void* addr, size_t len) {
+  // `bytes`: the content of [addr, addr + len) now (in this process, the
+  // memory itself; from a journal, what it recorded).
+  void PersistedLocked(const void* addr, size_t len, const uint8_t* bytes) {
     const uint64_t a = reinterpret_cast<uint64_t>(addr);
     for (size_t r = 0; r < live_.regions(); ++r) {
       const uint64_t lo = std::max(a, live_.base(r));
@@ -190,8 +202,7 @@ class PersistenceRecorder::Impl {
       op.region = r;
       op.lo = lo - live_.base(r);
       op.hi = hi - live_.base(r);
-      op.bytes.assign(reinterpret_cast<const uint8_t*>(lo),
-                      reinterpret_cast<const uint8_t*>(hi));
+      op.bytes.assign(bytes + (lo - a), bytes + (hi - a));
       ApplyLocked(std::move(op));
     }
   }
@@ -232,7 +243,8 @@ class PersistenceRecorder::Impl {
     size_t promises = 0;
   };
 
-  int MarkLocked(const void* addr, size_t len, std::string name) {
+  int MarkLocked(const void* addr, size_t len, std::string name,
+                 const uint8_t* bytes) {
     const uint64_t a = reinterpret_cast<uint64_t>(addr);
     for (size_t r = 0; r < live_.regions(); ++r) {
       if (a < live_.base(r) + live_.size(r) && live_.base(r) < a + len) {
@@ -249,8 +261,7 @@ class PersistenceRecorder::Impl {
     op.kind = ModelOp::Kind::kRegion;
     op.name = std::move(name);
     op.base = a;
-    op.bytes.assign(static_cast<const uint8_t*>(addr),
-                    static_cast<const uint8_t*>(addr) + len);
+    op.bytes.assign(bytes, bytes + len);
     ApplyLocked(std::move(op));
     return static_cast<int>(live_.regions() - 1);
   }
@@ -276,7 +287,8 @@ class PersistenceRecorder::Impl {
 
   // A write landed (the NIC's kExecute, right after its bytes moved): one
   // version per unit it touched, the unit's bytes as they are now.
-  void RecordWriteLocked(const FakeNicEvent& event) {
+  // `landed`: the bytes of [remote_addr, remote_addr + byte_len) now.
+  void RecordWriteLocked(const FakeNicEvent& event, const uint8_t* landed) {
     const int r = live_.RegionAt(event.remote_addr);
     if (r < 0 || event.byte_len == 0) return;
     const uint64_t g = live_.unit();
@@ -292,7 +304,7 @@ class PersistenceRecorder::Impl {
       uint64_t mask = 0;
       for (uint64_t b = std::max(lo, u * g); b < std::min(hi, (u + 1) * g);
            ++b) {
-        const uint8_t now = *reinterpret_cast<const uint8_t*>(base + b - pad);
+        const uint8_t now = landed[base + b - pad - event.remote_addr];
         const size_t i = b - u * g;
         // A failed write may have landed in part or not at all: only the
         // bytes that changed are known to be its.
@@ -329,13 +341,37 @@ class PersistenceRecorder::Impl {
     return count;
   }
 
-  void OnNicEvent(const FakeNicEvent& event) {
+  // `landed`: a journal's bytes of a kLanded event (nullptr: read them
+  // from this process's memory).
+  void OnNicEvent(const FakeNicEvent& event, const uint8_t* landed) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (event.kind == FakeNicEvent::Kind::kExecute) {
-      if (WritesRemote(event.opcode)) RecordWriteLocked(event);
-      if (event.status == IBV_WC_SUCCESS && IsMessage(event.opcode)) {
+    if (event.kind == FakeNicEvent::Kind::kLanded) {
+      // A write from another process landed here (journals only: the
+      // in-process NIC reports its writes as kExecute).
+      if (WritesRemote(event.opcode)) {
+        RecordWriteLocked(
+            event, landed != nullptr
+                       ? landed
+                       : reinterpret_cast<const uint8_t*>(event.remote_addr));
+      }
+      if (IsMessage(event.opcode)) {
         message_from_ = event.qp_num;
         message_landed_ = true;
+      }
+      return;
+    }
+    if (event.kind == FakeNicEvent::Kind::kExecute) {
+      // In a journal the requester's kExecute is in another process than
+      // the memory: its kLanded there has the bytes.
+      if (nic_ != nullptr) {
+        if (WritesRemote(event.opcode)) {
+          RecordWriteLocked(
+              event, reinterpret_cast<const uint8_t*>(event.remote_addr));
+        }
+        if (event.status == IBV_WC_SUCCESS && IsMessage(event.opcode)) {
+          message_from_ = event.qp_num;
+          message_landed_ = true;
+        }
       }
       if (event.opcode == IBV_WR_RDMA_READ && event.status == IBV_WC_SUCCESS) {
         // A flush's READ has executed: the flush is done at the responder
@@ -377,7 +413,8 @@ class PersistenceRecorder::Impl {
     switch (note.kind) {
       case PersistenceNote::Kind::kMrReg:
         if (note.usage & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT) {
-          MarkLocked(note.addr, note.len, "mr" + std::to_string(++registered_));
+          MarkLocked(note.addr, note.len, "mr" + std::to_string(++registered_),
+                     static_cast<const uint8_t*>(note.addr));
         }
         return;
       case PersistenceNote::Kind::kMrDereg:
@@ -408,7 +445,8 @@ class PersistenceRecorder::Impl {
         OnPolledLocked(note.wc);
         return;
       case PersistenceNote::Kind::kPersisted:
-        PersistedLocked(note.addr, note.len);
+        PersistedLocked(note.addr, note.len,
+                        static_cast<const uint8_t*>(note.addr));
         return;
       case PersistenceNote::Kind::kPromise:
         PromiseLocked(note.text);
@@ -506,8 +544,9 @@ class PersistenceRecorder::Impl {
     }
   }
 
-  FakeNic& nic_;
+  FakeNic* nic_;  // null: fed from journals
   int observer_ = -1;
+  uint64_t journal_lines_ = 0;
   const CrashCheckOptions options_;
   std::mutex mu_;
   ModelState live_;
@@ -526,6 +565,106 @@ class PersistenceRecorder::Impl {
   std::map<uint32_t, uint32_t> sender_;
   std::map<uint32_t, std::deque<uint64_t>> unpersisted_;
 };
+
+namespace {
+
+bool ParseHex(const std::string& hex, std::vector<uint8_t>* out) {
+  if (hex.size() % 2 != 0) return false;
+  out->resize(hex.size() / 2);
+  for (size_t i = 0; i < out->size(); ++i) {
+    auto digit = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool PersistenceRecorder::Impl::FeedJournalLine(const std::string& line) {
+  ++journal_lines_;
+  std::istringstream in(line);
+  std::string source, kind;
+  if (!(in >> source >> kind)) return false;
+  if (source == "nic") {
+    FakeNicEvent e;
+    std::vector<uint8_t> bytes;
+    if (kind == "exec") {
+      e.kind = FakeNicEvent::Kind::kExecute;
+      if (!(in >> e.qp_num >> e.opcode >> e.status >> e.remote_addr >>
+            e.byte_len)) {
+        return false;
+      }
+    } else if (kind == "cqe") {
+      e.kind = FakeNicEvent::Kind::kCompletion;
+      if (!(in >> e.qp_num >> e.wr_id >> e.opcode >> e.status)) return false;
+    } else if (kind == "landed") {
+      e.kind = FakeNicEvent::Kind::kLanded;
+      std::string hex;
+      if (!(in >> e.qp_num >> e.opcode >> e.remote_addr >> e.byte_len)) {
+        return false;
+      }
+      in >> hex;
+      if (!ParseHex(hex, &bytes) || bytes.size() != e.byte_len) return false;
+    } else {
+      return false;
+    }
+    e.seq = journal_lines_;  // events are named by their merged line
+    OnNicEvent(e, bytes.data());
+    return true;
+  }
+  if (source != "note") return false;
+  PersistenceNote n;
+  if (kind == "reg" || kind == "persisted") {
+    uint64_t addr = 0, len = 0;
+    int usage = 0;
+    std::string hex;
+    if (!(in >> addr >> len)) return false;
+    if (kind == "reg" && !(in >> usage)) return false;
+    in >> hex;
+    std::vector<uint8_t> bytes;
+    if (kind == "reg" && !(usage & RPMA_MR_USAGE_FLUSH_TYPE_PERSISTENT)) {
+      return true;  // not persistent memory: no content recorded
+    }
+    if (!ParseHex(hex, &bytes) || bytes.size() != len) return false;
+    const void* at = reinterpret_cast<const void*>(addr);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kind == "reg") {
+      MarkLocked(at, len, "mr" + std::to_string(++registered_), bytes.data());
+    } else {
+      PersistedLocked(at, len, bytes.data());
+    }
+    return true;
+  }
+  if (kind == "flush") {
+    int declared = 0;
+    n.kind = PersistenceNote::Kind::kFlush;
+    if (!(in >> n.qp_num >> n.remote_addr >> n.len >> n.flush_type >>
+          declared)) {
+      return false;
+    }
+    n.direct_write_to_pmem = declared != 0;
+  } else if (kind == "polled") {
+    int opcode = 0, status = 0;
+    n.kind = PersistenceNote::Kind::kPolled;
+    if (!(in >> n.wc.qp_num >> n.wc.wr_id >> opcode >> status)) return false;
+    n.wc.opcode = static_cast<ibv_wc_opcode>(opcode);
+    n.wc.status = static_cast<ibv_wc_status>(status);
+  } else if (kind == "promise") {
+    n.kind = PersistenceNote::Kind::kPromise;
+    std::getline(in, n.text);
+    if (!n.text.empty() && n.text[0] == ' ') n.text.erase(0, 1);
+  } else {
+    return false;
+  }
+  OnNote(n);
+  return true;
+}
 
 // ------------------------------------------------------------ Checking --
 
@@ -741,10 +880,10 @@ std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
       const UnitVersion& held = versions[contents[d->choice].version];
       out << "an older write's (" << Hex(contents[d->choice].bytes, g) << ", "
           << WrOpcodeName(held.opcode) << " by qp " << QpName(held.qp_num)
-          << ", NIC event #" << held.event_seq << ")";
+          << ", event #" << held.event_seq << ")";
     }
     out << "; the last write (" << WrOpcodeName(last.opcode) << " by qp "
-        << QpName(last.qp_num) << ", NIC event #" << last.event_seq << ") put "
+        << QpName(last.qp_num) << ", event #" << last.event_seq << ") put "
         << Hex(contents.back().bytes, g) << ". No PERSISTENT flush of qp "
         << QpName(last.qp_num)
         << " covering these bytes had been polled complete: flush them with "
@@ -752,7 +891,7 @@ std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
            "completion before this point.\n";
   }
   out << "  replay: CrashCheckOptions::only_point = " << point_index
-      << "; choices = {";
+      << " (crash_check --point " << point_index << "); choices = {";
   bool first = true;
   for (const Decision& d : run.decisions) {
     const ChoiceUnit& u = runner.units()[d.unit];
@@ -877,7 +1016,71 @@ std::ostream& operator<<(std::ostream& out, const CrashReport& report) {
 
 PersistenceRecorder::PersistenceRecorder(FakeNic& nic,
                                          CrashCheckOptions options)
-    : impl_(std::make_unique<Impl>(nic, std::move(options))) {}
+    : impl_(std::make_unique<Impl>(&nic, std::move(options))) {}
+
+PersistenceRecorder::PersistenceRecorder(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+std::unique_ptr<PersistenceRecorder> PersistenceRecorder::FromJournal(
+    const std::string& dir, CrashCheckOptions options, std::string* error) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    *error = dir + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::vector<std::string> files;
+  while (dirent* entry = readdir(d)) {
+    if (std::strncmp(entry->d_name, "journal.", 8) == 0) {
+      files.push_back(dir + "/" + entry->d_name);
+    }
+  }
+  closedir(d);
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    *error = dir +
+             ": no journal.* files (was RPMA_HARNESS_CRASH_RECORD=" + dir +
+             " set for the processes?)";
+    return nullptr;
+  }
+  // Every line of every process, in the order of their time stamps
+  // (CLOCK_MONOTONIC: one clock for the whole host); ties keep file order.
+  struct Line {
+    uint64_t time;
+    size_t file, number;
+    std::string text;
+  };
+  std::vector<Line> lines;
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::ifstream in(files[f]);
+    std::string text;
+    size_t number = 0;
+    while (std::getline(in, text)) {
+      ++number;
+      const size_t space = text.find(' ');
+      char* end = nullptr;
+      const uint64_t time = std::strtoull(text.c_str(), &end, 10);
+      if (space == std::string::npos || end != text.c_str() + space) {
+        *error =
+            files[f] + ":" + std::to_string(number) + ": not a journal line";
+        return nullptr;
+      }
+      lines.push_back({time, f, number, text.substr(space + 1)});
+    }
+  }
+  std::stable_sort(
+      lines.begin(), lines.end(),
+      [](const Line& a, const Line& b) { return a.time < b.time; });
+  auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  for (const Line& line : lines) {
+    if (!impl->FeedJournalLine(line.text)) {
+      *error = files[line.file] + ":" + std::to_string(line.number) +
+               ": cannot read \"" + line.text.substr(0, 60) + "\"";
+      return nullptr;
+    }
+  }
+  return std::unique_ptr<PersistenceRecorder>(
+      new PersistenceRecorder(std::move(impl)));
+}
 PersistenceRecorder::~PersistenceRecorder() = default;
 
 int PersistenceRecorder::MarkPersistent(const void* addr, size_t len,

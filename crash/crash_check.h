@@ -164,6 +164,14 @@ class PersistenceRecorder {
   explicit PersistenceRecorder(FakeNic& nic, CrashCheckOptions options = {});
   ~PersistenceRecorder();
   PersistenceRecorder(const PersistenceRecorder&) = delete;
+
+  // A run of separate processes, recorded by each of them in `dir` with
+  // RPMA_HARNESS_CRASH_RECORD=dir (rpma/crash_journal.h): the journals
+  // merged in time order, ready for Check(). Only the persistent memory's
+  // images are known then, not the memory: recovery reads the Image. On
+  // failure returns null and says why in *error.
+  static std::unique_ptr<PersistenceRecorder> FromJournal(
+      const std::string& dir, CrashCheckOptions options, std::string* error);
   PersistenceRecorder& operator=(const PersistenceRecorder&) = delete;
 
   // [addr, addr + len) is persistent memory of the server, named `name` in
@@ -199,6 +207,7 @@ class PersistenceRecorder {
 
  private:
   class Impl;
+  explicit PersistenceRecorder(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

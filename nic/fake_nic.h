@@ -325,6 +325,11 @@ struct FakeNicConfig {
   // offset, the responder's ACK / NAK). Off by default: traces and their
   // sequence numbers stay as they were without it.
   bool trace_packets = false;
+  // Adds a kLanded record when a write from a requester in another process
+  // has landed in this process's memory (the responder's half,
+  // fake_nic_remote.cc), for the crash checker's journal
+  // (rpma/crash_journal.h). Off by default, for the same reason.
+  bool record_landings = false;
   // Joins the cross-process fabric rooted at this directory (created, mode
   // 0700): Connect reaches listeners of other processes on it, and their
   // connections carry the data path (fake_nic_fabric.h;
@@ -405,6 +410,9 @@ struct FakeNicEvent {
                   // only with FakeNicConfig::trace_packets. Also one per
                   // piece landed with a FakeNicConfig::landing other than
                   // kAtOnce ("landed (pieces) piece 2/5 offset 130")
+    kLanded,      // a remote requester's write landed here (qp_num: the
+                  // requester's QP; remote_addr, byte_len: where); only
+                  // with FakeNicConfig::record_landings
   };
   uint64_t seq = 0;
   Kind kind = Kind::kPostSend;

@@ -26,6 +26,12 @@ bool FakeNicConfigFromEnvironment(FakeNicConfig* config, std::string* error) {
   if (const char* trace = std::getenv("RPMA_HARNESS_TRACE")) {
     config->trace_path = trace;
   }
+  // env RPMA_HARNESS_CRASH_RECORD=DIR: the process journals what the crash
+  //   checker needs (rpma/crash_journal.h); its NIC then also records
+  //   kLanded events.
+  if (const char* dir = std::getenv("RPMA_HARNESS_CRASH_RECORD")) {
+    config->record_landings = *dir != '\0';
+  }
   // env RPMA_HARNESS_PROCESS_NAME=LABEL: the label of this process's trace
   //   records and its name to the Sequencer (default PROGRAM.PID; the
   //   launcher sets server, client0, client1, ...).

@@ -293,6 +293,8 @@ const char* ToString(FakeNicEvent::Kind kind) {
       return "fault";
     case FakeNicEvent::Kind::kPacket:
       return "packet";
+    case FakeNicEvent::Kind::kLanded:
+      return "landed";
   }
   return "unknown";
 }
@@ -305,6 +307,7 @@ std::string ToString(const FakeNicEvent& event) {
     case FakeNicEvent::Kind::kExecute:
     case FakeNicEvent::Kind::kRnrNak:
     case FakeNicEvent::Kind::kPostFailed:
+    case FakeNicEvent::Kind::kLanded:
       opcode = WrOpcodeName(event.opcode);
       break;
     case FakeNicEvent::Kind::kCompletion:

@@ -782,6 +782,17 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
                     "responder");
           return;
         }
+        if (packet.ends_message && config_.record_landings) {
+          // Before the receive completes: the bytes were there first.
+          FakeNicEvent landed;
+          landed.kind = FakeNicEvent::Kind::kLanded;
+          landed.qp_num = responder->dest_qp_num;  // the requester
+          landed.wr_id = r.wr_id;
+          landed.opcode = opcode;
+          landed.byte_len = length;
+          landed.remote_addr = r.remote_addr;
+          Record(std::move(landed));
+        }
         if (packet.ends_message && took_receive) {
           CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
                           IBV_WC_RECV_RDMA_WITH_IMM,

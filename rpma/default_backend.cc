@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "rpma/crash_journal.h"
 #include "rpma/fake_backend.h"
 #include "verbs_backend/rdma_core_backend.h"
 #include "verbs_backend/unavailable_backend.h"
@@ -20,7 +21,11 @@ std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
     return WrapWithFaultsOrFail(std::make_shared<RdmaCoreBackend>());
   }
   if (value == nullptr || std::strcmp(value, "fake") == 0) {
-    return MakeFakeBackendFromEnvironment();
+    std::shared_ptr<FakeNic> nic;
+    std::shared_ptr<VerbsBackend> backend =
+        MakeFakeBackendFromEnvironment(&nic);
+    internal::StartCrashJournalFromEnvironment(nic);
+    return backend;
   }
   return std::make_shared<UnavailableBackend>(
       std::string("RPMA_HARNESS_BACKEND='") + value +

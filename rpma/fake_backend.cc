@@ -47,7 +47,8 @@ void FlushAtExit() {
 
 }  // namespace
 
-std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment() {
+std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment(
+    std::shared_ptr<FakeNic>* nic_out) {
   // A program written like a real librpma client or server blocks in
   // rpma_cq_wait / rpma_conn_next_event (a verbs program in
   // ibv_get_cq_event), so the NIC makes progress on its own thread.
@@ -58,6 +59,7 @@ std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment() {
   }
   auto nic = std::make_shared<FakeNic>(std::move(config));
   nic->StartBackgroundProgress();
+  if (nic_out != nullptr) *nic_out = nic;
   if (!nic->config().fabric_dir.empty()) {
     static const bool registered = atexit(FlushAtExit) == 0;
     (void)registered;

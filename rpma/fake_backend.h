@@ -18,10 +18,14 @@
 
 namespace rpma_harness {
 
+class FakeNic;
+
 // The default fake NIC. A variable that cannot be used never means "run on
 // something else": the result is then an UnavailableBackend whose first
 // call prints why.
-std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment();
+// `nic`, when given, gets the FakeNic itself (null if none was made).
+std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment(
+    std::shared_ptr<FakeNic>* nic = nullptr);
 
 // `backend` wrapped in RPMA_HARNESS_FAULTS's rules (itself when unset), or
 // an UnavailableBackend that says why the file cannot be used.

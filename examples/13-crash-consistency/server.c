@@ -11,6 +11,7 @@
  * crash is what crash_test.cc finds.
  *
  *   server ADDR PORT VARIANT
+ *   server --recover IMAGE_FILE VARIANT   (after a crash; crash_check runs it)
  */
 #include <arpa/inet.h>
 /* The crash checker's hooks where the harness is installed; built against
@@ -34,10 +35,48 @@ static void read_file(void *ctx, size_t offset, void *dst, size_t len) {
   if (example_pmem_read_back(pmem, offset, dst, len)) memset(dst, 0, len);
 }
 
+static void read_image(void *ctx, size_t offset, void *dst, size_t len) {
+  FILE *f = ctx;
+  memset(dst, 0, len);
+  if (fseek(f, (long)offset, SEEK_SET) == 0 && fread(dst, 1, len, f) != len)
+    memset(dst, 0, len);
+}
+
+/*
+ * --recover FILE: the restart after a crash. FILE holds what survived of the
+ * persistent region; RPMA_HARNESS_CRASH_PROMISES lists, one a line, what the
+ * server had told the world before the crash (the crash checker sets it).
+ */
+static int recover(const char *path, enum log_variant variant) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    perror(path);
+    return 2;
+  }
+  const char *promises = getenv("RPMA_HARNESS_CRASH_PROMISES");
+  const uint64_t promised =
+      promises != NULL && strstr(promises, "commit 1") != NULL ? SEQUENCE : 0;
+  char why[160];
+  const int bad =
+      log_recover(read_image, f, variant, promised, why, sizeof(why));
+  fclose(f);
+  if (bad) {
+    fprintf(stderr, "%s: recovery: %s\n", kWho, why);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char *argv[]) {
   rpma_log_set_threshold(RPMA_LOG_THRESHOLD, RPMA_LOG_LEVEL_INFO);
+  if (argc == 4 && strcmp(argv[1], "--recover") == 0 &&
+      log_variant_parse(argv[3]) >= 0)
+    return recover(argv[2], (enum log_variant)log_variant_parse(argv[3]));
   if (argc < 4 || log_variant_parse(argv[3]) < 0) {
-    fprintf(stderr, "usage: %s ADDR PORT VARIANT\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s ADDR PORT VARIANT\n"
+            "       %s --recover IMAGE_FILE VARIANT\n",
+            argv[0], argv[0]);
     return 2;
   }
   const char *addr = argv[1], *port = argv[2];

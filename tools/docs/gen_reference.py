@@ -30,7 +30,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = "docs/reference.md"
-SOURCE_DIRS = ["check", "faults", "mock", "nic", "rpma", "tests", "tools", "verbs_backend", "examples"]
+SOURCE_DIRS = ["check", "crash", "faults", "mock", "nic", "rpma", "tests", "tools", "verbs_backend", "examples"]
 
 
 class SourceError(Exception):
@@ -350,6 +350,9 @@ def generate():
          "`PREFIX/bin/rpma-harness-scenario` in an install tree", usage_string("tools/scenario/scenario_main.cc", "kUsage")),
         ("multiprocess", "the launcher: `bazel run //tools/multiprocess:multiprocess --`, `tools/harness pair`",
          header_comment("tools/multiprocess/launcher_main.cc", "//")),
+        ("crash_check", "crash consistency of a journalled run: `bazel run //tools/crash_check --`, "
+         "`tools/harness crash-check`, `PREFIX/bin/rpma-harness-crash-check`",
+         header_comment("tools/crash_check/crash_check_main.cc", "//")),
         ("tools/softroce_vm/run.sh", "test binaries and pairs on rxe in a VM", header_comment("tools/softroce_vm/run.sh")),
         ("tools/fuzz/run.sh", "the fuzzers", header_comment("tools/fuzz/run.sh")),
         ("tools/bench/run.sh", "the benchmarks", header_comment("tools/bench/run.sh")),

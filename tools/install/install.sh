@@ -23,6 +23,8 @@
 #   PREFIX/bin/rpma-harness-scenario       the scenario runner
 #   PREFIX/bin/rpma-harness-launcher       server and clients as processes on
 #                                          one fake fabric (tools/multiprocess)
+#   PREFIX/bin/rpma-harness-crash-check    crash consistency of a journalled
+#                                          run (tools/crash_check)
 #
 # Run from anywhere; PREFIX is made if missing. Files are copied, not linked
 # to Bazel's output tree, so the install outlives `bazel clean`.
@@ -47,7 +49,7 @@ testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend //crash:crash_check //crash:persistence_model)
 gtest_main=(//mock:gtest_main //mock:flight_recorder)
 targets=("${core[@]}" "${testing[@]}" "${gtest_main[@]}" //tools:scenario
-         //tools/multiprocess:multiprocess //:version_h)
+         //tools/multiprocess:multiprocess //tools/crash_check //:version_h)
 dropin=()
 if [ -f rpma/dropin/BUILD ]; then
   dropin=(//rpma/dropin:prefix)
@@ -116,6 +118,7 @@ merge "$lib/librpma_harness_testing.a" "${testing[@]}"
 merge "$lib/librpma_harness_gtest_main.a" "${gtest_main[@]}"
 install -m 755 "$bin/tools/scenario" "$prefix/bin/rpma-harness-scenario"
 install -m 755 "$bin/tools/multiprocess/multiprocess" "$prefix/bin/rpma-harness-launcher"
+install -m 755 "$bin/tools/crash_check/crash_check" "$prefix/bin/rpma-harness-crash-check"
 
 # The drop-in: its own install-shaped tree (a relocatable librpma.pc).
 with_dropin=0

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# two_process_crash_test: the crash checker on 13-crash-consistency's log as
+# two processes. For each of the client's ten variants the launcher runs the
+# server and the client as separate processes on one fake fabric, each
+# journalling its run (RPMA_HARNESS_CRASH_RECORD); crash_check then merges
+# the journals, writes every legal image of the server's persistent memory
+# to a file and restarts the server on it (server --recover IMAGE VARIANT).
+# The five bugs must be caught (exit 1, one unit shrunk out); their fixes
+# must pass every image (exit 0).
+#
+# Arguments: LAUNCHER SERVER CLIENT CRASH_CHECK
+set -uo pipefail
+source tools/testing/sh_cases.sh
+sh_cases_suite TwoProcessCrash
+
+launcher=$1 server=$2 client=$3 crash_check=$4
+port=7450
+
+one() {
+  local variant=$1 want=$2 dir out code
+  dir=$(mktemp -d "${TEST_TMPDIR:-/tmp}/crash.XXXXXX")
+  port=$((port + 1))
+  if ! out=$("$launcher" --env "RPMA_HARNESS_CRASH_RECORD=$dir" \
+    "$server" 192.168.0.1 "$port" "$variant" -- \
+    "$client" 192.168.0.1 "$port" "$variant" 2>&1); then
+    echo "the run failed:"
+    echo "$out"
+    return 1
+  fi
+  out=$("$crash_check" --journal "$dir" -- "$server" --recover '{image}' \
+    "$variant" 2>&1)
+  code=$?
+  echo "$out"
+  if [ "$code" -ne "$want" ]; then
+    echo "crash_check exited $code, wanted $want"
+    return 1
+  fi
+  if [ "$want" -eq 1 ] && ! grep -q "1 unit(s) did not hold" <<<"$out"; then
+    echo "the violation was not shrunk to one unit"
+    return 1
+  fi
+  return 0
+}
+
+for v in signal-before-flush commit-with-data wrong-range visibility \
+  torn-record; do
+  check "${v}_is_caught" one "$v" 1
+done
+for v in signal-after-flush commit-after-data right-range persistent \
+  atomic-record; do
+  check "${v}_passes_every_image" one "$v" 0
+done
+finish
