@@ -5,6 +5,7 @@
 #include <librpma.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -41,6 +42,7 @@ class ImageRunner {
     for (size_t i = 0; i < units_.size(); ++i) {
       index_[{units_[i].region, units_[i].unit}] = i;
       contents_.push_back(state.Contents(units_[i].region, units_[i].unit));
+      latest_.push_back(state.LatestContent(units_[i].region, units_[i].unit));
     }
   }
 
@@ -49,6 +51,8 @@ class ImageRunner {
   const std::vector<ModelState::Content>& contents(size_t i) const {
     return contents_[i];
   }
+  // The content of unit i's last write (ModelState::LatestContent).
+  size_t latest(size_t i) const { return latest_[i]; }
   double combinations() const {
     double product = 1;
     for (const auto& c : contents_) product *= static_cast<double>(c.size());
@@ -96,6 +100,7 @@ class ImageRunner {
   std::vector<ChoiceUnit> units_;
   std::map<std::pair<size_t, uint64_t>, size_t> index_;
   std::vector<std::vector<ModelState::Content>> contents_;
+  std::vector<size_t> latest_;
 };
 
 void Image::Read(size_t region, uint64_t offset, void* dst, size_t len) {
@@ -161,15 +166,26 @@ constexpr size_t kMaxFindings = 20;
 class PersistenceRecorder::Impl {
  public:
   Impl(FakeNic* nic, CrashCheckOptions options)
-      : nic_(nic), options_(std::move(options)), live_(options_.unit) {
+      : nic_(nic),
+        options_(ValidUnit(std::move(options), &error_)),
+        live_(options_.unit) {
     if (nic_ == nullptr) return;  // fed from journals (FeedJournalLine)
+    if (!nic_->config().fabric_dir.empty()) {
+      // Its writes' remote addresses are other processes' memory.
+      error_ =
+          "PersistenceRecorder watches one process's NIC, and this NIC is on "
+          "a cross-process fabric (RPMA_HARNESS_FABRIC): record the "
+          "processes with RPMA_HARNESS_CRASH_RECORD and check the journals "
+          "(crash_check)";
+      return;
+    }
     observer_ = nic_->AddObserver(
         [this](const FakeNicEvent& event) { OnNicEvent(event, nullptr); });
     SetPersistenceListener(
         [this](const PersistenceNote& note) { OnNote(note); });
   }
   ~Impl() {
-    if (nic_ == nullptr) return;
+    if (nic_ == nullptr || observer_ < 0) return;
     SetPersistenceListener(nullptr);
     nic_->RemoveObserver(observer_);
   }
@@ -193,6 +209,9 @@ class PersistenceRecorder::Impl {
   // memory itself; from a journal, what it recorded).
   void PersistedLocked(const void* addr, size_t len, const uint8_t* bytes) {
     const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    if (len > UINT64_MAX - a) return;
+    // The last moment at which what the server persists may be lost.
+    PointLocked("before the server's own persist");
     for (size_t r = 0; r < live_.regions(); ++r) {
       const uint64_t lo = std::max(a, live_.base(r));
       const uint64_t hi = std::min(a + len, live_.base(r) + live_.size(r));
@@ -231,6 +250,8 @@ class PersistenceRecorder::Impl {
     uint64_t remote_addr = 0;
     uint64_t len = 0;
     int type = 0;
+    uint64_t local_addr = 0;  // the connection's read-after-write buffer
+    uint64_t executed_seq = UINT64_MAX;  // its READ's kExecute
   };
   struct Cqe {
     uint64_t wr_id = 0;
@@ -246,7 +267,12 @@ class PersistenceRecorder::Impl {
   int MarkLocked(const void* addr, size_t len, std::string name,
                  const uint8_t* bytes) {
     const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    if (len == 0 || addr == nullptr || a > UINT64_MAX - 64 ||
+        len > UINT64_MAX - 64 - a) {
+      return -1;
+    }
     for (size_t r = 0; r < live_.regions(); ++r) {
+      if (Retired(r)) continue;
       if (a < live_.base(r) + live_.size(r) && live_.base(r) < a + len) {
         if (live_.base(r) == a && live_.size(r) == len) {
           return static_cast<int>(r);  // marked again (and registered)
@@ -285,58 +311,90 @@ class PersistenceRecorder::Impl {
     if (findings_.size() < kMaxFindings) findings_.push_back({std::move(text)});
   }
 
-  // A write landed (the NIC's kExecute, right after its bytes moved): one
-  // version per unit it touched, the unit's bytes as they are now.
-  // `landed`: the bytes of [remote_addr, remote_addr + byte_len) now.
+  bool Retired(size_t r) const { return r < retired_.size() && retired_[r]; }
+
+  // The live regions [addr, addr + len) meets, each with the part of the
+  // range inside it as region offsets [lo, hi).
+  struct Overlap {
+    size_t region;
+    uint64_t lo, hi;
+  };
+  std::vector<Overlap> OverlapsLocked(uint64_t addr, uint64_t len) const {
+    std::vector<Overlap> out;
+    if (len == 0 || len > UINT64_MAX - addr) return out;
+    for (size_t r = 0; r < live_.regions(); ++r) {
+      if (Retired(r)) continue;
+      const uint64_t lo = std::max(addr, live_.base(r));
+      const uint64_t hi = std::min(addr + len, live_.base(r) + live_.size(r));
+      if (lo < hi) out.push_back({r, lo - live_.base(r), hi - live_.base(r)});
+    }
+    return out;
+  }
+  int RegionAtLocked(uint64_t addr) const {
+    std::vector<Overlap> o = OverlapsLocked(addr, 1);
+    return o.empty() ? -1 : static_cast<int>(o[0].region);
+  }
+
+  // A write landed (the NIC's kExecute right after its bytes moved, or a
+  // journal's kLanded): one version per unit it touched, the unit's bytes as
+  // they are now. `landed`: the bytes of [remote_addr, remote_addr +
+  // byte_len) now.
   void RecordWriteLocked(const FakeNicEvent& event, const uint8_t* landed) {
-    const int r = live_.RegionAt(event.remote_addr);
-    if (r < 0 || event.byte_len == 0) return;
+    // An RDMA WRITE that completed wrote every byte of its range, changed
+    // or not. Of a failed one, or an atomic (a compare-and-swap that did
+    // not swap wrote nothing), only the bytes that changed are known.
+    const bool whole = event.status == IBV_WC_SUCCESS &&
+                       (event.opcode == IBV_WR_RDMA_WRITE ||
+                        event.opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
     const uint64_t g = live_.unit();
-    const uint64_t base = live_.base(r), pad = live_.pad(r);
-    const uint64_t lo = event.remote_addr - base + pad;
-    const uint64_t hi =
-        std::min(event.remote_addr + event.byte_len, base + live_.size(r)) -
-        base + pad;
-    for (uint64_t u = lo / g; u * g < hi; ++u) {
-      UnitVersion v;
-      const uint8_t* latest = live_.Latest(r, u);
-      v.bytes.assign(latest, latest + g);
-      uint64_t mask = 0;
-      for (uint64_t b = std::max(lo, u * g); b < std::min(hi, (u + 1) * g);
-           ++b) {
-        const uint8_t now = landed[base + b - pad - event.remote_addr];
-        const size_t i = b - u * g;
-        // A failed write may have landed in part or not at all: only the
-        // bytes that changed are known to be its.
-        if (event.status == IBV_WC_SUCCESS || now != v.bytes[i]) {
-          mask |= uint64_t{1} << i;
-          v.bytes[i] = now;
+    for (const Overlap& o : OverlapsLocked(event.remote_addr, event.byte_len)) {
+      const size_t r = o.region;
+      const uint64_t base = live_.base(r), pad = live_.pad(r);
+      const uint64_t lo = o.lo + pad, hi = o.hi + pad;
+      for (uint64_t u = lo / g; u * g < hi; ++u) {
+        UnitVersion v;
+        const uint8_t* latest = live_.Latest(r, u);
+        v.bytes.assign(latest, latest + g);
+        uint64_t mask = 0;
+        for (uint64_t b = std::max(lo, u * g); b < std::min(hi, (u + 1) * g);
+             ++b) {
+          const uint8_t now = landed[base + b - pad - event.remote_addr];
+          const size_t i = b - u * g;
+          if (whole || now != v.bytes[i]) {
+            mask |= uint64_t{1} << i;
+            v.bytes[i] = now;
+          }
         }
+        if (mask == 0) continue;
+        v.mask = mask;
+        v.qp_num = event.qp_num;
+        v.event_seq = event.seq;
+        v.opcode = event.opcode;
+        written_[event.qp_num].insert({r, u});
+        ModelOp op;
+        op.kind = ModelOp::Kind::kVersion;
+        op.region = r;
+        op.unit = u;
+        op.version = std::move(v);
+        ApplyLocked(std::move(op));
       }
-      if (mask == 0) continue;
-      v.mask = mask;
-      v.qp_num = event.qp_num;
-      v.event_seq = event.seq;
-      v.opcode = event.opcode;
-      written_[event.qp_num].insert({static_cast<size_t>(r), u});
-      ModelOp op;
-      op.kind = ModelOp::Kind::kVersion;
-      op.region = static_cast<size_t>(r);
-      op.unit = u;
-      op.version = std::move(v);
-      ApplyLocked(std::move(op));
     }
   }
 
+  // Units holding a byte `qp_num` wrote that is not durable yet.
   uint64_t PendingOfLocked(uint32_t qp_num) const {
     uint64_t count = 0;
+    const size_t g = live_.unit();
     for (const ChoiceUnit& c : live_.ChoiceUnits()) {
+      const uint8_t* durable = live_.durable(c.region).data() + c.unit * g;
+      bool pending = false;
       for (const UnitVersion& v : *live_.Versions(c.region, c.unit)) {
-        if (v.qp_num == qp_num) {
-          ++count;
-          break;
+        if (v.qp_num != qp_num) continue;
+        for (size_t i = 0; i < g && !pending; ++i) {
+          pending = (v.mask >> i & 1) != 0 && v.bytes[i] != durable[i];
         }
       }
+      count += pending;
     }
     return count;
   }
@@ -345,14 +403,17 @@ class PersistenceRecorder::Impl {
   // from this process's memory).
   void OnNicEvent(const FakeNicEvent& event, const uint8_t* landed) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.empty()) return;
     if (event.kind == FakeNicEvent::Kind::kLanded) {
       // A write from another process landed here (journals only: the
       // in-process NIC reports its writes as kExecute).
-      if (WritesRemote(event.opcode)) {
-        RecordWriteLocked(
-            event, landed != nullptr
-                       ? landed
-                       : reinterpret_cast<const uint8_t*>(event.remote_addr));
+      // Fed from a journal the bytes are the journal's; live, this
+      // process's memory.
+      const uint8_t* bytes =
+          nic_ == nullptr ? landed
+                          : reinterpret_cast<const uint8_t*>(event.remote_addr);
+      if (WritesRemote(event.opcode) && bytes != nullptr) {
+        RecordWriteLocked(event, bytes);
       }
       if (IsMessage(event.opcode)) {
         message_from_ = event.qp_num;
@@ -376,14 +437,15 @@ class PersistenceRecorder::Impl {
       if (event.opcode == IBV_WR_RDMA_READ && event.status == IBV_WC_SUCCESS) {
         // A flush's READ has executed: the flush is done at the responder
         // and waits for the completion the program polls (R1).
+        // Only a flush's READ lands in the connection's read-after-write
+        // buffer; flushes execute in the order they were posted.
         std::deque<FlushNote>& noted = noted_[event.qp_num];
-        while (!noted.empty() &&
-               noted.front().remote_addr != event.remote_addr) {
-          noted.pop_front();  // noted, but its post failed
-        }
-        if (!noted.empty()) {
-          executed_[event.qp_num].push_back(noted.front());
+        if (!noted.empty() && noted.front().local_addr == event.local_addr &&
+            noted.front().remote_addr == event.remote_addr) {
+          FlushNote flush = noted.front();
           noted.pop_front();
+          flush.executed_seq = event.seq;
+          executed_[event.qp_num].push_back(flush);
         }
       }
       return;
@@ -417,10 +479,31 @@ class PersistenceRecorder::Impl {
                      static_cast<const uint8_t*>(note.addr));
         }
         return;
-      case PersistenceNote::Kind::kMrDereg:
+      case PersistenceNote::Kind::kMrDereg: {
+        // The memory may be reused for something else: no longer recorded
+        // (its images stay: what it persisted is still there).
+        const uint64_t a = reinterpret_cast<uint64_t>(note.addr);
+        for (size_t r = 0; r < live_.regions(); ++r) {
+          if (!Retired(r) && live_.base(r) == a && live_.size(r) == note.len) {
+            retired_.resize(live_.regions(), false);
+            retired_[r] = true;
+          }
+        }
         return;
+      }
+      case PersistenceNote::Kind::kFlushNotPosted: {
+        std::deque<FlushNote>& noted = noted_[note.qp_num];
+        for (auto it = noted.rbegin(); it != noted.rend(); ++it) {
+          if (it->remote_addr == note.remote_addr &&
+              it->local_addr == note.local_addr) {
+            noted.erase(std::next(it).base());
+            break;
+          }
+        }
+        return;
+      }
       case PersistenceNote::Kind::kFlush: {
-        const int r = live_.RegionAt(note.remote_addr);
+        const int r = RegionAtLocked(note.remote_addr);
         if (r >= 0 && note.flush_type == RPMA_FLUSH_TYPE_VISIBILITY) {
           FindingLocked(
               "rpma_flush(RPMA_FLUSH_TYPE_VISIBILITY) on persistent memory \"" +
@@ -437,8 +520,12 @@ class PersistenceRecorder::Impl {
               "rpma_flush(PERSISTENT) persists nothing there "
               "(rpma_peer_cfg_set_direct_write_to_pmem(3))");
         }
-        noted_[note.qp_num].push_back(
-            {note.remote_addr, note.len, note.flush_type});
+        FlushNote flush;
+        flush.remote_addr = note.remote_addr;
+        flush.len = note.len;
+        flush.type = note.flush_type;
+        flush.local_addr = note.local_addr;
+        noted_[note.qp_num].push_back(flush);
         return;
       }
       case PersistenceNote::Kind::kPolled:
@@ -506,21 +593,23 @@ class PersistenceRecorder::Impl {
   void FoldLocked(uint32_t qp_num, const FlushNote& flush) {
     if (flush.type != RPMA_FLUSH_TYPE_PERSISTENT) return;  // R2
     if (!options_.platform_direct_write_to_pmem) return;
-    const int r = live_.RegionAt(flush.remote_addr);
-    if (r < 0) return;
-    const uint64_t lo = flush.remote_addr - live_.base(r);
-    const uint64_t hi = std::min<uint64_t>(
-        lo + std::max<uint64_t>(flush.len, 1), live_.size(r));
+    const std::vector<Overlap> covered =
+        OverlapsLocked(flush.remote_addr, std::max<uint64_t>(flush.len, 1));
+    if (covered.empty()) return;
     // Did the connection ever write into the range?
-    const uint64_t g = live_.unit(), pad = live_.pad(r);
+    const uint64_t g = live_.unit();
     bool wrote = false;
-    for (uint64_t u = (lo + pad) / g; u * g < hi + pad && !wrote; ++u) {
-      wrote = written_[qp_num].count({static_cast<size_t>(r), u}) != 0;
+    for (const Overlap& o : covered) {
+      const uint64_t pad = live_.pad(o.region);
+      for (uint64_t u = (o.lo + pad) / g; u * g < o.hi + pad && !wrote; ++u) {
+        wrote = written_[qp_num].count({o.region, u}) != 0;
+      }
     }
     if (!wrote) {
-      FindingLocked("rpma_flush(PERSISTENT) of \"" + live_.name(r) + "\" [" +
-                    std::to_string(lo) + ", " + std::to_string(hi) +
-                    ") by qp " + QpName(qp_num) +
+      const Overlap& o = covered.front();
+      FindingLocked("rpma_flush(PERSISTENT) of \"" + live_.name(o.region) +
+                    "\" [" + std::to_string(o.lo) + ", " +
+                    std::to_string(o.hi) + ") by qp " + QpName(qp_num) +
                     " covers nothing that connection wrote");
     }
     auto fold = [&](size_t region, uint64_t from, uint64_t to) {
@@ -530,6 +619,7 @@ class PersistenceRecorder::Impl {
       op.lo = from;
       op.hi = to;
       op.qp_num = qp_num;
+      op.before_seq = flush.executed_seq;
       ApplyLocked(std::move(op));
     };
     if (options_.read_flushes_all) {
@@ -540,12 +630,25 @@ class PersistenceRecorder::Impl {
         fold(region, 0, live_.size(region));
       }
     } else {
-      fold(static_cast<size_t>(r), lo, hi);
+      for (const Overlap& o : covered) fold(o.region, o.lo, o.hi);
     }
   }
 
-  FakeNic* nic_;  // null: fed from journals
+  static CrashCheckOptions ValidUnit(CrashCheckOptions options,
+                                     std::string* error) {
+    if (options.unit == 0 || options.unit > 64 ||
+        (options.unit & (options.unit - 1)) != 0) {
+      *error = "CrashCheckOptions::unit is " + std::to_string(options.unit) +
+               ": it must be a power of two from 1 to 64";
+      options.unit = 8;
+    }
+    return options;
+  }
+
+  std::string error_;  // set: nothing is recorded, Check() says this
+  FakeNic* nic_;       // null: fed from journals
   int observer_ = -1;
+  std::vector<bool> retired_;  // regions deregistered
   uint64_t journal_lines_ = 0;
   const CrashCheckOptions options_;
   std::mutex mu_;
@@ -597,7 +700,7 @@ bool PersistenceRecorder::Impl::FeedJournalLine(const std::string& line) {
     if (kind == "exec") {
       e.kind = FakeNicEvent::Kind::kExecute;
       if (!(in >> e.qp_num >> e.opcode >> e.status >> e.remote_addr >>
-            e.byte_len)) {
+            e.byte_len >> e.local_addr)) {
         return false;
       }
     } else if (kind == "cqe") {
@@ -641,11 +744,12 @@ bool PersistenceRecorder::Impl::FeedJournalLine(const std::string& line) {
     }
     return true;
   }
-  if (kind == "flush") {
+  if (kind == "flush" || kind == "unflush") {
     int declared = 0;
-    n.kind = PersistenceNote::Kind::kFlush;
+    n.kind = kind == "flush" ? PersistenceNote::Kind::kFlush
+                             : PersistenceNote::Kind::kFlushNotPosted;
     if (!(in >> n.qp_num >> n.remote_addr >> n.len >> n.flush_type >>
-          declared)) {
+          declared >> n.local_addr)) {
       return false;
     }
     n.direct_write_to_pmem = declared != 0;
@@ -653,6 +757,12 @@ bool PersistenceRecorder::Impl::FeedJournalLine(const std::string& line) {
     int opcode = 0, status = 0;
     n.kind = PersistenceNote::Kind::kPolled;
     if (!(in >> n.wc.qp_num >> n.wc.wr_id >> opcode >> status)) return false;
+    // Values of the enums only (ibv_wc_status: SUCCESS .. GENERAL_ERR;
+    // ibv_wc_opcode: below 256).
+    if (opcode < 0 || opcode > 255 || status < IBV_WC_SUCCESS ||
+        status > IBV_WC_GENERAL_ERR) {
+      return false;
+    }
     n.wc.opcode = static_cast<ibv_wc_opcode>(opcode);
     n.wc.status = static_cast<ibv_wc_status>(status);
   } else if (kind == "promise") {
@@ -674,6 +784,8 @@ struct Decision {
   size_t unit = 0;  // choice-unit index
   size_t choice = 0;
   size_t choices = 0;
+  size_t latest = 0;  // the choice that is the unit's last write
+  bool lost() const { return choice != latest; }
 };
 
 struct Run {
@@ -693,8 +805,9 @@ class PointChecker {
   Run RunWith(const std::function<size_t(size_t)>& pick) {
     Run run;
     std::unique_ptr<Image> image = runner_.Make([&](size_t i) {
-      const size_t c = pick(i);
-      run.decisions.push_back({i, c, runner_.choices(i)});
+      size_t c = pick(i);
+      if (c >= runner_.choices(i)) c = runner_.latest(i);  // a stale replay
+      run.decisions.push_back({i, c, runner_.choices(i), runner_.latest(i)});
       return static_cast<int>(c);
     });
     run.verdict = check_(*image);
@@ -703,6 +816,7 @@ class PointChecker {
   }
 
   uint64_t images() const { return images_; }
+  bool nondeterministic() const { return nondeterministic_; }
 
   // Lazily exhaustive (Jaaru): depth-first over the decisions recovery
   // makes, each new unit first at its durable content. Returns the first
@@ -715,6 +829,11 @@ class PointChecker {
       size_t k = 0;
       Run run = RunWith([&](size_t i) -> size_t {
         const size_t at = k++;
+        if (at < prefix.size() && prefix[at].unit != i) {
+          // The same choices, yet recovery read another unit: it depends on
+          // something besides the image, and the tree is not this one.
+          nondeterministic_ = true;
+        }
         return at < prefix.size() && prefix[at].unit == i ? prefix[at].choice
                                                           : 0;
       });
@@ -728,7 +847,7 @@ class PointChecker {
         taken.pop_back();
       }
       if (taken.empty()) {
-        *complete = true;
+        *complete = !nondeterministic_;
         return false;
       }
       taken.back().choice++;
@@ -744,7 +863,7 @@ class PointChecker {
     const std::vector<ChoiceUnit>& units = runner_.units();
     const size_t n = units.size();
     std::vector<size_t> latest(n);
-    for (size_t i = 0; i < n; ++i) latest[i] = runner_.choices(i) - 1;
+    for (size_t i = 0; i < n; ++i) latest[i] = runner_.latest(i);
     auto tryit = [&](const std::vector<size_t>& assignment) {
       if (images_ >= limit) return false;
       Run run = RunWith([&](size_t i) { return assignment[i]; });
@@ -764,16 +883,19 @@ class PointChecker {
         qps.insert(v.qp_num);
       }
     }
+    // Each unit as its last write at or before the cut (of `qp`, or of
+    // anyone when qp < 0) left it; durable when there was none.
     auto prefix = [&](uint64_t cut, int qp) {
       std::vector<size_t> a(n, 0);
       for (size_t i = 0; i < n; ++i) {
-        const auto& contents = runner_.contents(i);
         const auto* versions = Versions(units[i]);
-        for (size_t c = 1; c < contents.size(); ++c) {
-          const UnitVersion& v = (*versions)[contents[c].version];
+        for (size_t j = versions->size(); j-- > 0;) {
+          const UnitVersion& v = (*versions)[j];
           if (v.event_seq <= cut &&
               (qp < 0 || v.qp_num == static_cast<uint32_t>(qp))) {
-            a[i] = c;
+            a[i] = state_->ContentIndex(units[i].region, units[i].unit,
+                                        v.bytes.data());
+            break;
           }
         }
       }
@@ -790,7 +912,8 @@ class PointChecker {
       }
     }
     for (size_t i = 0; i < n; ++i) {
-      for (size_t c = 0; c + 1 < runner_.choices(i); ++c) {
+      for (size_t c = 0; c < runner_.choices(i); ++c) {
+        if (c == latest[i]) continue;
         std::vector<size_t> a = latest;
         a[i] = c;
         if (tryit(a)) return true;
@@ -813,16 +936,17 @@ class PointChecker {
   }
 
   // Delta debugging, one unit at a time: puts each unit that did not hold
-  // its latest content back to it while the violation remains.
+  // its latest content back to it while the violation remains. The result
+  // is minimal (no single unit can be put back), not always the smallest.
   Run Shrink(const Run& failing) {
     std::map<size_t, size_t> deviating;
     for (const Decision& d : failing.decisions) {
-      if (d.choice + 1 != d.choices) deviating[d.unit] = d.choice;
+      if (d.lost()) deviating[d.unit] = d.choice;
     }
     auto run_with = [&](const std::map<size_t, size_t>& dev) {
       return RunWith([&](size_t i) {
         auto it = dev.find(i);
-        return it != dev.end() ? it->second : runner_.choices(i) - 1;
+        return it != dev.end() ? it->second : runner_.latest(i);
       });
     };
     Run best = failing;
@@ -850,6 +974,7 @@ class PointChecker {
   const RecoveryCheck& check_;
   const CrashCheckOptions& options_;
   uint64_t images_ = 0;
+  bool nondeterministic_ = false;
 };
 
 std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
@@ -858,7 +983,7 @@ std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
   const size_t g = state.unit();
   std::vector<const Decision*> lost;
   for (const Decision& d : run.decisions) {
-    if (d.choice + 1 != d.choices) lost.push_back(&d);
+    if (d.lost()) lost.push_back(&d);
   }
   out << "  " << lost.size() << " unit(s) did not hold their latest write ("
       << run.decisions.size() << " read by recovery, " << runner.units().size()
@@ -884,7 +1009,7 @@ std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
     }
     out << "; the last write (" << WrOpcodeName(last.opcode) << " by qp "
         << QpName(last.qp_num) << ", event #" << last.event_seq << ") put "
-        << Hex(contents.back().bytes, g) << ". No PERSISTENT flush of qp "
+        << Hex(contents[d->latest].bytes, g) << ". No PERSISTENT flush of qp "
         << QpName(last.qp_num)
         << " covering these bytes had been polled complete: flush them with "
            "rpma_flush(..., RPMA_FLUSH_TYPE_PERSISTENT, ...) and wait for its "
@@ -910,6 +1035,10 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
   std::vector<Point> points;
   std::vector<std::string> promises;
   CrashReport report;
+  if (!error_.empty()) {
+    report.violation = "crash check not run: " + error_ + "\n";
+    return report;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     log = log_;
@@ -934,6 +1063,7 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
     PointChecker checker(runner, check, options_);
     checker.state_ = &state;
     CrashPointResult result;
+    result.index = p;
     result.label = points[p].label;
     result.pending_units = runner.units().size();
     result.combinations = runner.combinations();
@@ -947,7 +1077,7 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
       Run run = checker.RunWith([&](size_t i) -> size_t {
         auto it =
             wanted.find({runner.units()[i].region, runner.units()[i].unit});
-        return it != wanted.end() ? it->second : runner.choices(i) - 1;
+        return it != wanted.end() ? it->second : runner.latest(i);
       });
       if (!run.verdict.empty()) {
         violation = std::move(run);
@@ -960,6 +1090,14 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
       found = checker.Sample(2 * options_.budget, &violation);
     }
     result.exhaustive = complete;
+    if (checker.nondeterministic()) {
+      report.findings.push_back(
+          {"recovery read different units on the same choices at crash point "
+           "#" +
+           std::to_string(p) +
+           ": it must depend on the image only (deterministic), or the "
+           "exploration cannot cover every image"});
+    }
     if (found) {
       result.violations = 1;
       Run shrunk = checker.Shrink(violation);
@@ -997,7 +1135,7 @@ std::string CrashReport::Text() const {
     const CrashPointResult& r = points[p];
     char combos[32];
     std::snprintf(combos, sizeof(combos), "%.0f", r.combinations);
-    out << "  #" << p << " " << r.label << ": " << r.pending_units
+    out << "  #" << r.index << " " << r.label << ": " << r.pending_units
         << " pending unit(s), " << combos << " image(s) possible, " << r.images
         << " run "
         << (r.violations > 0 ? "(stopped at the violation)"
@@ -1042,6 +1180,23 @@ std::unique_ptr<PersistenceRecorder> PersistenceRecorder::FromJournal(
              " set for the processes?)";
     return nullptr;
   }
+  std::vector<JournalFile> texts;
+  for (const std::string& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      *error = path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    std::ostringstream content;
+    content << in.rdbuf();
+    texts.push_back({path, content.str()});
+  }
+  return FromJournalText(texts, std::move(options), error);
+}
+
+std::unique_ptr<PersistenceRecorder> PersistenceRecorder::FromJournalText(
+    const std::vector<JournalFile>& files, CrashCheckOptions options,
+    std::string* error) {
   // Every line of every process, in the order of their time stamps
   // (CLOCK_MONOTONIC: one clock for the whole host); ties keep file order.
   struct Line {
@@ -1051,17 +1206,20 @@ std::unique_ptr<PersistenceRecorder> PersistenceRecorder::FromJournal(
   };
   std::vector<Line> lines;
   for (size_t f = 0; f < files.size(); ++f) {
-    std::ifstream in(files[f]);
+    std::istringstream in(files[f].text);
     std::string text;
     size_t number = 0;
     while (std::getline(in, text)) {
       ++number;
       const size_t space = text.find(' ');
       char* end = nullptr;
+      errno = 0;
       const uint64_t time = std::strtoull(text.c_str(), &end, 10);
-      if (space == std::string::npos || end != text.c_str() + space) {
-        *error =
-            files[f] + ":" + std::to_string(number) + ": not a journal line";
+      if (space == std::string::npos || space == 0 || errno != 0 ||
+          end != text.c_str() + space ||
+          !std::isdigit(static_cast<unsigned char>(text[0]))) {
+        *error = files[f].name + ":" + std::to_string(number) +
+                 ": not a journal line (TIME SOURCE KIND ...)";
         return nullptr;
       }
       lines.push_back({time, f, number, text.substr(space + 1)});
@@ -1073,14 +1231,19 @@ std::unique_ptr<PersistenceRecorder> PersistenceRecorder::FromJournal(
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
   for (const Line& line : lines) {
     if (!impl->FeedJournalLine(line.text)) {
-      *error = files[line.file] + ":" + std::to_string(line.number) +
-               ": cannot read \"" + line.text.substr(0, 60) + "\"";
+      std::string shown = line.text.substr(0, 60);
+      for (char& c : shown) {
+        if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+      }
+      *error = files[line.file].name + ":" + std::to_string(line.number) +
+               ": cannot read \"" + shown + "\"";
       return nullptr;
     }
   }
   return std::unique_ptr<PersistenceRecorder>(
       new PersistenceRecorder(std::move(impl)));
 }
+
 PersistenceRecorder::~PersistenceRecorder() = default;
 
 int PersistenceRecorder::MarkPersistent(const void* addr, size_t len,

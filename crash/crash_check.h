@@ -3,8 +3,8 @@
 // that writes to a server's persistent memory; Check() then crashes the
 // server at every point that matters and runs the program's recovery on
 // every legal content of its persistent memory, and reports the first
-// image whose recovered state breaks the program's invariant, shrunk to the
-// fewest writes that did not persist.
+// image whose recovered state breaks the program's invariant, shrunk until
+// no unit of it can be put back to its latest write.
 //
 //   ConnectedPairOptions o;
 //   o.server_usage = RPMA_MR_USAGE_WRITE_DST |
@@ -67,7 +67,9 @@ class ImageRunner;
 
 struct CrashCheckOptions {
   // R3's aligned unit G in bytes: 8 (a store) or 64 (a cache line); a power
-  // of two from 1 to 64.
+  // of two from 1 to 64 (below 8 an 8-byte atomic write can tear, which R5
+  // says hardware does not do). Another value: Check() says so and checks
+  // nothing.
   size_t unit = 8;
   // Images (recovery runs) per crash point before sampling takes over.
   uint64_t budget = uint64_t{1} << 14;
@@ -132,6 +134,7 @@ class Image {
 using RecoveryCheck = std::function<std::string(Image& image)>;
 
 struct CrashPointResult {
+  size_t index = 0;  // the crash point's number (CrashCheckOptions::only_point)
   std::string label;
   uint64_t pending_units = 0;  // units with writes not yet persistent
   double combinations = 0;     // all images of the point (product)
@@ -172,6 +175,14 @@ class PersistenceRecorder {
   // failure returns null and says why in *error.
   static std::unique_ptr<PersistenceRecorder> FromJournal(
       const std::string& dir, CrashCheckOptions options, std::string* error);
+  // The same from the journals' texts (name: for messages "NAME:LINE: ...").
+  struct JournalFile {
+    std::string name;
+    std::string text;
+  };
+  static std::unique_ptr<PersistenceRecorder> FromJournalText(
+      const std::vector<JournalFile>& files, CrashCheckOptions options,
+      std::string* error);
   PersistenceRecorder& operator=(const PersistenceRecorder&) = delete;
 
   // [addr, addr + len) is persistent memory of the server, named `name` in

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "mock/connected_pair.h"
@@ -387,6 +388,104 @@ TEST_F(CrashPatternTest, ReplayRunsTheReportedImage) {
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.points.size(), 1u);
   EXPECT_EQ(again.violation, first.violation);
+}
+
+// R1 covers what the connection wrote before the flush: a write posted
+// after it (and executed before the flush's completion was polled) stays
+// pending, so the flushed value must still be a possible image.
+TEST_F(CrashPatternTest, AFlushDoesNotPersistWritesPostedAfterIt) {
+  Start();
+  WriteCommit(1);
+  Flush(kCommit, 8);
+  const uint64_t two = 2;
+  std::memcpy(pair_->client_buffer() + 512, &two, 8);
+  ASSERT_EQ(rpma_write(pair_->client(), pair_->server_mr_remote(), kCommit,
+                       pair_->client_mr(), 512, 8, RPMA_F_COMPLETION_ON_ERROR,
+                       nullptr),
+            0);
+  WaitForFlush();
+  std::set<uint64_t> seen;
+  CrashReport report = recorder_->Check([&](Image& image) {
+    if (image.point().find("after polled") != std::string::npos) {
+      seen.insert(image.Load<uint64_t>(0, kCommit));
+    }
+    return std::string();
+  });
+  EXPECT_TRUE(report.ok()) << report;
+  EXPECT_EQ(seen, (std::set<uint64_t>{1, 2})) << report;
+}
+
+// A unit written back to an earlier value: its latest content is that
+// value, not the one listed last.
+TEST_F(CrashPatternTest, TheLatestWriteIsTheLastOneEvenWhenItRepeatsContent) {
+  Start();
+  const uint64_t one = 1, zero = 0;
+  std::memcpy(pair_->client_buffer() + 512, &one, 8);
+  std::memcpy(pair_->client_buffer() + 520, &zero, 8);
+  for (size_t src : {512, 520}) {
+    ASSERT_EQ(rpma_write(pair_->client(), pair_->server_mr_remote(), kCommit,
+                         pair_->client_mr(), src, 8, RPMA_F_COMPLETION_ON_ERROR,
+                         nullptr),
+              0);
+  }
+  Land();
+  CrashReport report = recorder_->Check([](Image& image) -> std::string {
+    return image.Load<uint64_t>(0, kCommit) == 1 ? "holds 1" : "";
+  });
+  ASSERT_FALSE(report.ok());
+  EXPECT_THAT(report.violation, HasSubstr("1 unit(s) did not hold"));
+  EXPECT_THAT(report.violation, HasSubstr("put 00 00 00 00 00 00 00 00"))
+      << report;
+}
+
+TEST(CrashCheckOptionsTest, AUnitThatIsNotAPowerOfTwoIsRefused) {
+  auto nic = std::make_shared<FakeNic>();
+  CrashCheckOptions options;
+  options.unit = 3;
+  PersistenceRecorder recorder(*nic, options);
+  CrashReport report = recorder.Check([](Image&) { return std::string(); });
+  EXPECT_FALSE(report.ok());
+  EXPECT_THAT(report.violation, HasSubstr("power of two from 1 to 64"));
+}
+
+// Journals: hostile lines are refused with the file and line, never read.
+TEST(CrashJournalTest, BadLinesAreRefusedWithFileAndLine) {
+  for (const char* text : {"x nic exec 1\n", "12 nic landed 1 0 4096 8 zz\n",
+                           "12 nic frob\n", "12 note promise\n13 note\n"}) {
+    std::string error;
+    EXPECT_EQ(PersistenceRecorder::FromJournalText({{"j", text}}, {}, &error),
+              nullptr)
+        << text;
+    EXPECT_THAT(error, ::testing::MatchesRegex("j:[12]: .*")) << text;
+  }
+}
+
+TEST(CrashJournalTest, ARegionPastTheEndOfMemoryIsIgnored) {
+  std::string error;
+  auto recorder = PersistenceRecorder::FromJournalText(
+      {{"j", "12 note reg 18446744073709551615 8 56 0000000000000000\n"}}, {},
+      &error);
+  ASSERT_NE(recorder, nullptr) << error;
+  size_t regions = 99;
+  recorder->Check([&](Image& image) {
+    regions = image.regions();
+    return std::string();
+  });
+  EXPECT_EQ(regions, 0u);
+}
+
+TEST(CrashJournalTest, ALandedWriteOutsideEveryRegionIsIgnored) {
+  std::string error;
+  auto recorder = PersistenceRecorder::FromJournalText(
+      {{"server",
+        "10 note reg 4096 8 56 0000000000000000\n"
+        "11 nic landed 7 0 8192 8 0102030405060708\n"}},
+      {}, &error);
+  ASSERT_NE(recorder, nullptr) << error;
+  CrashReport report = recorder->Check([](Image& image) -> std::string {
+    return image.Load<uint64_t>(0, 0) == 0 ? "" : "changed";
+  });
+  EXPECT_TRUE(report.ok()) << report;
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ void ModelState::Apply(const ModelOp& op) {
           int latest = -1;
           for (int j = static_cast<int>(versions.size()) - 1; j >= 0; --j) {
             if (versions[j].qp_num == op.qp_num &&
+                versions[j].event_seq < op.before_seq &&
                 (versions[j].mask >> i & 1) != 0) {
               latest = j;
               break;
@@ -133,6 +134,19 @@ std::vector<ModelState::Content> ModelState::Contents(size_t r,
     if (!seen) contents.push_back({bytes, static_cast<int>(j)});
   }
   return contents;
+}
+
+size_t ModelState::ContentIndex(size_t r, uint64_t unit,
+                                const uint8_t* bytes) const {
+  const std::vector<Content> contents = Contents(r, unit);
+  for (size_t c = 0; c < contents.size(); ++c) {
+    if (std::memcmp(contents[c].bytes, bytes, unit_) == 0) return c;
+  }
+  return 0;
+}
+
+size_t ModelState::LatestContent(size_t r, uint64_t unit) const {
+  return ContentIndex(r, unit, Latest(r, unit));
 }
 
 const uint8_t* ModelState::Latest(size_t r, uint64_t unit) const {

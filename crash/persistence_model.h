@@ -44,8 +44,11 @@ struct ModelOp {
   size_t region = 0;
   uint64_t unit = 0;  // kVersion
   UnitVersion version;
-  uint64_t lo = 0, hi = 0;     // kFold, kPersisted: offsets in the region
-  uint32_t qp_num = 0;         // kFold
+  uint64_t lo = 0, hi = 0;  // kFold, kPersisted: offsets in the region
+  uint32_t qp_num = 0;      // kFold
+  // kFold: only writes executed before the flush's READ count (event_seq
+  // below this): a write posted after the flush is not made durable by it.
+  uint64_t before_seq = UINT64_MAX;
   std::vector<uint8_t> bytes;  // kPersisted: [lo, hi); kRegion: content
   std::string name;            // kRegion
   uint64_t base = 0;           // kRegion: the region's address
@@ -94,6 +97,11 @@ class ModelState {
     int version;
   };
   std::vector<Content> Contents(size_t r, uint64_t unit) const;
+  // Which of Contents() is the unit's latest (its last write's): not
+  // always the last one listed, when a write put back earlier content.
+  size_t LatestContent(size_t r, uint64_t unit) const;
+  // Which of Contents() holds `bytes` (G of them), or 0.
+  size_t ContentIndex(size_t r, uint64_t unit, const uint8_t* bytes) const;
   // The latest content of a unit: its last version, else durable.
   const uint8_t* Latest(size_t r, uint64_t unit) const;
   // The region whose [base, base + size) holds addr, or -1.

@@ -28,8 +28,9 @@ class CrashJournal {
     switch (e.kind) {
       case FakeNicEvent::Kind::kExecute:
         std::snprintf(head, sizeof(head),
-                      "nic exec %u %d %d %" PRIu64 " %" PRIu64, e.qp_num,
-                      e.opcode, e.status, e.remote_addr, e.byte_len);
+                      "nic exec %u %d %d %" PRIu64 " %" PRIu64 " %" PRIu64,
+                      e.qp_num, e.opcode, e.status, e.remote_addr, e.byte_len,
+                      e.local_addr);
         Write(head, nullptr, 0);
         return;
       case FakeNicEvent::Kind::kCompletion:
@@ -67,10 +68,13 @@ class CrashJournal {
               n.len);
         return;
       case PersistenceNote::Kind::kFlush:
-        std::snprintf(head, sizeof(head),
-                      "note flush %u %" PRIu64 " %" PRIu64 " %d %d", n.qp_num,
-                      n.remote_addr, n.len, n.flush_type,
-                      n.direct_write_to_pmem ? 1 : 0);
+      case PersistenceNote::Kind::kFlushNotPosted:
+        std::snprintf(
+            head, sizeof(head),
+            "note %s %u %" PRIu64 " %" PRIu64 " %d %d %" PRIu64,
+            n.kind == PersistenceNote::Kind::kFlush ? "flush" : "unflush",
+            n.qp_num, n.remote_addr, n.len, n.flush_type,
+            n.direct_write_to_pmem ? 1 : 0, n.local_addr);
         Write(head, nullptr, 0);
         return;
       case PersistenceNote::Kind::kPolled:

@@ -9,11 +9,12 @@
 // CLOCK_MONOTONIC nanoseconds (one clock for every process of the host, so
 // the journals merge in the order things happened):
 //
-//   T nic exec QP OPCODE STATUS RADDR LEN      a send WR executed here
+//   T nic exec QP OPCODE STATUS RADDR LEN LADDR  a send WR executed here
 //   T nic cqe QP WR_ID OPCODE STATUS           a CQE was added
 //   T nic landed QP OPCODE RADDR LEN HEX       a remote write landed here
 //   T note reg ADDR LEN USAGE HEX              rpma_mr_reg (and content)
-//   T note flush QP RADDR LEN TYPE DECLARED    rpma_flush posted
+//   T note flush QP RADDR LEN TYPE DECLARED LADDR  rpma_flush posting
+//   T note unflush QP RADDR LEN TYPE DECLARED LADDR  ... its post failed
 //   T note polled QP WR_ID OPCODE STATUS       rpma_cq_get_wc returned it
 //   T note persisted ADDR LEN HEX              rpma_harness_persisted
 //   T note promise TEXT                        rpma_harness_promise

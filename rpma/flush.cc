@@ -115,18 +115,27 @@ extern "C" int rpma_flush(struct rpma_conn* conn, struct rpma_mr_remote* dst,
                         std::max(len, rpma_harness::internal::kRawSize),
                         dst->size, dst->raddr, dst->rkey);
   }
-  if (rpma_harness::internal::PersistenceListened() && conn->id != nullptr &&
-      conn->id->qp != nullptr) {
-    rpma_harness::PersistenceNote note;
+  // The note goes before the post (a NIC on its own thread may execute the
+  // READ before PostRead returns); a post that failed takes it back.
+  const bool noted = rpma_harness::internal::PersistenceListened() &&
+                     conn->id != nullptr && conn->id->qp != nullptr;
+  rpma_harness::PersistenceNote note;
+  if (noted) {
     note.kind = rpma_harness::PersistenceNote::Kind::kFlush;
     note.qp_num = conn->id->qp->qp_num;
     note.remote_addr = dst->raddr + dst_offset;
+    note.local_addr = reinterpret_cast<uint64_t>(conn->raw.page);
     note.len = len;
     note.flush_type = type;
     note.direct_write_to_pmem = conn->direct_write_to_pmem;
     rpma_harness::internal::NotePersistence(note);
   }
-  return rpma_harness::internal::PostRead(
+  const int ret = rpma_harness::internal::PostRead(
       conn, conn->raw.mr, 0, dst, dst_offset, rpma_harness::internal::kRawSize,
       flags, op_context, /*flush=*/true);
+  if (ret != 0 && noted) {
+    note.kind = rpma_harness::PersistenceNote::Kind::kFlushNotPosted;
+    rpma_harness::internal::NotePersistence(note);
+  }
+  return ret;
 }

@@ -67,10 +67,11 @@ void SetLogSink(LogSink sink);
 // (rpma_flush(3) only initiates the flush; its completion says it is done).
 struct PersistenceNote {
   enum class Kind {
-    kMrReg,      // rpma_mr_reg succeeded: addr, len, usage
-    kMrDereg,    // rpma_mr_dereg of [addr, addr + len)
-    kFlush,      // rpma_flush about to post: qp_num, remote_addr, len, type
-    kPolled,     // rpma_cq_get_wc returned `wc`
+    kMrReg,    // rpma_mr_reg succeeded: addr, len, usage
+    kMrDereg,  // rpma_mr_dereg of [addr, addr + len)
+    kFlush,    // rpma_flush about to post: qp_num, remote_addr, len, type
+    kFlushNotPosted,  // that post failed: the same note, taken back
+    kPolled,          // rpma_cq_get_wc returned `wc`
     kPersisted,  // rpma_harness_persisted(addr, len) (rpma_harness_crash.h)
     kPromise,    // rpma_harness_promise(text)
   };
@@ -79,7 +80,10 @@ struct PersistenceNote {
   const void* addr = nullptr;
   uint64_t len = 0;
   int usage = 0;
-  uint64_t remote_addr = 0;           // kFlush: the MR's raddr + offset
+  uint64_t remote_addr = 0;  // kFlush: the MR's raddr + offset
+  // kFlush: where the flush's READ lands (the connection's read-after-write
+  // buffer, which no other WR uses): how its execution is told from reads.
+  uint64_t local_addr = 0;
   int flush_type = 0;                 // kFlush: enum rpma_flush_type
   bool direct_write_to_pmem = false;  // kFlush: the connection's peer cfg
   ibv_wc wc{};                        // kPolled

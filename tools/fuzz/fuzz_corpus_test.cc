@@ -63,6 +63,10 @@ TEST(FuzzCorpusTest, RpmaApi) { Replay("rpma_api", FuzzRpmaApi); }
 
 TEST(FuzzCorpusTest, FaultFile) { Replay("fault_file", FuzzFaultFile); }
 
+TEST(FuzzCorpusTest, CrashJournal) {
+  Replay("crash_journal", FuzzCrashJournal);
+}
+
 TEST(FuzzCorpusTest, ScenarioParser) {
   Replay("scenario_parser", FuzzScenarioParser);
 }

@@ -25,6 +25,7 @@ int FuzzRpmaApi(const uint8_t* data, size_t size);
 int FuzzScenarioParser(const uint8_t* data, size_t size);
 // fault_file_fuzz.cc: text through ParseFaultFileText (RPMA_HARNESS_FAULTS).
 int FuzzFaultFile(const uint8_t* data, size_t size);
+int FuzzCrashJournal(const uint8_t* data, size_t size);
 
 }  // namespace rpma_harness
 

@@ -34,6 +34,7 @@ declare -A ENTRY=(
   [mr_descriptor]=FuzzMrDescriptor
   [rpma_api]=FuzzRpmaApi
   [fault_file]=FuzzFaultFile
+  [crash_journal]=FuzzCrashJournal
 )
 declare -A LIBS=()
 # Memory limits per target (libFuzzer flags). The scenario parser must stay
@@ -44,6 +45,7 @@ declare -A LIBS=()
 declare -A LIMITS=(
   [scenario_parser]="-rss_limit_mb=512 -malloc_limit_mb=64 -max_len=70000"
   [fault_file]="-rss_limit_mb=512 -max_len=70000"
+  [crash_journal]="-rss_limit_mb=512 -max_len=20000"
 )
 declare -A TARGET_ASAN=(
   [scenario_parser]="quarantine_size_mb=16"
@@ -53,6 +55,7 @@ declare -A SOURCES=(
   [mr_descriptor]="tools/fuzz/mr_descriptor_fuzz.cc"
   [rpma_api]="tools/fuzz/rpma_api_fuzz.cc"
   [fault_file]="tools/fuzz/fault_file_fuzz.cc"
+  [crash_journal]="tools/fuzz/crash_journal_fuzz.cc crash/crash_check.cc crash/persistence_model.cc"
 )
 if [ -f tools/scenario/scenario_parser.cc ]; then
   ENTRY[scenario_parser]=FuzzScenarioParser
