@@ -172,7 +172,8 @@ def enclosing_function(text, at):
 
 
 SECTIONS = {"ParsePeer": "client, server", "ParseWrite": "workload[i].write_with_imm",
-            "ParseExpect": "expect", "ParseRoot": "top level", "Convert": "fault"}
+            "ParseExpect": "expect", "ParseRoot": "top level", "Convert": "fault",
+            "ParseCrash": "crash"}
 
 
 def keys_of(path):
@@ -318,11 +319,12 @@ def generate():
               "defaults from `tools/scenario/scenario.h`. Numbers may be decimal or `0x` hex.",
               "A `faults:` entry takes the keys of [Fault rules](#fault-rules).", ""]
     lines += ["| mapping | key | type | range | default |", "|---|---|---|---|---|"]
-    field_of = {"schedule": "random_schedule"}
+    field_of = {"schedule": "random_schedule", ("crash", "expect"): "outcome"}
     for section, key, kind, rng, names in keys_of("tools/scenario/scenario_parser.cc"):
+        field = field_of.get((section, key), field_of.get(key, key))
         lines.append("| %s | `%s` | %s | %s | %s |" % (
             section, key, kind or "mapping (the rows of that name)", rng,
-            default(scenario_defaults.get(field_of.get(key, key), ""), names)))
+            default(scenario_defaults.get(field, ""), names)))
     fault_defaults = defaults(["faults/fault_injection.h"])
     lines += ["", "## Fault rules", "",
               "One entry of a scenario's `faults:` list or of an `RPMA_HARNESS_FAULTS` file",

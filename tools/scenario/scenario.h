@@ -83,6 +83,18 @@ struct Expectations {
   std::optional<std::map<std::string, uint64_t>> findings;
 };
 
+// `crash:` -- the server's region of each connection is persistent memory,
+// the run is recorded (crash/crash_check.h), and the server is crashed at
+// every point: every write with imm the server received (and, with
+// persist_on_receive, persisted itself first) must be in every image.
+struct CrashSpec {
+  uint64_t unit = 8;                   // R3's aligned unit G
+  uint64_t budget = 1 << 14;           // images per crash point before sampling
+  bool persist_on_receive = false;     // the server persists a write's range
+                                       // when its completion arrives (R6)
+  std::string outcome = "consistent";  // `expect:` consistent | violation
+};
+
 struct Scenario {
   std::string file;
   std::string name;
@@ -105,6 +117,7 @@ struct Scenario {
   // `check:` -- run under the usage checker (check/checking_backend.h):
   // "all" or a comma-separated list of check names. Unset: unchecked.
   std::optional<std::string> check;
+  std::optional<CrashSpec> crash;
   // Where some values were written ("client.mr_size", "connections",
   // "max_steps", ...), as {line, column} (1-based), for the budget's
   // messages (scenario_budget.h).

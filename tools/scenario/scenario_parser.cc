@@ -127,6 +127,8 @@ const std::vector<std::pair<std::string, ibv_wc_status>>& StatusNames() {
   return WcStatusNames();
 }
 
+constexpr uint64_t kMaxCrashWrites = 1024;
+
 void Remember(const YAML::Node& node, const std::string& key, Scenario* s) {
   s->positions[key] = {node.Mark().line + 1, node.Mark().column + 1};
 }
@@ -365,13 +367,54 @@ void ParseExpect(const YAML::Node& node, Scenario* s) {
   }
 }
 
+// crash: (after the workload: it bounds the writes it checks).
+void ParseCrash(const YAML::Node& crash, Scenario* s) {
+  if (!crash.IsMap()) Fail(crash, "crash: expected a map");
+  CheckKeys(crash, "crash", {"unit", "budget", "persist_on_receive", "expect"});
+  CrashSpec spec;
+  if (crash["unit"]) {
+    spec.unit = OneOf<uint64_t>(crash["unit"], "crash.unit",
+                                {{"1", 1},
+                                 {"2", 2},
+                                 {"4", 4},
+                                 {"8", 8},
+                                 {"16", 16},
+                                 {"32", 32},
+                                 {"64", 64}});
+  }
+  if (crash["budget"]) {
+    spec.budget = Positive(crash["budget"], "crash.budget", 1 << 20,
+                           "images per crash point");
+  }
+  if (crash["persist_on_receive"]) {
+    spec.persist_on_receive =
+        Bool(crash["persist_on_receive"], "crash.persist_on_receive");
+  }
+  if (crash["expect"]) {
+    spec.outcome = OneOf<std::string>(
+        crash["expect"], "crash.expect",
+        {{"consistent", "consistent"}, {"violation", "violation"}});
+  }
+  // Every server completion is a crash point with up to `budget` images.
+  uint64_t writes = 0;
+  for (const WriteOp& op : s->workload) writes += op.count;
+  writes *= s->connections;
+  if (writes > kMaxCrashWrites) {
+    Fail(crash, "crash: at most " + std::to_string(kMaxCrashWrites) +
+                    " writes are crash-checked (every server completion "
+                    "is a crash point); this workload has " +
+                    std::to_string(writes));
+  }
+  s->crash = spec;
+}
+
 void ParseRoot(const YAML::Node& root, Scenario* s) {
   if (!root.IsMap())
     Fail(root, "a scenario is a mapping (name:, workload:, ...)");
   CheckKeys(root, "scenario",
             {"name", "description", "seed", "personality", "schedule",
              "connections", "rnr_retry", "client", "server", "workload",
-             "faults", "expect", "max_steps", "check"});
+             "faults", "expect", "max_steps", "check", "crash"});
   if (!root["name"]) Fail(root, "scenario: missing 'name'");
   s->name = Text(root["name"], "name");
   if (root["description"])
@@ -471,6 +514,7 @@ void ParseRoot(const YAML::Node& root, Scenario* s) {
     }
     s->check = text;
   }
+  if (root["crash"]) ParseCrash(root["crash"], s);
   if (root["expect"]) ParseExpect(root["expect"], s);
 }
 

@@ -1,5 +1,6 @@
 #include "tools/scenario/scenario_runner.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -18,8 +19,9 @@
 #include <utility>
 
 #include "check/checking_backend.h"
-#include "nic/fake_nic.h"
+#include "crash/crash_check.h"
 #include "faults/fault_injection.h"
+#include "nic/fake_nic.h"
 #include "rpma/harness.h"
 #include "tools/scenario/scenario_parser.h"
 #include "verbs_backend/rdma_core_backend.h"
@@ -167,6 +169,10 @@ class Run {
   bool MakeBackend();
   void Finish(Connection& c);
   void Verify();
+  // crash: the server received write-with-imm `wc` on connection c: it
+  // persists the write's range (persist_on_receive) and tells the world.
+  void PromiseReceived(Connection& c, const ibv_wc& wc);
+  void CheckCrashes();
   void Check();
   void BuildTrace();
 
@@ -199,6 +205,8 @@ class Run {
   std::optional<std::string> check_;  // the usage checker's checks, if any
   bool strict_ = false;
   std::shared_ptr<CheckingBackend> checker_;
+  std::unique_ptr<crash::PersistenceRecorder> recorder_;  // crash:
+  std::set<std::pair<uint32_t, uint64_t>> promised_;      // (conn, write id)
   bool events_cut_ = false;
   ScenarioResult r_;
 };
@@ -293,6 +301,10 @@ uint64_t Run::Poll(Connection& c, bool client) {
       App(side, c.index, std::string("completion ") + status, 0,
           client ? wc.wr_id : 0);
       if (client) AccountClient(c, wc.wr_id, wc.status == IBV_WC_SUCCESS);
+    }
+    if (!client && recorder_ != nullptr && wc.status == IBV_WC_SUCCESS &&
+        wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      PromiseReceived(c, wc);
     }
     if (client) {
       client_status_[{c.index, wc.wr_id}] = status;
@@ -662,6 +674,66 @@ void Run::BuildTrace() {
   }
 }
 
+void Run::PromiseReceived(Connection& c, const ibv_wc& wc) {
+  const uint32_t imm = ntohl(wc.imm_data);
+  for (const PlannedWrite& w : writes_) {
+    if (w.connection != c.index || w.imm != imm ||
+        promised_.count({c.index, w.id})) {
+      continue;
+    }
+    promised_.insert({c.index, w.id});
+    const bool in_bounds = !w.zero_byte && w.size <= c.dst.size() &&
+                           w.dst_offset <= c.dst.size() - w.size;
+    if (s_.crash->persist_on_receive && in_bounds && w.size > 0) {
+      recorder_->ServerPersisted(c.dst.data() + w.dst_offset, w.size);
+    }
+    recorder_->Promise("connection " + std::to_string(c.index) + " write " +
+                       std::to_string(w.id));
+    return;
+  }
+}
+
+void Run::CheckCrashes() {
+  // Every write the server was told of (and so may have acted on) must be
+  // in persistent memory, byte for byte.
+  crash::CrashReport report = recorder_->Check([&](crash::Image& image) {
+    for (const std::string& p : image.promises()) {
+      uint32_t conn = 0;
+      uint64_t id = 0;
+      if (std::sscanf(p.c_str(), "connection %u write %" SCNu64, &conn, &id) !=
+          2) {
+        continue;
+      }
+      for (const PlannedWrite& w : writes_) {
+        if (w.connection != conn || w.id != id || w.zero_byte) continue;
+        const Connection& c = conns_[conn - 1];
+        if (w.size == 0 || w.size > c.dst.size() ||
+            w.dst_offset > c.dst.size() - w.size) {
+          continue;
+        }
+        std::vector<uint8_t> got(w.size);
+        image.Read(conn - 1, w.dst_offset, got.data(), w.size);
+        if (std::memcmp(got.data(), c.src.data() + w.src_offset, w.size) != 0) {
+          return "the server received " + p + " (imm " + std::to_string(w.imm) +
+                 "), but its bytes are not all there";
+        }
+      }
+    }
+    return std::string();
+  });
+  r_.crash = report.Text();
+  const bool want_ok = s_.crash->outcome == "consistent";
+  r_.expectations.push_back(
+      std::string(report.ok() == want_ok ? "ok: " : "FAILED: ") +
+      "crash: " + (want_ok ? "every image consistent" : "a violation found") +
+      " (" + std::to_string(report.points.size()) + " crash points, " +
+      std::to_string(report.images) + " images" +
+      (report.ok() ? "" : ", a violation") + ")");
+  if (report.ok() != want_ok) {
+    r_.failures.push_back(r_.expectations.back().substr(8));
+  }
+}
+
 bool Run::MakeBackend() {
   auto skip = [&](const std::string& why) {
     r_.skipped = true;
@@ -669,6 +741,9 @@ bool Run::MakeBackend() {
     r_.log.push_back("skipped on " + options_.backend + ": " + why);
     return false;
   };
+  if (real_ && s_.crash) {
+    return skip("crash: is checked on the fake NIC's record of the run");
+  }
   if (!real_) {
     FakeNicConfig config;
     config.seed = seed_;
@@ -787,6 +862,19 @@ ScenarioResult Run::Go() {
     if (!SetUp(c)) setup_failed_ = true;
   }
   if (!ready) setup_failed_ = true;
+  if (s_.crash && nic_ != nullptr) {
+    crash::CrashCheckOptions options;
+    options.unit = s_.crash->unit;
+    options.budget = s_.crash->budget;
+    options.seed = seed_;
+    recorder_ = std::make_unique<crash::PersistenceRecorder>(*nic_, options);
+    // Region k-1 is connection k's server memory (as CheckCrashes reads it).
+    for (Connection& c : conns_) {
+      recorder_->MarkPersistent(
+          c.dst.data(), c.dst.size(),
+          "server memory of connection " + std::to_string(c.index));
+    }
+  }
   // "side" rules target a QP; its number is known once the connection is.
   for (size_t i = 0; i < s_.faults.size(); ++i) {
     const std::string& side = s_.fault_sides[i];
@@ -882,6 +970,10 @@ ScenarioResult Run::Go() {
     }
   }
   Verify();
+  if (recorder_ != nullptr) {
+    CheckCrashes();
+    recorder_.reset();  // before the NIC it observes goes
+  }
 
   for (const FiredFault& f : faults_->Fired()) r_.faults_fired[f.rule]++;
   r_.faults_never_fired = faults_->NeverFired();
@@ -968,6 +1060,15 @@ std::string Summary(const ScenarioResult& r) {
   if (r.checked) {
     out << "findings:     " << counts(r.findings_per_check) << "\n";
     for (const std::string& f : r.findings) out << "  " << f << "\n";
+  }
+  if (!r.crash.empty()) {
+    std::istringstream lines(r.crash);
+    std::string line;
+    bool first = true;
+    while (std::getline(lines, line)) {
+      out << (first ? "crash:        " : "  ") << line << "\n";
+      first = false;
+    }
   }
   out << "expectations: " << r.expectations.size() - r.failures.size()
       << " met, " << r.failures.size() << " failed\n";

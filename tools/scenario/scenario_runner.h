@@ -96,6 +96,7 @@ struct ScenarioResult {
   bool checked = false;               // ran under the usage checker
   std::map<std::string, uint64_t> findings_per_check;
   std::vector<std::string> findings;  // "check: what (in where)"
+  std::string crash;  // crash: the crash checker's report (crash_check.h)
 };
 
 ScenarioResult RunScenario(const Scenario& scenario, const RunOptions& options);
