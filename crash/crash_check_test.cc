@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include "crash/expect_crash_consistent.h"
 #include "mock/connected_pair.h"
 
 namespace rpma_harness {
@@ -436,6 +437,49 @@ TEST_F(CrashPatternTest, TheLatestWriteIsTheLastOneEvenWhenItRepeatsContent) {
   EXPECT_THAT(report.violation, HasSubstr("1 unit(s) did not hold"));
   EXPECT_THAT(report.violation, HasSubstr("put 00 00 00 00 00 00 00 00"))
       << report;
+}
+
+// The one-assertion form, on the fixed protocol.
+TEST_F(CrashPatternTest, ExpectCrashConsistentPassesTheFixedProtocol) {
+  Start();
+  recorder_.reset();  // the helper makes its own
+  struct Log {
+    uint64_t commit = 0;
+    bool record_whole = false;
+  };
+  ExpectCrashConsistent<Log>(
+      pair_->nic(),
+      [&](PersistenceRecorder& recorder) {
+        recorder.MarkPersistent(pair_->server_buffer(), pair_->buffer_size(),
+                                "pmem");
+        WriteRecord();
+        Flush(kRecord, kRecordLen);
+        WaitForFlush();
+        WriteCommit();
+        Flush(kCommit, 8);
+        WaitForFlush();
+        recorder.Promise("commit 1");
+      },
+      [](Image& image) {
+        Log log;
+        log.commit = image.Load<uint64_t>(0, kCommit);
+        if (log.commit == 1) {
+          uint8_t record[kRecordLen];
+          image.Read(0, kRecord, record, kRecordLen);
+          log.record_whole = true;
+          for (size_t i = 0; i < kRecordLen; ++i) {
+            log.record_whole &= record[i] == PayloadByte(i);
+          }
+        }
+        return log;
+      },
+      [](const Log& log, const Image& image) -> std::string {
+        if (log.commit == 1 && !log.record_whole) return "torn log";
+        if (log.commit != 1 && !image.promises().empty()) {
+          return "promised commit lost";
+        }
+        return "";
+      });
 }
 
 TEST(CrashCheckOptionsTest, AUnitThatIsNotAPowerOfTwoIsRefused) {

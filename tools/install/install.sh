@@ -104,7 +104,7 @@ install -m 644 "$bin/rpma_harness_version.h" "$inc/rpma_harness_version.h"
 install -m 644 rpma/harness.h rpma/librpma_check.h rpma/rpma_harness_crash.h "$inc/rpma/"
 # <rpma_harness_crash.h> as C programs include it (beside <librpma.h>).
 install -m 644 rpma/rpma_harness_crash.h "$inc/rpma_harness_crash.h"
-install -m 644 crash/crash_check.h crash/persistence_model.h "$inc/crash/"
+install -m 644 crash/crash_check.h crash/persistence_model.h crash/expect_crash_consistent.h "$inc/crash/"
 install -m 644 nic/fake_nic.h nic/fake_nic_lifecycle.h "$inc/nic/"
 install -m 644 faults/fault_injection.h "$inc/faults/"
 install -m 644 mock/matchers.h mock/rpma_matchers.h mock/connected_pair.h \

@@ -58,6 +58,14 @@ while read -r dir port n rest; do
   t=${dir//-/_}
   echo "$dir $port $n $bin/examples/${t}_server $bin/examples/${t}_client $rest" >>"$out/pairs"
 done <"$bin/examples/pairs.txt"
+# 13-crash-consistency's other nine variants: without a crash each must work
+# on a real NIC too (the bugs only show when power fails).
+port=7420
+for v in signal-before-flush commit-with-data commit-after-data wrong-range \
+  right-range visibility persistent torn-record atomic-record; do
+  port=$((port + 1))
+  echo "13-crash-consistency-$v $port 1 $bin/examples/13_crash_consistency_server $bin/examples/13_crash_consistency_client $v -- $v" >>"$out/pairs"
+done
 
 # The drop-in on a real NIC: two pairs compiled and linked against Debian's
 # librpma-dev (its header, -lrpma), with a RUNPATH to the drop-in's directory
