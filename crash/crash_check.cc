@@ -262,6 +262,7 @@ class PersistenceRecorder::Impl {
     std::string label;
     size_t log_size = 0;
     size_t promises = 0;
+    uint64_t after_event = 0;  // the last NIC event seen before the point
   };
 
   int MarkLocked(const void* addr, size_t len, std::string name,
@@ -300,7 +301,8 @@ class PersistenceRecorder::Impl {
 
   void PointLocked(std::string label) {
     if (!dirty_) return;
-    points_.push_back({std::move(label), log_.size(), promises_.size()});
+    points_.push_back(
+        {std::move(label), log_.size(), promises_.size(), last_event_});
     dirty_ = false;
   }
 
@@ -404,6 +406,7 @@ class PersistenceRecorder::Impl {
   void OnNicEvent(const FakeNicEvent& event, const uint8_t* landed) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) return;
+    last_event_ = std::max(last_event_, event.seq);
     if (event.kind == FakeNicEvent::Kind::kLanded) {
       // A write from another process landed here (journals only: the
       // in-process NIC reports its writes as kExecute).
@@ -650,6 +653,7 @@ class PersistenceRecorder::Impl {
   int observer_ = -1;
   std::vector<bool> retired_;  // regions deregistered
   uint64_t journal_lines_ = 0;
+  uint64_t last_event_ = 0;
   const CrashCheckOptions options_;
   std::mutex mu_;
   ModelState live_;
@@ -1046,7 +1050,8 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
     promises = promises_;
     report.findings = findings_;
     if (dirty_ || points.empty()) {
-      points.push_back({"at the end", log_.size(), promises_.size()});
+      points.push_back(
+          {"at the end", log_.size(), promises_.size(), last_event_});
     }
   }
   ModelState state(options_.unit);
@@ -1065,6 +1070,7 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
     CrashPointResult result;
     result.index = p;
     result.label = points[p].label;
+    result.after_event = points[p].after_event;
     result.pending_units = runner.units().size();
     result.combinations = runner.combinations();
     Run violation;

@@ -136,6 +136,9 @@ using RecoveryCheck = std::function<std::string(Image& image)>;
 struct CrashPointResult {
   size_t index = 0;  // the crash point's number (CrashCheckOptions::only_point)
   std::string label;
+  // The last NIC event (FakeNicEvent::seq; a journal's line) before the
+  // crash: where a timeline draws it.
+  uint64_t after_event = 0;
   uint64_t pending_units = 0;  // units with writes not yet persistent
   double combinations = 0;     // all images of the point (product)
   uint64_t images = 0;         // recovery runs

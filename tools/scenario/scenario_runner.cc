@@ -207,6 +207,8 @@ class Run {
   std::shared_ptr<CheckingBackend> checker_;
   std::unique_ptr<crash::PersistenceRecorder> recorder_;  // crash:
   std::set<std::pair<uint32_t, uint64_t>> promised_;      // (conn, write id)
+  uint64_t crash_after_event_ = 0;  // the violating crash point's place
+  std::string crash_mark_;          // and what it says, for the trace
   bool events_cut_ = false;
   ScenarioResult r_;
 };
@@ -589,7 +591,26 @@ void Run::Check() {
 
 void Run::BuildTrace() {
   uint64_t seq = 0;
+  // crash: the violating crash point, where it happened: after the NIC
+  // event it followed and what the app did before the next one.
+  bool crash_drawn = crash_mark_.empty();
+  auto crash_event = [&] {
+    TraceEvent t;
+    t.seq = ++seq;
+    t.kind = "crash";
+    t.side = "server";
+    t.text = crash_mark_;
+    t.json = "{\"seq\":" + std::to_string(t.seq) +
+             ",\"kind\":\"crash\",\"side\":\"server\",\"text\":\"" +
+             JsonEscape(t.text) + "\"}";
+    r_.log.push_back("#" + std::to_string(t.seq) + " crash: " + t.text);
+    r_.trace.push_back(std::move(t));
+    crash_drawn = true;
+  };
   for (const Item& item : items_) {
+    if (!crash_drawn && !item.app && item.nic.seq > crash_after_event_) {
+      crash_event();
+    }
     TraceEvent t;
     t.seq = ++seq;
     std::ostringstream json;
@@ -672,6 +693,7 @@ void Run::BuildTrace() {
     r_.log.push_back(line);
     r_.trace.push_back(std::move(t));
   }
+  if (!crash_drawn) crash_event();
 }
 
 void Run::PromiseReceived(Connection& c, const ibv_wc& wc) {
@@ -722,6 +744,17 @@ void Run::CheckCrashes() {
     return std::string();
   });
   r_.crash = report.Text();
+  if (!report.ok() && !report.points.empty()) {
+    // Drawn in the trace and the timeline after the NIC event it followed.
+    const crash::CrashPointResult& point = report.points.back();
+    crash_after_event_ = point.after_event;
+    crash_mark_ =
+        "crash point #" + std::to_string(point.index) + " (" + point.label +
+        "): " +
+        report.violation.substr(
+            report.violation.find(": ") + 2,
+            report.violation.find('\n') - (report.violation.find(": ") + 2));
+  }
   const bool want_ok = s_.crash->outcome == "consistent";
   r_.expectations.push_back(
       std::string(report.ok() == want_ok ? "ok: " : "FAILED: ") +

@@ -56,7 +56,8 @@ constexpr size_t kMaxTraceLineBytes = 64 * 1024;
 struct TraceEvent {
   uint64_t seq = 0;
   std::string kind;  // post_send, post_recv, execute, completion, cm_event,
-                     // qp_state, fault, rnr_nak, cq_overrun, app
+                     // qp_state, fault, rnr_nak, cq_overrun, app, crash
+                     // (the crash checker's violating crash point)
   std::string side;  // "client" or "server" (or "" when neither)
   uint32_t connection = 0;  // 1-based
   uint64_t wr_id = 0;

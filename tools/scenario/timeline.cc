@@ -70,6 +70,15 @@ bool ToRow(const TraceEvent& e, Row* row) {
     row->fault = true;
     return true;
   }
+  if (e.kind == "crash") {
+    // The crash checker's violating crash point (crash: in the scenario).
+    row->from = row->to = kServerApp;
+    row->label = "CRASH " +
+                 (e.text.size() > 110 ? e.text.substr(0, 107) + "..." : e.text);
+    row->color = "#b71c1c";
+    row->fault = true;
+    return true;
+  }
   if (e.kind == "cm_event" || e.kind == "qp_state") {
     // An event of no QP's id is the listener's: the server's side.
     row->from = row->to = e.side.empty() ? kServerNic : nic;
