@@ -111,6 +111,22 @@ class CrashPatternTest : public ::testing::Test {
     recorder_->Promise("commit 1");
   }
 
+  // The record written and flushed (the range and type given), the flush
+  // waited for.
+  void PersistRecord(size_t offset = kRecord, size_t len = kRecordLen,
+                     rpma_flush_type type = RPMA_FLUSH_TYPE_PERSISTENT) {
+    WriteRecord();
+    Flush(offset, len, type);
+    WaitForFlush();
+  }
+  // The commit word written, flushed and waited for; then promised.
+  void CommitAndPromise(PersistenceRecorder& recorder) {
+    WriteCommit();
+    Flush(kCommit, 8);
+    WaitForFlush();
+    recorder.Promise("commit 1");
+  }
+
   // The NIC carries out what was posted (no completion is polled).
   void Land() { pair_->nic().RunUntilIdle(); }
 
@@ -171,13 +187,8 @@ TEST_F(CrashPatternTest, CommitFlushedWithTheDataIsCaught) {
 
 TEST_F(CrashPatternTest, DataFlushedBeforeTheCommitPasses) {
   Start();
-  WriteRecord();
-  Flush(kRecord, kRecordLen);
-  WaitForFlush();
-  WriteCommit();
-  Flush(kCommit, 8);
-  WaitForFlush();
-  recorder_->Promise("commit 1");
+  PersistRecord();
+  CommitAndPromise(*recorder_);
   CrashReport report = Check();
   EXPECT_TRUE(report.ok()) << report;
   EXPECT_TRUE(report.findings.empty()) << report;
@@ -188,13 +199,8 @@ TEST_F(CrashPatternTest, DataFlushedBeforeTheCommitPasses) {
 // strict rule is what catches it.
 TEST_F(CrashPatternTest, FlushOfTheWrongRangeIsCaughtUnderTheStrictRule) {
   Start();
-  WriteRecord();
-  Flush(kRecord + kRecordLen, kRecordLen);  // the bytes after the record
-  WaitForFlush();
-  WriteCommit();
-  Flush(kCommit, 8);
-  WaitForFlush();
-  recorder_->Promise("commit 1");
+  PersistRecord(kRecord + kRecordLen);  // the bytes after the record
+  CommitAndPromise(*recorder_);
   CrashReport report = Check();
   ASSERT_FALSE(report.ok()) << report;
   EXPECT_THAT(report.violation, HasSubstr("record byte 0"));
@@ -206,26 +212,16 @@ TEST_F(CrashPatternTest, FlushOfTheWrongRangePassesWhenAReadFlushesAll) {
   CrashCheckOptions options;
   options.read_flushes_all = true;
   Start(options);
-  WriteRecord();
-  Flush(kRecord + kRecordLen, kRecordLen);
-  WaitForFlush();
-  WriteCommit();
-  Flush(kCommit, 8);
-  WaitForFlush();
-  recorder_->Promise("commit 1");
+  PersistRecord(kRecord + kRecordLen);
+  CommitAndPromise(*recorder_);
   EXPECT_TRUE(Check().ok());
 }
 
 // Bug 4: VISIBILITY taken for persistence.
 TEST_F(CrashPatternTest, VisibilityFlushTakenAsPersistenceIsCaught) {
   Start({}, RPMA_MR_USAGE_FLUSH_TYPE_VISIBILITY);
-  WriteRecord();
-  Flush(kRecord, kRecordLen, RPMA_FLUSH_TYPE_VISIBILITY);
-  WaitForFlush();
-  WriteCommit();
-  Flush(kCommit, 8);
-  WaitForFlush();
-  recorder_->Promise("commit 1");
+  PersistRecord(kRecord, kRecordLen, RPMA_FLUSH_TYPE_VISIBILITY);
+  CommitAndPromise(*recorder_);
   CrashReport report = Check();
   ASSERT_FALSE(report.ok()) << report;
   ASSERT_FALSE(report.findings.empty());
@@ -239,13 +235,8 @@ TEST_F(CrashPatternTest, DeclaredDirectWriteOnADdioPlatformIsCaught) {
   CrashCheckOptions options;
   options.platform_direct_write_to_pmem = false;
   Start(options);
-  WriteRecord();
-  Flush(kRecord, kRecordLen);
-  WaitForFlush();
-  WriteCommit();
-  Flush(kCommit, 8);
-  WaitForFlush();
-  recorder_->Promise("commit 1");
+  PersistRecord();
+  CommitAndPromise(*recorder_);
   CrashReport report = Check();
   ASSERT_FALSE(report.ok()) << report;
   ASSERT_FALSE(report.findings.empty());
@@ -452,13 +443,8 @@ TEST_F(CrashPatternTest, ExpectCrashConsistentPassesTheFixedProtocol) {
       [&](PersistenceRecorder& recorder) {
         recorder.MarkPersistent(pair_->server_buffer(), pair_->buffer_size(),
                                 "pmem");
-        WriteRecord();
-        Flush(kRecord, kRecordLen);
-        WaitForFlush();
-        WriteCommit();
-        Flush(kCommit, 8);
-        WaitForFlush();
-        recorder.Promise("commit 1");
+        PersistRecord();
+        CommitAndPromise(recorder);
       },
       [](Image& image) {
         Log log;

@@ -51,28 +51,8 @@ int main(int argc, char *argv[]) {
            "connecting")))
     goto out_cfg;
 
-  struct rpma_conn_private_data pdata = {NULL, 0};
-  if ((ret = example_check(rpma_conn_get_private_data(conn, &pdata), kWho,
-                           "rpma_conn_get_private_data")))
-    goto out_disconnect;
-  const unsigned char *pd = pdata.ptr;
-  if (pdata.len < 2 || pdata.len < 2 + pd[0] + pd[1]) {
-    fprintf(stderr, "%s: private data of %u bytes is too short\n", kWho,
-            pdata.len);
-    ret = -1;
-    goto out_disconnect;
-  }
-  if ((ret =
-           example_check(rpma_mr_remote_from_descriptor(pd + 2, pd[0], &dst_mr),
-                         kWho, "rpma_mr_remote_from_descriptor")))
-    goto out_disconnect;
-  /* The server's word on what its memory supports, applied to the connection.
-   */
-  if ((ret = example_check(
-           rpma_peer_cfg_from_descriptor(pd + 2 + pd[0], pd[1], &pcfg), kWho,
-           "rpma_peer_cfg_from_descriptor")) ||
-      (ret = example_check(rpma_conn_apply_remote_peer_cfg(conn, pcfg), kWho,
-                           "rpma_conn_apply_remote_peer_cfg")))
+  /* The server's region and its word on what that memory supports. */
+  if ((ret = example_pdata_get_mr_pcfg(kWho, conn, &dst_mr, &pcfg)))
     goto out_remote;
   bool direct = false;
   int flush_types = 0;
@@ -109,7 +89,6 @@ out_remote:
       example_check(rpma_peer_cfg_delete(&pcfg), kWho, "rpma_peer_cfg_delete");
   ret |= example_check(rpma_mr_remote_delete(&dst_mr), kWho,
                        "rpma_mr_remote_delete");
-out_disconnect:
   ret |= example_check(example_disconnect(&conn), kWho, "disconnecting");
 out_cfg:
   ret |=

@@ -56,23 +56,8 @@ int main(int argc, char *argv[]) {
 
   /* Both descriptors in the private data. */
   unsigned char pd[EXAMPLE_PDATA_MAX];
-  size_t mr_size = 0, pcfg_size = 0;
-  if ((ret = example_check(rpma_mr_get_descriptor_size(mr, &mr_size), kWho,
-                           "rpma_mr_get_descriptor_size")) ||
-      (ret = example_check(rpma_peer_cfg_get_descriptor_size(pcfg, &pcfg_size),
-                           kWho, "rpma_peer_cfg_get_descriptor_size")))
-    goto out_pcfg;
-  if (2 + mr_size + pcfg_size > sizeof(pd)) {
-    fprintf(stderr, "%s: descriptors too big for private data\n", kWho);
-    ret = -1;
-    goto out_pcfg;
-  }
-  pd[0] = (unsigned char)mr_size;
-  pd[1] = (unsigned char)pcfg_size;
-  if ((ret = example_check(rpma_mr_get_descriptor(mr, pd + 2), kWho,
-                           "rpma_mr_get_descriptor")) ||
-      (ret = example_check(rpma_peer_cfg_get_descriptor(pcfg, pd + 2 + mr_size),
-                           kWho, "rpma_peer_cfg_get_descriptor")))
+  struct rpma_conn_private_data pdata;
+  if ((ret = example_pdata_put_mr_pcfg(kWho, mr, pcfg, pd, &pdata)))
     goto out_pcfg;
 
   if ((ret = example_check(example_conn_cfg_new(0, &cfg), kWho,
@@ -81,8 +66,6 @@ int main(int argc, char *argv[]) {
   if ((ret = example_check(example_listen(kWho, peer, addr, port, &ep), kWho,
                            "rpma_ep_listen")))
     goto out_cfg;
-  struct rpma_conn_private_data pdata = {pd,
-                                         (uint8_t)(2 + mr_size + pcfg_size)};
   if ((ret = example_check(example_accept(ep, cfg, NULL, 0, 0, &pdata, &conn),
                            kWho, "accepting")))
     goto out_ep;

@@ -157,26 +157,8 @@ int main(int argc, char *argv[]) {
            "connecting")))
     goto out_cfg;
 
-  struct rpma_conn_private_data pdata = {NULL, 0};
-  if ((ret = example_check(rpma_conn_get_private_data(c.conn, &pdata), kWho,
-                           "rpma_conn_get_private_data")))
-    goto out_disconnect;
-  const unsigned char *pd = pdata.ptr;
-  if (pdata.len < 2 || pdata.len < 2 + pd[0] + pd[1]) {
-    fprintf(stderr, "%s: private data of %u bytes is too short\n", kWho,
-            pdata.len);
-    ret = -1;
-    goto out_disconnect;
-  }
-  if ((ret =
-           example_check(rpma_mr_remote_from_descriptor(pd + 2, pd[0], &c.dst),
-                         kWho, "rpma_mr_remote_from_descriptor")))
-    goto out_disconnect;
-  if ((ret = example_check(
-           rpma_peer_cfg_from_descriptor(pd + 2 + pd[0], pd[1], &pcfg), kWho,
-           "rpma_peer_cfg_from_descriptor")) ||
-      (ret = example_check(rpma_conn_apply_remote_peer_cfg(c.conn, pcfg), kWho,
-                           "rpma_conn_apply_remote_peer_cfg")))
+  /* The server's region and its word that it writes directly to PMem. */
+  if ((ret = example_pdata_get_mr_pcfg(kWho, c.conn, &c.dst, &pcfg)))
     goto out_remote;
 
   if ((ret = append(&c, variant))) goto out_remote;
@@ -191,7 +173,6 @@ out_remote:
       example_check(rpma_peer_cfg_delete(&pcfg), kWho, "rpma_peer_cfg_delete");
   ret |= example_check(rpma_mr_remote_delete(&c.dst), kWho,
                        "rpma_mr_remote_delete");
-out_disconnect:
   if (c.conn != NULL)
     ret |= example_check(example_disconnect(&c.conn), kWho, "disconnecting");
 out_cfg:

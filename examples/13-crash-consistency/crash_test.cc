@@ -73,68 +73,68 @@ std::string Name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-class LogCrashTest : public ::testing::TestWithParam<Case> {
- protected:
-  // Runs server and client (both `variant`) to the end under a recorder.
-  CrashReport RunAndCheck(const std::string& variant,
-                          CrashCheckOptions options = {}) {
-    auto nic = std::make_shared<FakeNic>();
-    nic->StartBackgroundProgress();
-    ScopedBackend use(nic);
-    PersistenceRecorder recorder(*nic, options);
-    {
-      std::lock_guard<std::mutex> lock(listen_mu);
-      listen_state = 0;
-    }
-    static int port = 7400;
-    const std::string port_text = std::to_string(port++);
-    std::vector<std::string> server_args = {"server", "192.168.0.1", port_text,
-                                            variant};
-    std::vector<std::string> client_args = {"client", "192.168.0.1", port_text,
-                                            variant};
-    int server_ret = -1, client_ret = -1;
-    std::thread server([&] {
-      std::vector<char*> argv;
-      for (std::string& a : server_args) argv.push_back(&a[0]);
-      argv.push_back(nullptr);
-      server_ret = example_server_main(4, argv.data());
-      std::lock_guard<std::mutex> lock(listen_mu);
-      if (listen_state == 0) listen_state = -1;
-      listen_cv.notify_all();
-    });
-    {
-      std::unique_lock<std::mutex> lock(listen_mu);
-      listen_cv.wait(lock, [] { return listen_state != 0; });
-    }
-    if (listen_state == 1) {
-      std::vector<char*> argv;
-      for (std::string& a : client_args) argv.push_back(&a[0]);
-      argv.push_back(nullptr);
-      client_ret = example_client_main(4, argv.data());
-    }
-    server.join();
-    EXPECT_EQ(server_ret, 0);
-    EXPECT_EQ(client_ret, 0);
-    const int v = log_variant_parse(variant.c_str());
-    CrashReport report = recorder.Check([v](Image& image) -> std::string {
-      uint64_t promised = 0;
-      for (const std::string& p : image.promises()) {
-        if (p == "commit 1") promised = 1;
-      }
-      char why[160] = "";
-      auto read = [](void* ctx, size_t offset, void* dst, size_t len) {
-        static_cast<Image*>(ctx)->Read(0, offset, dst, len);
-      };
-      if (log_recover(read, &image, static_cast<enum log_variant>(v), promised,
-                      why, sizeof(why)) == 0) {
-        return "";
-      }
-      return why;
-    });
-    nic->StopBackgroundProgress();
-    return report;
+// Runs server and client (both `variant`) to the end under a recorder, then
+// checks every crash image with the log's recovery.
+CrashReport RunAndCheck(const std::string& variant,
+                        CrashCheckOptions options = {}) {
+  auto nic = std::make_shared<FakeNic>();
+  nic->StartBackgroundProgress();
+  ScopedBackend use(nic);
+  PersistenceRecorder recorder(*nic, options);
+  {
+    std::lock_guard<std::mutex> lock(listen_mu);
+    listen_state = 0;
   }
-};
+  static int port = 7400;
+  const std::string port_text = std::to_string(port++);
+  std::vector<std::string> server_args = {"server", "192.168.0.1", port_text,
+                                          variant};
+  std::vector<std::string> client_args = {"client", "192.168.0.1", port_text,
+                                          variant};
+  int server_ret = -1, client_ret = -1;
+  std::thread server([&] {
+    std::vector<char*> argv;
+    for (std::string& a : server_args) argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    server_ret = example_server_main(4, argv.data());
+    std::lock_guard<std::mutex> lock(listen_mu);
+    if (listen_state == 0) listen_state = -1;
+    listen_cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(listen_mu);
+    listen_cv.wait(lock, [] { return listen_state != 0; });
+  }
+  if (listen_state == 1) {
+    std::vector<char*> argv;
+    for (std::string& a : client_args) argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    client_ret = example_client_main(4, argv.data());
+  }
+  server.join();
+  EXPECT_EQ(server_ret, 0);
+  EXPECT_EQ(client_ret, 0);
+  const int v = log_variant_parse(variant.c_str());
+  CrashReport report = recorder.Check([v](Image& image) -> std::string {
+    uint64_t promised = 0;
+    for (const std::string& p : image.promises()) {
+      if (p == "commit 1") promised = 1;
+    }
+    char why[160] = "";
+    auto read = [](void* ctx, size_t offset, void* dst, size_t len) {
+      static_cast<Image*>(ctx)->Read(0, offset, dst, len);
+    };
+    if (log_recover(read, &image, static_cast<enum log_variant>(v), promised,
+                    why, sizeof(why)) == 0) {
+      return "";
+    }
+    return why;
+  });
+  nic->StopBackgroundProgress();
+  return report;
+}
+
+class LogCrashTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LogCrashTest, BugsAreCaughtShrunkAndFixesSurviveEveryImage) {
   const Case& c = GetParam();
@@ -177,28 +177,18 @@ INSTANTIATE_TEST_SUITE_P(
 // librpma's READ flush persists everything the connection wrote before it
 // on a DDIO-off server: there the wrong range goes unnoticed.
 TEST(LogCrashReadFlush, WrongRangeSurvivesWhenAReadFlushesEverything) {
-  class Run : public LogCrashTest {
-   public:
-    void TestBody() override {}
-    using LogCrashTest::RunAndCheck;
-  } run;
   CrashCheckOptions options;
   options.read_flushes_all = true;
-  CrashReport report = run.RunAndCheck("wrong-range", options);
+  CrashReport report = RunAndCheck("wrong-range", options);
   EXPECT_TRUE(report.ok()) << report;
 }
 
 // The server declares direct write to PMem; on a platform without it the
 // correct protocol loses the record, and the mismatch is said.
 TEST(LogCrashPlatform, DeclaredDirectWriteOnADdioPlatformIsCaught) {
-  class Run : public LogCrashTest {
-   public:
-    void TestBody() override {}
-    using LogCrashTest::RunAndCheck;
-  } run;
   CrashCheckOptions options;
   options.platform_direct_write_to_pmem = false;
-  CrashReport report = run.RunAndCheck("signal-after-flush", options);
+  CrashReport report = RunAndCheck("signal-after-flush", options);
   ASSERT_FALSE(report.ok()) << report;
   EXPECT_THAT(report.Text(), HasSubstr("DDIO on"));
 }

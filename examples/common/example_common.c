@@ -304,3 +304,59 @@ void example_pmem_unmap(struct example_pmem *pmem) {
   pmem->ptr = NULL;
   unlink(pmem->path);
 }
+
+int example_pdata_put_mr_pcfg(const char *who, const struct rpma_mr_local *mr,
+                              const struct rpma_peer_cfg *pcfg,
+                              unsigned char *buf,
+                              struct rpma_conn_private_data *pdata) {
+  size_t mr_size = 0, pcfg_size = 0;
+  int ret;
+  if ((ret = example_check(rpma_mr_get_descriptor_size(mr, &mr_size), who,
+                           "rpma_mr_get_descriptor_size")) ||
+      (ret = example_check(rpma_peer_cfg_get_descriptor_size(pcfg, &pcfg_size),
+                           who, "rpma_peer_cfg_get_descriptor_size")))
+    return ret;
+  if (2 + mr_size + pcfg_size > EXAMPLE_PDATA_MAX) {
+    fprintf(stderr, "%s: descriptors too big for private data\n", who);
+    return -1;
+  }
+  buf[0] = (unsigned char)mr_size;
+  buf[1] = (unsigned char)pcfg_size;
+  if ((ret = example_check(rpma_mr_get_descriptor(mr, buf + 2), who,
+                           "rpma_mr_get_descriptor")) ||
+      (ret =
+           example_check(rpma_peer_cfg_get_descriptor(pcfg, buf + 2 + mr_size),
+                         who, "rpma_peer_cfg_get_descriptor")))
+    return ret;
+  pdata->ptr = buf;
+  pdata->len = (uint8_t)(2 + mr_size + pcfg_size);
+  return 0;
+}
+
+int example_pdata_get_mr_pcfg(const char *who, struct rpma_conn *conn,
+                              struct rpma_mr_remote **mr,
+                              struct rpma_peer_cfg **pcfg) {
+  struct rpma_conn_private_data pdata = {NULL, 0};
+  int ret;
+  if ((ret = example_check(rpma_conn_get_private_data(conn, &pdata), who,
+                           "rpma_conn_get_private_data")))
+    return ret;
+  const unsigned char *pd = pdata.ptr;
+  if (pdata.len < 2 || pdata.len < 2 + pd[0] + pd[1]) {
+    fprintf(stderr, "%s: private data of %u bytes is too short\n", who,
+            pdata.len);
+    return -1;
+  }
+  if ((ret = example_check(rpma_mr_remote_from_descriptor(pd + 2, pd[0], mr),
+                           who, "rpma_mr_remote_from_descriptor")))
+    return ret;
+  /* The server's word on what its memory supports, applied to the
+   * connection. */
+  if ((ret = example_check(
+           rpma_peer_cfg_from_descriptor(pd + 2 + pd[0], pd[1], pcfg), who,
+           "rpma_peer_cfg_from_descriptor")) ||
+      (ret = example_check(rpma_conn_apply_remote_peer_cfg(conn, *pcfg), who,
+                           "rpma_conn_apply_remote_peer_cfg")))
+    return ret;
+  return 0;
+}

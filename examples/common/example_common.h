@@ -123,6 +123,24 @@ int example_pmem_read_back(const struct example_pmem *pmem, size_t offset,
                            void *buf, size_t len);
 void example_pmem_unmap(struct example_pmem *pmem);
 
+/*
+ * The private data of a server that offers persistent flushes (04, 13):
+ * [mr descriptor size][peer cfg descriptor size][mr descriptor][peer cfg
+ * descriptor]. The server fills `buf` (EXAMPLE_PDATA_MAX bytes) and
+ * `pdata` from its region and its peer configuration; the client reads
+ * both back from its connection, and applies the peer configuration to the
+ * connection (rpma_conn_apply_remote_peer_cfg), so that
+ * rpma_flush(RPMA_FLUSH_TYPE_PERSISTENT) may be used. Errors are said on
+ * stderr under `who`.
+ */
+int example_pdata_put_mr_pcfg(const char *who, const struct rpma_mr_local *mr,
+                              const struct rpma_peer_cfg *pcfg,
+                              unsigned char *buf,
+                              struct rpma_conn_private_data *pdata);
+int example_pdata_get_mr_pcfg(const char *who, struct rpma_conn *conn,
+                              struct rpma_mr_remote **mr,
+                              struct rpma_peer_cfg **pcfg);
+
 /* "<who>: <what>" on stdout, flushed (so interleaved output stays whole). */
 void example_say(const char *who, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
