@@ -1019,16 +1019,20 @@ std::string DescribeRun(const ModelState& state, const ImageRunner& runner,
            "rpma_flush(..., RPMA_FLUSH_TYPE_PERSISTENT, ...) and wait for its "
            "completion before this point.\n";
   }
+  std::string cli;
   out << "  replay: CrashCheckOptions::only_point = " << point_index
-      << " (crash_check --point " << point_index << "); choices = {";
+      << ", choices = {";
   bool first = true;
   for (const Decision& d : run.decisions) {
     const ChoiceUnit& u = runner.units()[d.unit];
     out << (first ? "" : ", ") << "{" << u.region << ", " << u.unit << ", "
         << d.choice << "}";
+    cli += (first ? "" : ";") + std::to_string(u.region) + "," +
+           std::to_string(u.unit) + "," + std::to_string(d.choice);
     first = false;
   }
-  out << "}\n";
+  out << "} (crash_check --point " << point_index
+      << (cli.empty() ? "" : " --choices '" + cli + "'") << ")\n";
   return out.str();
 }
 

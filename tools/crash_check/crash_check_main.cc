@@ -24,6 +24,8 @@
 //   --ddio-on             the server's platform writes through the CPU
 //                         cache: no PERSISTENT flush persists anything
 //   --point K             check only crash point K (a report's replay line)
+//   --choices LIST        and that image first: REGION,UNIT,CHOICE;... (the
+//                         replay line's)
 //
 // Exit status: 0 no violation, 1 a violation (the report says which image,
 // shrunk), 2 usage, journal or recovery-command errors.
@@ -52,8 +54,8 @@ namespace {
 int Usage(const std::string& why) {
   std::cerr << "crash_check: " << why << "\n"
             << "usage: crash_check --journal DIR [--unit N] [--budget N] "
-               "[--seed N] [--read-flushes-all] [--ddio-on] [--point K] -- "
-               "RECOVER [ARG...]\n";
+               "[--seed N] [--read-flushes-all] [--ddio-on] [--point K] "
+               "[--choices R,U,C;...] -- RECOVER [ARG...]\n";
   return 2;
 }
 
@@ -146,6 +148,19 @@ int main(int argc, char** argv) {
       options.seed = number("--seed");
     } else if (a == "--point") {
       options.only_point = static_cast<int>(number("--point"));
+    } else if (a == "--choices" && i + 1 < argc) {
+      std::istringstream list(argv[++i]);
+      std::string item;
+      while (std::getline(list, item, ';')) {
+        unsigned long long r = 0, u = 0, c = 0;
+        char tail = 0;
+        if (std::sscanf(item.c_str(), "%llu,%llu,%llu%c", &r, &u, &c, &tail) !=
+            3) {
+          return Usage("--choices: '" + item + "' is not REGION,UNIT,CHOICE");
+        }
+        options.choices.push_back(
+            {static_cast<size_t>(r), u, static_cast<size_t>(c)});
+      }
     } else if (a == "--read-flushes-all") {
       options.read_flushes_all = true;
     } else if (a == "--ddio-on") {
