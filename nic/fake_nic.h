@@ -1060,6 +1060,8 @@ class FakeNic final : public VerbsBackend {
   // and retries run out -- in real time for an ibv_modify_qp QP on a NIC
   // that runs in the background, at once otherwise (fake_nic_remote.cc).
   void RequesterTimesOut(Qp* qp, const char* why);
+  // A QP whose peer's link closed (fake_nic_remote.cc).
+  void PeerLinkDied(Qp* qp);
   // The transport timers that ran out (the background thread's loop).
   void FireTransportTimersLocked();
   struct TransportTimer {

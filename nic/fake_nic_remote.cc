@@ -306,15 +306,7 @@ void FakeNic::OnLinkClosed(uint64_t link) {
   if (it == ids_by_handle_.end()) return;
   CmId* id = it->second;
   Qp* qp = id->qp;
-  if (qp != nullptr && qp->link == link) {
-    qp->link_dead = true;
-    // Requests to a QP that is gone are never answered: the requester
-    // exhausts its transport retries (rxe_comp.c COMPST_ERROR_RETRY).
-    if (!qp->sq.empty() && qp->sq.front().in_flight) {
-      RequesterTimesOut(qp, "peer process gone");
-    }
-    MarkMaybeReady(qp);
-  }
+  if (qp != nullptr && qp->link == link) PeerLinkDied(qp);
   switch (id->state) {
     case CmState::kConnected:
     case CmState::kAccepted:
@@ -382,6 +374,18 @@ void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
 // docs/two-processes.md "Peer death") on a NIC whose background thread
 // runs. A sequenced or stepped NIC's time is its steps, so the WR ends at
 // once, as the determinism of its traces needs.
+// The QP's peer process is gone (its CM id's link or a verbs QP's link
+// closed). Requests to a QP that is gone are never answered: one in flight
+// times out as the requester exhausts its transport retries (rxe_comp.c
+// COMPST_ERROR_RETRY); each later one does the same when it is sent.
+void FakeNic::PeerLinkDied(Qp* qp) {
+  qp->link_dead = true;
+  if (!qp->sq.empty() && qp->sq.front().in_flight) {
+    RequesterTimesOut(qp, "peer process gone");
+  }
+  MarkMaybeReady(qp);
+}
+
 void FakeNic::RequesterTimesOut(Qp* qp, const char* why) {
   if (qp->sq.empty()) return;
   qp->sq.front().in_flight = true;

@@ -355,13 +355,7 @@ bool FakeNic::OnVerbsLinkClosed(uint64_t link) {
   if (it == verbs_qp_by_link_.end()) return false;
   Qp* qp = FindQpByNum(it->second);
   verbs_qp_by_link_.erase(it);
-  if (qp != nullptr && qp->link == link) {
-    qp->link_dead = true;
-    if (!qp->sq.empty() && qp->sq.front().in_flight) {
-      RequesterTimesOut(qp, "peer process gone");
-    }
-    MarkMaybeReady(qp);
-  }
+  if (qp != nullptr && qp->link == link) PeerLinkDied(qp);
   return true;
 }
 
