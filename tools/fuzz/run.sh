@@ -59,7 +59,7 @@ declare -A SOURCES=(
 )
 if [ -f tools/scenario/scenario_parser.cc ]; then
   ENTRY[scenario_parser]=FuzzScenarioParser
-  SOURCES[scenario_parser]="tools/fuzz/scenario_parser_fuzz.cc tools/scenario/scenario_parser.cc tools/scenario/scenario_budget.cc tools/scenario/scenario_runner.cc"
+  SOURCES[scenario_parser]="tools/fuzz/scenario_parser_fuzz.cc tools/scenario/scenario_parser.cc tools/scenario/scenario_budget.cc tools/scenario/scenario_runner.cc crash/crash_check.cc crash/persistence_model.cc"
   LIBS[scenario_parser]="-lyaml-cpp"
 fi
 
@@ -76,7 +76,7 @@ compile() {  # src obj extra-flags...
   mkdir -p "$(dirname "$obj")"
   # Up to date: newer than its source, every header and this script.
   if [ "$obj" -nt "$src" ] && [ "$obj" -nt "$0" ] &&
-     [ -z "$(find check nic faults mock rpma verbs_backend tests tools -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
+     [ -z "$(find check crash nic faults mock rpma verbs_backend tests tools -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
     return 0
   fi
   # shellcheck disable=SC2086
