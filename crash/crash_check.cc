@@ -42,16 +42,18 @@ class ImageRunner {
     for (size_t i = 0; i < units_.size(); ++i) {
       index_[{units_[i].region, units_[i].unit}] = i;
       contents_.push_back(state.Contents(units_[i].region, units_[i].unit));
-      latest_.push_back(state.LatestContent(units_[i].region, units_[i].unit));
+      latest_.push_back(state.ContentIndex(
+          contents_.back(), state.Latest(units_[i].region, units_[i].unit)));
     }
   }
 
+  const ModelState& state() const { return state_; }
   const std::vector<ChoiceUnit>& units() const { return units_; }
   size_t choices(size_t i) const { return contents_[i].size(); }
   const std::vector<ModelState::Content>& contents(size_t i) const {
     return contents_[i];
   }
-  // The content of unit i's last write (ModelState::LatestContent).
+  // The content of unit i's last write (ModelState::ContentIndex).
   size_t latest(size_t i) const { return latest_[i]; }
   double combinations() const {
     double product = 1;
@@ -897,8 +899,8 @@ class PointChecker {
           const UnitVersion& v = (*versions)[j];
           if (v.event_seq <= cut &&
               (qp < 0 || v.qp_num == static_cast<uint32_t>(qp))) {
-            a[i] = state_->ContentIndex(units[i].region, units[i].unit,
-                                        v.bytes.data());
+            a[i] = runner_.state().ContentIndex(runner_.contents(i),
+                                                v.bytes.data());
             break;
           }
         }
@@ -969,9 +971,8 @@ class PointChecker {
   }
 
   const std::vector<UnitVersion>* Versions(const ChoiceUnit& u) const {
-    return state_->Versions(u.region, u.unit);
+    return runner_.state().Versions(u.region, u.unit);
   }
-  const ModelState* state_ = nullptr;
 
  private:
   const ImageRunner& runner_;
@@ -1070,7 +1071,6 @@ CrashReport PersistenceRecorder::Impl::Check(const RecoveryCheck& check) {
                                       promises.begin() + points[p].promises);
     ImageRunner runner(state, promised, points[p].label);
     PointChecker checker(runner, check, options_);
-    checker.state_ = &state;
     CrashPointResult result;
     result.index = p;
     result.label = points[p].label;

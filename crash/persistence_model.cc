@@ -136,17 +136,12 @@ std::vector<ModelState::Content> ModelState::Contents(size_t r,
   return contents;
 }
 
-size_t ModelState::ContentIndex(size_t r, uint64_t unit,
+size_t ModelState::ContentIndex(const std::vector<Content>& contents,
                                 const uint8_t* bytes) const {
-  const std::vector<Content> contents = Contents(r, unit);
   for (size_t c = 0; c < contents.size(); ++c) {
     if (std::memcmp(contents[c].bytes, bytes, unit_) == 0) return c;
   }
   return 0;
-}
-
-size_t ModelState::LatestContent(size_t r, uint64_t unit) const {
-  return ContentIndex(r, unit, Latest(r, unit));
 }
 
 const uint8_t* ModelState::Latest(size_t r, uint64_t unit) const {
@@ -166,8 +161,6 @@ int ModelState::RegionAt(uint64_t addr) const {
   }
   return -1;
 }
-
-uint64_t ModelState::pending_units() const { return ChoiceUnits().size(); }
 
 }  // namespace crash
 }  // namespace rpma_harness

@@ -97,16 +97,15 @@ class ModelState {
     int version;
   };
   std::vector<Content> Contents(size_t r, uint64_t unit) const;
-  // Which of Contents() is the unit's latest (its last write's): not
-  // always the last one listed, when a write put back earlier content.
-  size_t LatestContent(size_t r, uint64_t unit) const;
-  // Which of Contents() holds `bytes` (G of them), or 0.
-  size_t ContentIndex(size_t r, uint64_t unit, const uint8_t* bytes) const;
+  // Which of `contents` (a unit's Contents()) holds `bytes` (G of them), or
+  // 0. With Latest(): the unit's latest content, which is not always the
+  // last one listed (a write may put back earlier content).
+  size_t ContentIndex(const std::vector<Content>& contents,
+                      const uint8_t* bytes) const;
   // The latest content of a unit: its last version, else durable.
   const uint8_t* Latest(size_t r, uint64_t unit) const;
   // The region whose [base, base + size) holds addr, or -1.
   int RegionAt(uint64_t addr) const;
-  uint64_t pending_units() const;
 
  private:
   struct Region {

@@ -143,7 +143,6 @@ extern "C" int rpma_cq_get_wc(struct rpma_cq* cq, int num_entries,
     for (int i = 0; i < got; ++i) {
       rpma_harness::PersistenceNote note;
       note.kind = rpma_harness::PersistenceNote::Kind::kPolled;
-      note.qp_num = wc[i].qp_num;
       note.wc = wc[i];
       rpma_harness::internal::NotePersistence(note);
     }
