@@ -246,25 +246,6 @@ bool ParseCheckOptions(const std::string& value, CheckOptions* options,
   return ok;
 }
 
-namespace {
-
-// The checkers the process-wide NIC-write tap tells (recv-written).
-std::mutex& TapMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::vector<CheckingBackend*>& TapCheckers() {
-  static auto* v = new std::vector<CheckingBackend*>;
-  return *v;
-}
-
-}  // namespace
-
-void CheckingBackend::NicWriteTapForAll(uintptr_t dst, size_t n) {
-  std::lock_guard<std::mutex> lock(TapMutex());
-  for (CheckingBackend* c : TapCheckers()) c->OnNicWrite(dst, n);
-}
-
 CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
                                  CheckOptions options)
     : ForwardingBackend(std::move(inner)),
@@ -275,39 +256,23 @@ CheckingBackend::CheckingBackend(std::shared_ptr<VerbsBackend> inner,
   if (options_.set_landing && options_.trace_nic != nullptr) {
     options_.trace_nic->SetLanding(options_.landing);
   }
-  if (options_.trace_nic != nullptr && Enabled("source-changed")) {
-    options_.trace_nic->SetSourceReadTap(
-        [this](const FakeNic::SourceRead& read) { OnSourceRead(read); });
-  }
-  if (recv_check_) {
-    std::lock_guard<std::mutex> lock(TapMutex());
-    if (TapCheckers().empty()) {
-      fake_nic_internal::SetNicWriteTap(&CheckingBackend::NicWriteTapForAll);
-    }
-    TapCheckers().push_back(this);
-  }
   if (options_.trace_nic != nullptr) {
-    trace_observer_ =
-        options_.trace_nic->AddObserver([this](const FakeNicEvent& event) {
-          std::lock_guard<std::mutex> lock(trace_mu_);
-          auto& ring = trace_[event.qp_num];
-          ring.push_back(event);
-          if (ring.size() > kTraceLines) ring.pop_front();
-        });
+    unsigned what = NicTap::kEvents;
+    if (Enabled("source-changed")) what |= NicTap::kSourceReads;
+    if (recv_check_) what |= NicTap::kNicWrites;
+    tap_ = options_.trace_nic->AddTap(this, what);
   }
 }
 
 CheckingBackend::~CheckingBackend() {
-  if (recv_check_) {
-    std::lock_guard<std::mutex> lock(TapMutex());
-    auto& all = TapCheckers();
-    all.erase(std::remove(all.begin(), all.end(), this), all.end());
-    if (all.empty()) fake_nic_internal::SetNicWriteTap(nullptr);
-  }
-  if (options_.trace_nic != nullptr) {
-    if (Enabled("source-changed")) options_.trace_nic->SetSourceReadTap({});
-    options_.trace_nic->RemoveObserver(trace_observer_);
-  }
+  if (options_.trace_nic != nullptr) options_.trace_nic->RemoveTap(tap_);
+}
+
+void CheckingBackend::OnEvent(const FakeNicEvent& event) {
+  std::lock_guard<std::mutex> lock(trace_mu_);
+  auto& ring = trace_[event.qp_num];
+  ring.push_back(event);
+  if (ring.size() > kTraceLines) ring.pop_front();
 }
 
 bool CheckingBackend::Enabled(const std::string& check) const {
@@ -560,8 +525,8 @@ uint64_t CheckingBackend::TotalLength(const std::vector<Range>& ranges) {
 bool CheckingBackend::HashChunks(const std::vector<Range>& ranges,
                                  uint64_t from, uint64_t to, uint32_t* out,
                                  uintptr_t* fault) {
-  // Read through the fake's guarded copy (GuardedRead: the checker is not
-  // the NIC, so not the NIC-write tap) so memory the program unmapped is
+  // Read through the fake's guarded copy (not FakeNic::NicWrite: the
+  // checker is not the NIC, so no tap hears of it) so memory the program unmapped is
   // reported instead of crashing the checker. 4 KiB at a time: 16 chunks.
   unsigned char block[4096];
   uint64_t pos = from;
@@ -576,7 +541,7 @@ bool CheckingBackend::HashChunks(const std::vector<Range>& ranges,
         continue;
       }
       const uint64_t take = std::min(r.len - skip, n - got);
-      if (!fake_nic_internal::GuardedRead(
+      if (!fake_nic_internal::GuardedCopy(
               block + got, reinterpret_cast<const void*>(r.addr + skip),
               static_cast<size_t>(take), fault)) {
         return false;
@@ -896,7 +861,7 @@ void CheckingBackend::ReapRecv(QpState* qs, const ibv_wc& wc) {
 
 // ---- the fake's taps ------------------------------------------------------
 
-void CheckingBackend::OnSourceRead(const FakeNic::SourceRead& read) {
+void CheckingBackend::OnSourceRead(const NicSourceRead& read) {
   std::lock_guard<std::mutex> lock(mu_);
   auto q = qps_.find(read.qp_num);
   if (q == qps_.end()) return;

@@ -60,11 +60,9 @@
 //   (FakeNicConfig::landing: a destination read too early sees torn data).
 //
 // Thread-safe: one mutex serialises the checker's own state; the wrapped
-// backend is called without it held. The fake's taps (FakeNic::
-// SetSourceReadTap on trace_nic, the process-wide NIC-write tap) call in
-// with the NIC's mutex held. A FakeNic has one source-read tap: of two
-// checkers with the same trace_nic, the later one's is used, and the
-// first destroyed removes it.
+// backend is called without it held. The checker is a tap on trace_nic
+// (nic/nic_tap.h: its records, source reads and NIC writes), called with
+// the NIC's mutex held; several checkers may watch one NIC.
 
 #ifndef RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_
 #define RPMA_HARNESS_CHECK_CHECKING_BACKEND_H_
@@ -126,7 +124,7 @@ struct Finding {
   uint64_t times = 1;   // how often it happened (printed once)
 };
 
-class CheckingBackend final : public ForwardingBackend {
+class CheckingBackend final : public ForwardingBackend, private NicTap {
  public:
   CheckingBackend(std::shared_ptr<VerbsBackend> inner, CheckOptions options);
   ~CheckingBackend() override;
@@ -286,13 +284,12 @@ class CheckingBackend final : public ForwardingBackend {
   // its bytes at post (the chunks the NIC wrote left out); `moment` says
   // when. REQUIRES: mu_ held.
   void CompareRecv(OutstandingRecv* r, const char* moment, uint32_t qp_num);
-  // The fake's taps (nic/fake_nic.h SetSourceReadTap; the NIC-write tap of
-  // nic/fake_nic_user_memory.h): both run with the NIC's mutex held.
   // recv-written: hashes newly posted receives and keeps their stack.
   void HashNewRecvs(std::vector<OutstandingRecv>* posts);
-  void OnSourceRead(const FakeNic::SourceRead& read);
-  void OnNicWrite(uintptr_t dst, size_t n);
-  static void NicWriteTapForAll(uintptr_t dst, size_t n);
+  // The tap on trace_nic (nic/nic_tap.h), called with the NIC's mutex held.
+  void OnEvent(const FakeNicEvent& event) override;
+  void OnSourceRead(const NicSourceRead& read) override;
+  void OnNicWrite(uintptr_t dst, size_t n) override;
   // Hashes bytes [from, to) of the byte stream `ranges` describe (a gather
   // list), one 32-bit hash per kChunk bytes, into out[from / kChunk ...],
   // without crashing on unmapped memory: false (and *fault) when the memory
@@ -309,7 +306,7 @@ class CheckingBackend final : public ForwardingBackend {
     return options_.verbs_program ? verbs : rpma;
   }
   // recv-written runs only over the fake (options_.trace_nic), whose
-  // writes the NIC-write tap shows; over rdma-core a NIC write into a
+  // writes its tap is told of; over rdma-core a NIC write into a
   // receive buffer (a peer's RDMA WRITE) cannot be told from the program's.
   const bool recv_check_;
 
@@ -323,11 +320,11 @@ class CheckingBackend final : public ForwardingBackend {
   std::vector<Finding> findings_;
   std::map<std::string, size_t> finding_index_;  // check + stack -> index
 
-  // The trace_nic's last events per QP (its observer fills them).
+  // The trace_nic's last events per QP (OnEvent fills them).
   static constexpr size_t kTraceLines = 6;
   mutable std::mutex trace_mu_;
   std::map<uint32_t, std::deque<FakeNicEvent>> trace_;
-  int trace_observer_ = 0;
+  int tap_ = 0;  // the handle of this tap on trace_nic
 };
 
 // The CheckingBackend behind `backend`, or nullptr when it is not one.

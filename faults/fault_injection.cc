@@ -263,7 +263,20 @@ ExecuteVerdict FaultInjector::OnExecute(const ExecuteInfo& info) {
   call.execute = &info;
   ExecuteVerdict verdict;
   std::optional<FaultRule> rule = Decide(call);
-  if (!rule) return verdict;
+  if (!rule) {
+    // A status a post_send rule chose for this WR when it was posted.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = forced_.begin(); it != forced_.end(); ++it) {
+      if (it->wr_id == info.wr_id && it->qp_num == info.qp_num) {
+        verdict.kind = ExecuteVerdict::Kind::kFail;
+        verdict.status = it->status;
+        verdict.reason = it->rule + ": the status chosen at post_send";
+        forced_.erase(it);
+        break;
+      }
+    }
+    return verdict;
+  }
   verdict.reason = rule->name;
   verdict.status = rule->status;
   switch (rule->action) {
@@ -325,8 +338,12 @@ void FaultInjector::ApplySideEffect(const FaultRule& rule, const CallInfo& info,
       if (cq != nullptr) nic_->OverrunCq(cq);
       break;
     case FaultAction::kCompleteWithStatus:
+      {
+        // OnExecute (the NIC's execute hook) ends the WR with it.
+        std::lock_guard<std::mutex> lock(mu_);
+        forced_.push_back({info.wr_id, info.qp_num, rule.status, rule.name});
+      }
       Note(rule, info, "completes with a forced status");
-      nic_->CompleteNextWrWithStatus(info.wr_id, rule.status, info.qp_num);
       break;
     default:
       break;

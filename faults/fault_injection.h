@@ -212,6 +212,15 @@ class FaultInjector final : public ForwardingBackend {
   std::string name_;
   mutable std::mutex mu_;
   std::vector<Rule> rules_;
+  // WRs a post_send rule gave a status (kCompleteWithStatus): OnExecute
+  // ends each with it when the NIC starts it.
+  struct Forced {
+    uint64_t wr_id = 0;
+    uint32_t qp_num = 0;
+    ibv_wc_status status = IBV_WC_GENERAL_ERR;
+    std::string rule;
+  };
+  std::vector<Forced> forced_;
   std::vector<FiredFault> fired_;
   std::mt19937_64 rng_;
   std::optional<uint8_t> rnr_retry_;

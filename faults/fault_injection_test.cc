@@ -241,6 +241,25 @@ TEST_F(FaultInjectionTest, CompleteWithStatusMovesTheQpToErrAndFlushes) {
   EXPECT_EQ(faults_->Fired()[0].wr_id, 1u);
 }
 
+// A post_send rule that gives the WR a status: the post succeeds, the WR
+// (only that one) ends with the status when the NIC starts it, and no byte
+// of it lands.
+TEST_F(FaultInjectionTest, PostSendStatusEndsThatWrWhenItExecutes) {
+  size_t p = Connect();
+  FaultRule rule = Rule("second posted fails", FaultCall::kPostSend,
+                        FaultAction::kCompleteWithStatus);
+  rule.nth = 2;
+  rule.status = IBV_WC_REM_OP_ERR;
+  Add(rule);
+  for (size_t i = 0; i < 3; ++i) ASSERT_EQ(Write(p, i), 0);
+  EXPECT_THAT(
+      Statuses(Drain(pairs_[p].client_cq)),
+      ElementsAre(IBV_WC_SUCCESS, IBV_WC_REM_OP_ERR, IBV_WC_WR_FLUSH_ERR));
+  EXPECT_EQ(std::memcmp(pairs_[p].dst.data(), pairs_[p].src.data(), 64), 0);
+  EXPECT_EQ(pairs_[p].dst[64], 0);  // the failed write moved nothing
+  EXPECT_EQ(faults_->TimesFired("second posted fails"), 1u);
+}
+
 TEST_F(FaultInjectionTest, LinkLevelStatusLeavesTheResponderAlone) {
   size_t p = Connect();
   FaultRule rule =

@@ -43,28 +43,6 @@ namespace rpma_harness {
 using fake_nic_internal::ConsumeFd;
 using fake_nic_internal::SignalFd;
 
-namespace {
-
-bool LogEnabled() {
-  // env RPMA_HARNESS_LOG=1|0: 1: every fake NIC prints each event (posts,
-  //   executions, completions, QP states, CM events, faults) on stderr; 0 or
-  //   empty: off. Any other value is reported and logging is on.
-  const char* env = getenv("RPMA_HARNESS_LOG");
-  if (env == nullptr || *env == '\0' || strcmp(env, "0") == 0) return false;
-  if (strcmp(env, "1") != 0) {
-    static std::atomic<bool> told{false};
-    if (!told.exchange(true)) {
-      fprintf(stderr,
-              "fake_nic: RPMA_HARNESS_LOG=%s: expected 1 (on) or 0 (off); "
-              "logging\n",
-              env);
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
 void fake_nic_internal::SignalFd(int fd) {
   const uint64_t one = 1;
   if (write(fd, &one, sizeof(one)) != sizeof(one)) {
@@ -129,7 +107,6 @@ FakeNicConfig Resolved(FakeNicConfig config) {
 
 FakeNic::FakeNic(FakeNicConfig config)
     : config_(Resolved(std::move(config))),
-      log_enabled_(LogEnabled()),
       rng_state_(config_.seed),
       landing_(config_.landing),
       landing_rng_state_(config_.seed ^ 0x6c616e64696e67ULL) {
@@ -158,14 +135,8 @@ FakeNic::FakeNic(FakeNicConfig config)
     device->config = dc;
     devices_.push_back(std::move(device));
   }
-  if (!config_.trace_path.empty()) {
-    trace_fd_ = open(config_.trace_path.c_str(),
-                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (trace_fd_ < 0) {
-      fprintf(stderr, "fake_nic: cannot open trace file %s: %s\n",
-              config_.trace_path.c_str(), strerror(errno));
-    }
-  }
+  // First, so they see each record before any other tap.
+  AddBuiltInTaps();
   if (!config_.fabric_dir.empty()) {
     // The fabric thread's frames and link ends come in through these two.
     fabric_ = std::make_unique<fake_nic_internal::Fabric>(
@@ -214,7 +185,6 @@ FakeNic::~FakeNic() {
   if (fabric_ != nullptr) fabric_->Stop();
   StopBackgroundProgress();
   fabric_.reset();
-  if (trace_fd_ >= 0) close(trace_fd_);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, channel] : comp_channels_) close(channel->base.fd);
   for (auto& [key, channel] : event_channels_) close(channel->base.fd);
@@ -224,16 +194,12 @@ FakeNic::~FakeNic() {
 
 void FakeNic::Record(FakeNicEvent event) {
   event.seq = next_seq_++;
-  // getenv on every record cost a fifth of a round trip: read once.
-  if (log_enabled_) fprintf(stderr, "fake_nic: %s\n", ToString(event).c_str());
-  if (trace_fd_ >= 0) WriteTraceLine(event);
-  for (auto& [handle, observer] : observers_) observer(event);
+  for (NicTap* tap : event_taps_) tap->OnEvent(event);
   WakeWaiters();
 }
 
 void FakeNic::UpdateQuiet() {
   quiet_ = !Observed() && !config_.trace_packets && !execute_hook_ &&
-           post_faults_.empty() && status_faults_.empty() &&
            landing_ == Landing::kAtOnce;
 }
 
@@ -1114,33 +1080,6 @@ int FakeNic::BlockUntil(std::unique_lock<std::mutex>& lock,
 }
 
 // ---- observation and faults -------------------------------------------------
-
-int FakeNic::AddObserver(std::function<void(const FakeNicEvent&)> observer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int handle = next_observer_++;
-  observers_[handle] = std::move(observer);
-  UpdateQuiet();
-  return handle;
-}
-
-void FakeNic::RemoveObserver(int handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  observers_.erase(handle);
-  UpdateQuiet();
-}
-
-void FakeNic::FailNextPostSend(int errno_value, uint32_t qp_num) {
-  std::lock_guard<std::mutex> lock(mu_);
-  post_faults_.push_back({errno_value, qp_num});
-  UpdateQuiet();
-}
-
-void FakeNic::CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
-                                       uint32_t qp_num) {
-  std::lock_guard<std::mutex> lock(mu_);
-  status_faults_.push_back({wr_id, status, qp_num});
-  UpdateQuiet();
-}
 
 void FakeNic::SetExecuteHook(
     std::function<ExecuteVerdict(const ExecuteInfo&)> hook) {

@@ -90,6 +90,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nic/nic_tap.h"
 #include "verbs_backend/verbs_backend.h"
 
 namespace rpma_harness {
@@ -581,31 +582,18 @@ class FakeNic final : public VerbsBackend {
 
   // ---- observation ----------------------------------------------------------
 
+  // Registers `tap` (nic/nic_tap.h) for what `what` asks (NicTap::kEvents,
+  // kSourceReads, kNicWrites); returns a handle for RemoveTap. Taps are told
+  // in the order they were added. REQUIRES: `tap` is not null and outlives
+  // its registration.
+  int AddTap(NicTap* tap, unsigned what);
+  void RemoveTap(int handle);
+  // An events-only tap made of a function (the NIC owns the adapter).
   // REQUIRES: the observer does not call back into this FakeNic (it runs
   // with the NIC's mutex held, which is what keeps the record ordered).
   int AddObserver(std::function<void(const FakeNicEvent&)> observer);
-  void RemoveObserver(int handle);
-
-  // The requester is about to read bytes [offset, offset + length) of a
-  // send WR's gather list (one packet, several packets read in one copy, a
-  // whole SEND, or the payload a cross-process request carries): the moment
-  // the source goes on the wire. The usage checker's tap
-  // (check/checking_backend.cc: source-changed at execution). Not called
-  // for inline WRs (their bytes were copied at post).
-  struct SourceRead {
-    uint32_t qp_num = 0;
-    uint64_t wr_id = 0;
-    int opcode = 0;
-    uint64_t first_addr = 0;    // the first SGE's address
-    uint64_t total_length = 0;  // the WR's whole length
-    uint64_t offset = 0;
-    uint64_t length = 0;
-    uint32_t mtu = 0;  // the path MTU the message is cut at
-  };
-  // One tap (an empty function removes it); it runs with the NIC's mutex
-  // held. REQUIRES: it does not call back into this FakeNic. Unset, the
-  // data path pays one test of an empty std::function per copy.
-  void SetSourceReadTap(std::function<void(const SourceRead&)> tap);
+  void RemoveObserver(int handle) { RemoveTap(handle); }
+  using SourceRead = NicSourceRead;
 
   // ---- fault hooks ----------------------------------------------------------
 
@@ -619,15 +607,6 @@ class FakeNic final : public VerbsBackend {
   // (rpma/fake_backend.cc registers it with atexit). Returns whether
   // everything went.
   bool FlushFabric(int timeout_ms);
-  // The next PostSend (on `qp_num`, or on any QP when 0) fails with
-  // `errno_value` (positive; the personality applies the sign), posting
-  // nothing and setting *bad_wr to the first WR.
-  void FailNextPostSend(int errno_value, uint32_t qp_num = 0);
-  // The next send WR with this wr_id (on `qp_num`, or any QP when 0) to be
-  // executed completes with `status` instead, moving no data; an error
-  // status moves the QP to ERR like a real completion error.
-  void CompleteNextWrWithStatus(uint64_t wr_id, ibv_wc_status status,
-                                uint32_t qp_num = 0);
   // A device that is down keeps its addresses (they still resolve) but does
   // not answer: Connect to it ends in RDMA_CM_EVENT_UNREACHABLE.
   bool SetDeviceUp(const std::string& device_name, bool up);
@@ -669,16 +648,6 @@ class FakeNic final : public VerbsBackend {
     std::string what;
     std::function<void()> run;
   };
-  struct PostFault {
-    int errno_value;
-    uint32_t qp_num;
-  };
-  struct StatusFault {
-    uint64_t wr_id;
-    ibv_wc_status status;
-    uint32_t qp_num;
-  };
-
   // A few recent lookups in front of a hashed map: a program posts with the
   // same handful of keys again and again, and a hash lookup (a division)
   // per call was a fifth of a round trip. Cleared whenever such an object is
@@ -880,14 +849,29 @@ class FakeNic final : public VerbsBackend {
                     const char* answer);
   void RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                       const char* why);
-  // Calls source_read_tap_, when set, for bytes [offset, offset + length)
+  // Tells the source-read taps, if any, of bytes [offset, offset + length)
   // of `wqe`'s source (fake_nic_taps.cc).
   void TapSourceRead(const Qp* qp, const SendWqe& wqe, uint64_t offset,
                      uint64_t length, uint32_t mtu) {
-    if (source_read_tap_) TapSourceReadSlow(qp, wqe, offset, length, mtu);
+    if (!source_read_taps_.empty()) {
+      TapSourceReadSlow(qp, wqe, offset, length, mtu);
+    }
   }
   void TapSourceReadSlow(const Qp* qp, const SendWqe& wqe, uint64_t offset,
                          uint64_t length, uint32_t mtu);
+  // The NIC writes `n` bytes of `src` at `dst`, the program's memory: the
+  // write taps are told, then one guarded copy (fake_nic_user_memory.h),
+  // false with *fault set if it faulted. Every byte this NIC writes into a
+  // program's memory goes through here.
+  bool NicWrite(void* dst, const void* src, size_t n, uintptr_t* fault);
+  // The write taps alone, for a copy that writes the program's memory
+  // without NicWrite (several packets gathered in one copy).
+  void TapNicWrite(const void* dst, uint64_t n) {
+    if (n == 0) return;
+    for (NicTap* tap : write_taps_) {
+      tap->OnNicWrite(reinterpret_cast<uintptr_t>(dst), n);
+    }
+  }
   void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
                        const SendWqe& wqe, ibv_wc_status status,
                        ibv_wc_opcode opcode, uint32_t byte_len);
@@ -1070,7 +1054,6 @@ class FakeNic final : public VerbsBackend {
     const char* why = "";
   };
   std::vector<TransportTimer> transport_timers_;  // few: one a dead peer's QP
-  void WriteTraceLine(const FakeNicEvent& event);
   // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----
   // The application thread waits on the fabric: reports it, then blocks
   // until a granted step ends the wait (`ready` holds, or any step of this
@@ -1116,25 +1099,21 @@ class FakeNic final : public VerbsBackend {
   }
   static constexpr int kLockSpins = 2000;
 
-  // True when someone looks at FakeNicEvent records (an observer, the
-  // RPMA_HARNESS_LOG log or a trace file): only then are their address
-  // details worked out.
-  bool Observed() const {
-    return log_enabled_ || trace_fd_ >= 0 || !observers_.empty();
-  }
-  // "Nobody is watching" (issue 14): nothing observes the records (see
-  // Observed), no packet trace, no execute hook, no pending post-time or
-  // status fault, landing at once. Then the data path skips the fault scans,
-  // the hook and every event object (the sequence still advances, so the
+  // True when someone looks at FakeNicEvent records (an event tap: the
+  // RPMA_HARNESS_LOG log, a trace file, an observer): only then are their
+  // address details worked out.
+  bool Observed() const { return !event_taps_.empty(); }
+  // "Nobody is watching" (issue 14): no event tap (see Observed), no packet
+  // trace, no execute hook, landing at once. Then the data path skips the
+  // hook and every event object (the sequence still advances, so the
   // numbering is the same either way). UpdateQuiet() recomputes it wherever
-  // one of those changes (constructor, Add/RemoveObserver, the fault setters
-  // and their consumption, SetExecuteHook, SetLanding); the personality is
-  // fixed at construction.
+  // one of those changes (constructor, AddTap / RemoveTap, SetExecuteHook,
+  // SetLanding); the personality is fixed at construction. Source-read and
+  // NIC-write taps cost their own one test each and do not end quiet.
   void UpdateQuiet();
   bool quiet_ = false;
 
   const FakeNicConfig config_;
-  const bool log_enabled_;  // RPMA_HARNESS_LOG, read once at construction
   std::mutex mu_;
   std::condition_variable work_cv_;   // background thread: work may exist
   std::condition_variable event_cv_;  // blocked getters: an event may exist
@@ -1151,7 +1130,6 @@ class FakeNic final : public VerbsBackend {
   uint64_t next_handle_ = 1;
   uint32_t next_mr_ordinal_ = 1;
   size_t slot_cursor_ = 0;  // the in-turn schedule resumes at this slot
-  int next_observer_ = 1;
   uint16_t next_ephemeral_port_ = 40000;
 
   std::vector<std::unique_ptr<Device>> devices_;
@@ -1202,11 +1180,28 @@ class FakeNic final : public VerbsBackend {
   std::map<std::string, uint64_t> bound_;  // "addr|port" -> id handle
   std::map<const void*, std::unique_ptr<CmEvent>> outstanding_events_;
   std::deque<CmWork> cm_work_;
-  std::map<int, std::function<void(const FakeNicEvent&)>> observers_;
-  std::vector<PostFault> post_faults_;
-  std::vector<StatusFault> status_faults_;
+  // The taps (nic/nic_tap.h), in the order added: the RPMA_HARNESS_LOG log
+  // and the trace file (FakeNicConfig::trace_path) first, made at
+  // construction. `owned` holds an adapter the NIC made (those two,
+  // AddObserver's). The three lists are what the data path walks, rebuilt
+  // on every AddTap / RemoveTap.
+  struct TapEntry {
+    int handle = 0;
+    NicTap* tap = nullptr;
+    unsigned what = 0;
+    std::unique_ptr<NicTap> owned;
+  };
+  std::vector<TapEntry> taps_;
+  std::vector<NicTap*> event_taps_;
+  std::vector<NicTap*> source_read_taps_;
+  std::vector<NicTap*> write_taps_;
+  int next_tap_ = 1;
+  int AddTapLocked(NicTap* tap, unsigned what, std::unique_ptr<NicTap> owned);
+  // The constructor's taps: the RPMA_HARNESS_LOG log, the trace file.
+  void AddBuiltInTaps();
+  class LogTap;
+  class TraceFileTap;
   std::function<ExecuteVerdict(const ExecuteInfo&)> execute_hook_;
-  std::function<void(const SourceRead&)> source_read_tap_;
 
   bool background_running_ = false;
   bool stop_background_ = false;
@@ -1221,7 +1216,6 @@ class FakeNic final : public VerbsBackend {
   std::map<uint64_t, uint32_t> verbs_qp_by_link_;
   uint32_t fabric_node_ = 0;
   uint64_t next_token_ = 1;
-  int trace_fd_ = -1;  // FakeNicConfig::trace_path
   // Sequenced mode (guarded by mu_ once threads run).
   bool sequenced_ = false;
   uint64_t seq_step_ = 0;  // the last step granted to this process

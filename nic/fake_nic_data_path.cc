@@ -88,19 +88,23 @@ enum class CopyFault { kNone, kSource, kDestination };
 // WR). In loopback a source and a destination may be the same memory; the
 // result must then be as if the NIC had read everything before writing, so
 // such a WR is staged. A copy that faults stops there and says which side
-// faulted (the bytes before the fault have landed).
-template <typename Src, typename Dst>
+// faulted (the bytes before the fault have landed). `write` writes the
+// destination (FakeNic::NicWrite for the program's memory; GuardedCopy into
+// the NIC's own staging buffer).
+template <typename Src, typename Dst, typename Write>
 CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
-                    uint64_t length) {
+                    uint64_t length, const Write& write) {
   for (size_t i = 0; i < nsrc; ++i) {
     for (size_t j = 0; j < ndst; ++j) {
       if (!Overlap(src[i], dst[j])) continue;
       std::vector<uint8_t> staged(length);
       const Span buffer{reinterpret_cast<uintptr_t>(staged.data()), length};
-      if (MoveBytes(src, nsrc, &buffer, 1, length) != CopyFault::kNone) {
+      if (MoveBytes(src, nsrc, &buffer, 1, length,
+                    fake_nic_internal::GuardedCopy) != CopyFault::kNone) {
         return CopyFault::kSource;
       }
-      return MoveBytes(&buffer, 1, dst, ndst, length) == CopyFault::kNone
+      return MoveBytes(&buffer, 1, dst, ndst, length, write) ==
+                     CopyFault::kNone
                  ? CopyFault::kNone
                  : CopyFault::kDestination;
     }
@@ -121,9 +125,8 @@ CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
                                  uint64_t{dst[di].length} - dst_off, length});
     const uint64_t from = src[si].addr + src_off;
     uintptr_t fault = 0;
-    if (!fake_nic_internal::GuardedCopy(
-            reinterpret_cast<void*>(dst[di].addr + dst_off),
-            reinterpret_cast<const void*>(from), n, &fault)) {
+    if (!write(reinterpret_cast<void*>(dst[di].addr + dst_off),
+               reinterpret_cast<const void*>(from), n, &fault)) {
       return fault >= from && fault - from < n ? CopyFault::kSource
                                                : CopyFault::kDestination;
     }
@@ -173,15 +176,6 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (w != wr && background_running_) RunRequesterNow(q);
     return PostErrno(err);
   };
-  for (auto it = post_faults_.begin(); !quiet_ && it != post_faults_.end();
-       ++it) {
-    if (it->qp_num == 0 || it->qp_num == q->base.qp_num) {
-      const int err = it->errno_value;
-      post_faults_.erase(it);
-      UpdateQuiet();
-      return refuse(wr, err, "fault: FailNextPostSend");
-    }
-  }
   // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
   // sends with EINVAL. A QP in ERR accepts them and completes them with
   // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
@@ -766,30 +760,6 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
   };
 
-  for (auto it = status_faults_.begin(); !quiet_ && it != status_faults_.end();
-       ++it) {
-    if (it->wr_id == head.wr_id && (it->qp_num == 0 || it->qp_num == qp_num)) {
-      const ibv_wc_status status = it->status;
-      status_faults_.erase(it);
-      UpdateQuiet();
-      FakeNicEvent event;
-      event.kind = FakeNicEvent::Kind::kFault;
-      event.qp_num = qp_num;
-      event.wr_id = head.wr_id;
-      event.status = status;
-      event.text = "fault: CompleteNextWrWithStatus";
-      Record(std::move(event));
-      if (status == IBV_WC_SUCCESS) {
-        SendWqe wqe = std::move(qp->sq.front());
-        qp->sq.pop_front();
-        CompleteSend(qp, wqe, status, 0);
-      } else {
-        fail(status, "fault: forced completion status");
-      }
-      return;
-    }
-  }
-
   // An inline READ or atomic (taken at post only by a personality with
   // inline_read_fails_at_completion): its response has nowhere to land.
   if (head.is_inline &&
@@ -989,8 +959,11 @@ void FakeNic::ExecuteReadOrAtomic(Qp* qp, Qp* responder) {
           }
         }
         const Span remote{wqe.remote_addr, length};
-        const CopyFault copied =
-            MoveBytes(&remote, 1, wqe.sges.begin(), wqe.sges.size(), length);
+        const CopyFault copied = MoveBytes(
+            &remote, 1, wqe.sges.begin(), wqe.sges.size(), length,
+            [this](void* dst, const void* src, size_t n, uintptr_t* fault) {
+              return NicWrite(dst, src, n, fault);
+            });
         if (copied == CopyFault::kSource) {
           remote_fault(IBV_WC_REM_ACCESS_ERR);
           return;
@@ -1206,16 +1179,15 @@ bool FakeNic::ApplyExecuteHook(Qp* qp) {
       // A fault ends the torn part early (the WR ends in error anyway).
       uintptr_t fault = 0;
       if (head.is_inline) {
-        if (!fake_nic_internal::GuardedCopy(dst, head.inline_data.data(), left,
-                                            &fault)) {
+        if (!NicWrite(dst, head.inline_data.data(), left, &fault)) {
           HarnessMemoryError("the responder's", head.wr_id);
         }
       } else {
         for (const Sge& sge : head.sges) {
           const uint64_t n = std::min<uint64_t>(sge.length, left);
           if (n == 0) break;
-          if (!fake_nic_internal::GuardedCopy(
-                  dst, reinterpret_cast<const void*>(sge.addr), n, &fault)) {
+          if (!NicWrite(dst, reinterpret_cast<const void*>(sge.addr), n,
+                        &fault)) {
             HarnessMemoryError("a torn write's", head.wr_id);
             break;
           }

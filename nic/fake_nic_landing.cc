@@ -155,9 +155,8 @@ void FakeNic::LandNextPiece(Qp* qp) {
         "rkey/PD/bounds/REMOTE_WRITE check failed at the responder "
         "while the write landed (MR deregistered?)";
   } else if (piece.length > 0 &&
-             !fake_nic_internal::GuardedCopy(reinterpret_cast<void*>(target),
-                                             l.bytes.data() + piece.offset,
-                                             piece.length, &fault)) {
+             !NicWrite(reinterpret_cast<void*>(target),
+                       l.bytes.data() + piece.offset, piece.length, &fault)) {
     why = fake_nic_internal::HarnessMemoryError("the responder's", head.wr_id);
   }
   if (!why.empty()) {

@@ -247,7 +247,7 @@ bool FakeNic::ExecuteQuietWrite(Qp* qp) {
   const bool one_packet = length <= mtu;
   uint8_t* const target = reinterpret_cast<uint8_t*>(head.remote_addr);
   if (!one_packet &&
-      (source_read_tap_ || (Address(source) < Address(target) + length &&
+      (!source_read_taps_.empty() || (Address(source) < Address(target) + length &&
                             Address(target) < Address(source) + length))) {
     return false;
   }
@@ -276,7 +276,7 @@ bool FakeNic::ExecuteQuietWrite(Qp* qp) {
   if (length > 0) {
     TapSourceRead(qp, head, 0, length, mtu);
     uintptr_t fault = 0;
-    if (!fake_nic_internal::GuardedCopy(target, source, length, &fault)) {
+    if (!NicWrite(target, source, length, &fault)) {
       if (one_packet) {
         FailWriteOnCopyFault(qp, responder, target, length, fault, with_imm,
                              /*ends_message=*/true);
@@ -399,6 +399,8 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     }
     if (copy_length > 0) {
       TapSourceRead(qp, head, packet.offset, copy_length, mtu);
+      // (A deferred landing's buffer is the NIC's; LandNextPiece writes.)
+      if (deferred == nullptr) TapNicWrite(target, copy_length);
     }
     if (copy_length > 0 &&
         !GatherAt(source, num_source, packet.offset, target, copy_length,
@@ -504,8 +506,7 @@ FakeNic::SgeWalk FakeNic::ScatterPacket(Qp* owner, const SgeList& sges,
       return SgeWalk::kOutOfRange;
     }
     if (payload != nullptr) {
-      if (!fake_nic_internal::GuardedCopy(reinterpret_cast<void*>(addr),
-                                          payload, n, fault)) {
+      if (!NicWrite(reinterpret_cast<void*>(addr), payload, n, fault)) {
         return SgeWalk::kFault;
       }
       payload += n;

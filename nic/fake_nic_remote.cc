@@ -767,9 +767,8 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         bool ok = verdict == PacketAnswer::kAck;
         if (ok && packet.length > 0) {
           uintptr_t fault = 0;
-          ok = GuardedCopy(
-              reinterpret_cast<void*>(resp.write_va + packet.offset),
-              payload + packet.offset, packet.length, &fault);
+          ok = NicWrite(reinterpret_cast<void*>(resp.write_va + packet.offset),
+                        payload + packet.offset, packet.length, &fault);
         }
         if (!ok) {
           if (took_receive) {
@@ -1048,26 +1047,6 @@ void FakeNic::OnSequencerLost() {
 uint64_t FakeNic::SequencerLocalPending() {
   std::lock_guard<std::mutex> lock(mu_);
   return HasReadyWork() ? 1 : 0;
-}
-
-// ---- trace ------------------------------------------------------------------
-
-void FakeNic::WriteTraceLine(const FakeNicEvent& event) {
-  // Sequenced: the global step number is the time (logical time: the same
-  // for the same seed), so the merged trace sorts the same every run.
-  uint64_t ns = seq_step_;
-  if (!sequenced_) {
-    timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    ns = static_cast<uint64_t>(now.tv_sec) * 1000000000u +
-         static_cast<uint64_t>(now.tv_nsec);
-  }
-  std::string line = std::to_string(ns) + " " + config_.process_label + " " +
-                     ToString(event) + "\n";
-  // One write per line: with O_APPEND, lines of several processes sharing
-  // the file do not interleave.
-  ssize_t n = write(trace_fd_, line.data(), line.size());
-  (void)n;
 }
 
 }  // namespace rpma_harness

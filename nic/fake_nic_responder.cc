@@ -123,7 +123,7 @@ bool FakeNic::ExecuteAtomic(ibv_wr_opcode opcode, uint64_t va,
   } else if (*original == compare_add) {
     updated = swap;
   }
-  return fake_nic_internal::GuardedCopy(target, &updated, 8, &fault);
+  return NicWrite(target, &updated, 8, &fault);
 }
 
 ibv_wc_status FakeNic::ReceivePacket(Qp* responder, const RecvWqe& recv,

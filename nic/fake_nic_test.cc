@@ -34,6 +34,20 @@
 namespace rpma_harness {
 namespace {
 
+// An execute hook that ends the WR `wr_id` with `status` (once).
+std::function<ExecuteVerdict(const ExecuteInfo&)> FailWr(uint64_t wr_id,
+                                                         ibv_wc_status status) {
+  return [wr_id, status](const ExecuteInfo& info) {
+    ExecuteVerdict verdict;
+    if (info.wr_id == wr_id) {
+      verdict.kind = ExecuteVerdict::Kind::kFail;
+      verdict.status = status;
+      verdict.reason = "test";
+    }
+    return verdict;
+  };
+}
+
 constexpr char kServerAddr[] = "10.0.0.1";
 constexpr char kPort[] = "7204";
 constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -1759,21 +1773,11 @@ TEST_F(FakeNicTest, SpecAcceptsAReceiveWithoutSge) {
 
 // ---- fault hooks ------------------------------------------------------------
 
-TEST_F(FakeNicTest, FailNextPostSendFailsOnePostOnly) {
+// The execute hook (what FaultInjector's execute-time rules use) ends a WR
+// with a status: no data moves, the QP goes to ERR, the rest flush.
+TEST_F(FakeNicTest, ExecuteHookFailVerdictForcesTheStatus) {
   ConnectHosts();
-  nic_->FailNextPostSend(EIO);
-  ibv_send_wr* bad = nullptr;
-  EXPECT_EQ(
-      PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
-               RemoteAddr(server_, 0), server_.mr->rkey, 0, 0, nullptr, &bad),
-      EIO);
-  EXPECT_EQ(bad, &wr_);
-  EXPECT_EQ(Write(2, 8, 0), 0);
-}
-
-TEST_F(FakeNicTest, CompleteNextWrWithStatusForcesTheStatus) {
-  ConnectHosts();
-  nic_->CompleteNextWrWithStatus(2, IBV_WC_REM_OP_ERR);
+  nic_->SetExecuteHook(FailWr(2, IBV_WC_REM_OP_ERR));
   memset(server_.buf.data(), 0, 8);
   memset(client_.buf.data(), 0x22, 8);
   ASSERT_EQ(Write(1, 8, IBV_SEND_SIGNALED), 0);
@@ -1785,6 +1789,7 @@ TEST_F(FakeNicTest, CompleteNextWrWithStatusForcesTheStatus) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(wcs[1].status, IBV_WC_REM_OP_ERR);
   EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+  nic_->SetExecuteHook(nullptr);
 }
 
 // ---- background progress ----------------------------------------------------
@@ -2309,8 +2314,8 @@ TEST_F(FakeNicTest, DelayOutlivesTheHookThatSetIt) {
 }
 
 // An observer added after a quiet stretch sees the same events, with the
-// same sequence numbers, as one that watched from the start; a status fault
-// set after the quiet stretch still applies.
+// same sequence numbers, as one that watched from the start; an execute
+// hook set after the quiet stretch still applies.
 TEST_F(FakeNicTest, QuietRunsNumberEventsAsObservedOnes) {
   std::vector<FakeNicEvent> seen[2];
   for (int late = 0; late < 2; ++late) {
@@ -2328,9 +2333,10 @@ TEST_F(FakeNicTest, QuietRunsNumberEventsAsObservedOnes) {
     nic_->RunUntilIdle();
     ASSERT_EQ(PollAll(client_.cq).size(), 1u);
     if (late) watch();
-    nic_->CompleteNextWrWithStatus(2, IBV_WC_REM_OP_ERR);
+    nic_->SetExecuteHook(FailWr(2, IBV_WC_REM_OP_ERR));
     ASSERT_EQ(Write(2, 8, IBV_SEND_SIGNALED), 0);
     nic_->RunUntilIdle();
+    nic_->SetExecuteHook(nullptr);
     nic_->RemoveObserver(handle);
     const std::vector<ibv_wc> wcs = PollAll(client_.cq);
     ASSERT_FALSE(wcs.empty());

@@ -137,21 +137,7 @@ void InstallCopyFaultHandler() {
   });
 }
 
-namespace {
-std::atomic<NicWriteTap> g_nic_write_tap{nullptr};
-}  // namespace
-
-void SetNicWriteTap(NicWriteTap tap) {
-  g_nic_write_tap.store(tap, std::memory_order_release);
-}
-
 bool GuardedCopy(void* dst, const void* src, size_t n, uintptr_t* fault_addr) {
-  const NicWriteTap tap = g_nic_write_tap.load(std::memory_order_acquire);
-  if (tap != nullptr && n > 0) tap(reinterpret_cast<uintptr_t>(dst), n);
-  return GuardedRead(dst, src, n, fault_addr);
-}
-
-bool GuardedRead(void* dst, const void* src, size_t n, uintptr_t* fault_addr) {
   if (!g_installed.load(std::memory_order_acquire)) InstallCopyFaultHandler();
   CopyGuard guard;
   if (sigsetjmp(guard.env, 0) != 0) {

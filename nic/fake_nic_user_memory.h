@@ -42,25 +42,10 @@ int CheckUserMapping(uintptr_t addr, size_t length, bool need_write);
 // handler is installed once per process (InstallCopyFaultHandler, also
 // called by the first GuardedCopy); a fault anywhere else goes to the
 // handler that was installed before (e.g. ASan's) or to the default action.
+// The NIC writes a program's memory through FakeNic::NicWrite, which tells
+// the write taps (nic/nic_tap.h) and then calls this.
 bool GuardedCopy(void* dst, const void* src, size_t n, uintptr_t* fault_addr);
 void InstallCopyFaultHandler();
-
-// GuardedCopy for a reader that is not the NIC (the usage checker hashing
-// the program's memory into its own buffer): the same copy, without the
-// write tap below.
-bool GuardedRead(void* dst, const void* src, size_t n, uintptr_t* fault_addr);
-
-// The NIC-write tap: when set, every GuardedCopy calls it with its
-// destination range just before it writes there. Every byte a fake NIC of
-// this process writes (a SEND landing in a receive buffer, a peer's RDMA
-// WRITE, READ data, atomics, pieces of a deferred landing, the fabric's
-// responder) goes through GuardedCopy, so the usage checker
-// (check/checking_backend.cc) tells the NIC's writes from the program's.
-// One process-wide tap (nullptr: none); unset it costs GuardedCopy one
-// relaxed atomic load. The tap must not call GuardedCopy (GuardedRead is
-// fine).
-using NicWriteTap = void (*)(uintptr_t dst, size_t n);
-void SetNicWriteTap(NicWriteTap tap);
 
 // A GuardedCopy of WR `wr_id` faulted: the program gave the NIC memory and
 // then unmapped or protected it. A real NIC would not notice (it DMAs the

@@ -2,8 +2,9 @@
 // everything, through the rpma API only.
 //
 // Each test builds a client and a server (two peers, so two PDs) on a fake
-// NIC in manual progress mode, injects one failure with the fake's hooks
-// (FailNextPostSend, CompleteNextWrWithStatus, LoseConnection), or leaves
+// NIC in manual progress mode, injects one failure (a FaultInjector rule
+// that fails the next post or gives the next WR a status, or the fake's
+// LoseConnection), or leaves
 // work outstanding, then tears down, in the usual order or in a shuffled
 // one. Afterwards:
 //   - every rpma_*_delete / dereg / shutdown eventually returned 0 (one may
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "faults/fault_injection.h"
 #include "nic/fake_nic.h"
 #include "rpma/harness.h"
 
@@ -38,7 +40,8 @@ class Flow {
  public:
   explicit Flow(const std::string& port) : port_(port) {
     nic_ = std::make_shared<FakeNic>();
-    use_ = std::make_unique<ScopedBackend>(nic_);
+    faults_ = std::make_shared<FaultInjector>(nic_, /*seed=*/1);
+    use_ = std::make_unique<ScopedBackend>(faults_);
     SetLogSink([](const std::string&) {});  // refusals are expected here
   }
   ~Flow() { SetLogSink(nullptr); }
@@ -175,6 +178,26 @@ class Flow {
   }
 
   FakeNic& nic() { return *nic_; }
+  // The next post_send fails with `error`.
+  void FailNextPostSend(int error) {
+    FaultRule rule;
+    rule.name = "fail post " + std::to_string(++rules_);
+    rule.call = FaultCall::kPostSend;
+    rule.nth = 1;
+    rule.action = FaultAction::kFailCall;
+    rule.error = error;
+    ASSERT_TRUE(faults_->AddRule(rule));
+  }
+  // The next WR posted ends with `status` when the NIC starts it.
+  void FailNextWr(ibv_wc_status status) {
+    FaultRule rule;
+    rule.name = "status " + std::to_string(++rules_);
+    rule.call = FaultCall::kPostSend;
+    rule.nth = 1;
+    rule.action = FaultAction::kCompleteWithStatus;
+    rule.status = status;
+    ASSERT_TRUE(faults_->AddRule(rule));
+  }
   rpma_conn* client() { return client_; }
   rpma_conn* server() { return server_; }
   rpma_cq* client_cq() { return client_cq_; }
@@ -183,7 +206,9 @@ class Flow {
  private:
   std::string port_;
   std::shared_ptr<FakeNic> nic_;
+  std::shared_ptr<FaultInjector> faults_;
   std::unique_ptr<ScopedBackend> use_;
+  int rules_ = 0;
   char src_[kSize] = {};
   char dst_[kSize] = {};
   char recv_[64] = {};
@@ -217,7 +242,7 @@ TEST(FaultPathsTest, CleanFlowReleasesEverything) {
 TEST(FaultPathsTest, FailedPostSendReleasesEverything) {
   Flow flow("7602");
   ASSERT_NO_FATAL_FAILURE(flow.Connect());
-  flow.nic().FailNextPostSend(ENOMEM);
+  flow.FailNextPostSend(ENOMEM);
   EXPECT_EQ(flow.Write(), RPMA_E_PROVIDER);
   // The connection is still usable afterwards.
   ASSERT_EQ(flow.Write(), 0);
@@ -228,8 +253,7 @@ TEST(FaultPathsTest, FailedPostSendReleasesEverything) {
 TEST(FaultPathsTest, ForcedErrorCompletionReleasesEverything) {
   Flow flow("7603");
   ASSERT_NO_FATAL_FAILURE(flow.Connect());
-  flow.nic().CompleteNextWrWithStatus(reinterpret_cast<uint64_t>(kWriteCtx),
-                                      IBV_WC_REM_ACCESS_ERR);
+  flow.FailNextWr(IBV_WC_REM_ACCESS_ERR);
   ASSERT_EQ(flow.Write(), 0);
   ASSERT_EQ(flow.Write(), 0);  // flushed behind the error
   EXPECT_EQ(flow.Completion(flow.client_cq()), IBV_WC_REM_ACCESS_ERR);
@@ -297,12 +321,11 @@ TEST(FaultPathsTest, AnyDeletionOrderReleasesEverything) {
         ASSERT_EQ(flow.Write(), 0);
         break;
       case 1:  // a failed post
-        flow.nic().FailNextPostSend(EINVAL);
+        flow.FailNextPostSend(EINVAL);
         EXPECT_EQ(flow.Write(), RPMA_E_PROVIDER);
         break;
       case 2:  // an error completion, the QPs in ERR
-        flow.nic().CompleteNextWrWithStatus(
-            reinterpret_cast<uint64_t>(kWriteCtx), IBV_WC_GENERAL_ERR);
+        flow.FailNextWr(IBV_WC_GENERAL_ERR);
         ASSERT_EQ(flow.Write(), 0);
         flow.nic().RunUntilIdle();
         break;
