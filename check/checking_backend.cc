@@ -1463,7 +1463,8 @@ int CheckingBackend::DestroySrq(ibv_srq* srq) {
 // ---- wiring ----------------------------------------------------------------
 
 CheckingBackend* CheckerOf(VerbsBackend* backend) {
-  return dynamic_cast<CheckingBackend*>(backend);
+  if (backend == nullptr) return nullptr;
+  return dynamic_cast<CheckingBackend*>(backend->library_checker());
 }
 
 namespace {

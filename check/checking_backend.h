@@ -124,7 +124,9 @@ struct Finding {
   uint64_t times = 1;   // how often it happened (printed once)
 };
 
-class CheckingBackend final : public ForwardingBackend, private NicTap {
+class CheckingBackend final : public ForwardingBackend,
+                              public LibraryChecker,
+                              private NicTap {
  public:
   CheckingBackend(std::shared_ptr<VerbsBackend> inner, CheckOptions options);
   ~CheckingBackend() override;
@@ -142,18 +144,15 @@ class CheckingBackend final : public ForwardingBackend, private NicTap {
   // reach under the rpma layer.
   std::vector<ibv_cq*> Cqs() const;
 
-  // ---- what only the rpma layer knows (rpma/ calls these) ----
-  // `call` is the rpma function ("rpma_write_with_imm").
-  void CheckLength(const char* call, size_t len);
-  // [offset, offset + len) against a remote MR of `size` bytes.
+  // ---- what only the rpma layer knows (LibraryChecker, verbs_backend.h) ----
+  LibraryChecker* library_checker() override { return this; }
+  void CheckLength(const char* call, size_t len) override;
   void CheckRemoteRange(const char* call, size_t offset, size_t len,
-                        uint64_t size, uint64_t raddr, uint32_t rkey);
-  // An rpma object came to life / was deleted; `kind` is "rpma_peer", ...
-  void NoteCreated(const char* kind, const void* object);
-  void NoteDeleted(const void* object);
-  // Memory the rpma layer itself reuses on purpose (the flush's read
-  // buffer): not subject to the overlap check.
-  void ExemptFromOverlap(uintptr_t addr, size_t len);
+                        uint64_t size, uint64_t raddr,
+                        uint32_t rkey) override;
+  void NoteCreated(const char* kind, const void* object) override;
+  void NoteDeleted(const void* object) override;
+  void ExemptFromOverlap(uintptr_t addr, size_t len) override;
   // Reports every rpma object still alive (the "leak" check); returns how
   // many. Runs at exit for the environment's checker.
   size_t ReportLiveObjects();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "faults/fault_injection.h"
 #include "mock/connected_pair.h"
 #include "nic/fake_nic.h"
 #include "mock/test_dir.h"
@@ -787,6 +788,25 @@ TEST(LeakCheck, LiveObjectsAreReportedWithWhereTheyWereCreated) {
   // The test's own deliberate leak, released.
   EXPECT_EQ(rpma_mr_dereg(&mr), 0);
   EXPECT_EQ(rpma_peer_delete(&peer), 0);
+}
+
+TEST(LeakCheck, ACheckerUnderAFaultInjectorStillHearsTheLibrary) {
+  // The rpma layer finds the checker through any wrapper above it
+  // (VerbsBackend::library_checker(), passed on by ForwardingBackend).
+  auto nic = std::make_shared<FakeNic>();
+  CheckOptions options;
+  options.print = false;
+  auto checker = std::make_shared<CheckingBackend>(nic, options);
+  auto faults = std::make_shared<FaultInjector>(checker, /*seed=*/1);
+  EXPECT_EQ(CheckerOf(faults.get()), checker.get());
+  ScopedBackend use(faults);
+  rpma_peer* peer = nullptr;
+  rpma_mr_local* mr = nullptr;
+  MakePeerAndMr(/*clean_up=*/false, &peer, &mr);
+  EXPECT_EQ(checker->ReportLiveObjects(), 2u) << AllFindings(&*checker);
+  EXPECT_EQ(rpma_mr_dereg(&mr), 0);
+  EXPECT_EQ(rpma_peer_delete(&peer), 0);
+  EXPECT_EQ(checker->ReportLiveObjects(), 0u);
 }
 
 TEST(LeakCheck, DeletedObjectsAreSilent) {

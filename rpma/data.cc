@@ -60,7 +60,7 @@ int PostWrite(rpma_conn* conn, rpma_mr_remote* dst, size_t dst_offset,
               const rpma_mr_local* src, size_t src_offset, size_t len,
               int flags, ibv_wr_opcode opcode, uint32_t imm,
               const void* op_context) {
-  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+  if (rpma_harness::LibraryChecker* c = conn->peer->checker) {
     const char* call =
         opcode == IBV_WR_RDMA_WRITE ? "rpma_write" : "rpma_write_with_imm";
     c->CheckLength(call, len);
@@ -93,7 +93,7 @@ int PostSendOp(rpma_conn* conn, const rpma_mr_local* src, size_t offset,
                const void* op_context) {
   if (conn == nullptr || flags == 0) return RPMA_E_INVAL;
   if (src == nullptr && (offset != 0 || len != 0)) return RPMA_E_INVAL;
-  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+  if (rpma_harness::LibraryChecker* c = conn->peer->checker) {
     c->CheckLength(opcode == IBV_WR_SEND ? "rpma_send" : "rpma_send_with_imm",
                    len);
   }
@@ -120,7 +120,7 @@ namespace internal {
 int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
              const rpma_mr_remote* src, size_t src_offset, size_t len,
              int flags, const void* op_context, bool flush) {
-  rpma_harness::CheckingBackend* c = conn->peer->checker;
+  rpma_harness::LibraryChecker* c = conn->peer->checker;
   if (c != nullptr && !flush) {
     c->CheckLength("rpma_read", len);
     if (src != nullptr) {
@@ -169,7 +169,7 @@ extern "C" int rpma_atomic_write(struct rpma_conn* conn,
     return RPMA_E_INVAL;
   }
   if (dst_offset % RPMA_ATOMIC_WRITE_ALIGNMENT != 0) return RPMA_E_INVAL;
-  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+  if (rpma_harness::LibraryChecker* c = conn->peer->checker) {
     c->CheckRemoteRange("rpma_atomic_write", dst_offset, 8, dst->size,
                         dst->raddr, dst->rkey);
   }

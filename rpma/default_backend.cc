@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
+#include "check/checking_backend.h"
 #include "rpma/crash_journal.h"
 #include "rpma/fake_backend.h"
 #include "verbs_backend/rdma_core_backend.h"
@@ -30,6 +32,11 @@ std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value) {
   return std::make_shared<UnavailableBackend>(
       std::string("RPMA_HARNESS_BACKEND='") + value +
       "' is neither 'fake' (the default) nor 'rdma-core'");
+}
+
+std::shared_ptr<VerbsBackend> CheckFromEnvironment(
+    std::shared_ptr<VerbsBackend> backend) {
+  return WrapForCheckingFromEnvironment(std::move(backend));
 }
 
 }  // namespace rpma_harness

@@ -15,6 +15,14 @@ namespace rpma_harness {
 // else: an UnavailableBackend that fails every call and says why.
 std::shared_ptr<VerbsBackend> MakeBackendFromEnvironment(const char* value);
 
+// `backend` under the usage checker when RPMA_HARNESS_CHECK asks for one
+// (check/checking_backend.h, WrapForCheckingFromEnvironment); `backend`
+// itself otherwise, or when it already has a checker. The only place the
+// rpma layer names check/: the librpma API itself sees the checker through
+// VerbsBackend::library_checker().
+std::shared_ptr<VerbsBackend> CheckFromEnvironment(
+    std::shared_ptr<VerbsBackend> backend);
+
 }  // namespace rpma_harness
 
 #endif  // RPMA_HARNESS_RPMA_DEFAULT_BACKEND_H_

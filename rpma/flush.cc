@@ -110,7 +110,7 @@ extern "C" int rpma_flush(struct rpma_conn* conn, struct rpma_mr_remote* dst,
   }
   // len is not used by the NIC: the READ always covers 8 bytes at
   // dst_offset. The usage checker sees the range the program meant.
-  if (rpma_harness::CheckingBackend* c = conn->peer->checker) {
+  if (rpma_harness::LibraryChecker* c = conn->peer->checker) {
     c->CheckRemoteRange("rpma_flush", dst_offset,
                         std::max(len, rpma_harness::internal::kRawSize),
                         dst->size, dst->raddr, dst->rkey);

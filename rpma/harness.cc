@@ -9,7 +9,6 @@
 #include <string>
 #include <utility>
 
-#include "check/checking_backend.h"
 #include "rpma/default_backend.h"
 #include "rpma/internal.h"
 #include "rpma/rpma_harness_crash.h"
@@ -52,7 +51,7 @@ std::shared_ptr<VerbsBackend> CurrentBackend() {
     //   of a program that installs no backend of its own: `fake` (the default)
     //   or `rdma-core` (a real NIC, or rxe). Any other value: every call fails
     //   as on a machine without a NIC, and the error names the variable.
-    FromEnvironment() = WrapForCheckingFromEnvironment(
+    FromEnvironment() = CheckFromEnvironment(
         MakeBackendFromEnvironment(std::getenv("RPMA_HARNESS_BACKEND")));
   }
   return FromEnvironment();
@@ -60,13 +59,13 @@ std::shared_ptr<VerbsBackend> CurrentBackend() {
 
 void InstallBackend(std::shared_ptr<VerbsBackend> backend) {
   // RPMA_HARNESS_CHECK checks a test's own backend too (check/).
-  backend = WrapForCheckingFromEnvironment(std::move(backend));
+  backend = CheckFromEnvironment(std::move(backend));
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Installed() = std::move(backend);
 }
 
 ScopedBackend::ScopedBackend(std::shared_ptr<VerbsBackend> backend) {
-  backend = WrapForCheckingFromEnvironment(std::move(backend));
+  backend = CheckFromEnvironment(std::move(backend));
   std::lock_guard<std::mutex> lock(RegistryMutex());
   previous_ = std::move(Installed());
   Installed() = std::move(backend);

@@ -10,7 +10,6 @@
 #include <memory>
 #include <vector>
 
-#include "check/checking_backend.h"
 #include "rpma/harness.h"
 #include "rpma/librpma.h"
 #include "verbs_backend/verbs_backend.h"
@@ -19,9 +18,10 @@ struct rpma_peer {
   std::shared_ptr<rpma_harness::VerbsBackend> backend;
   ibv_context* context;
   ibv_pd* pd;
-  // The usage checker (check/checking_backend.h) when `backend` is one;
-  // nullptr otherwise, so an unchecked program pays one branch.
-  rpma_harness::CheckingBackend* checker = nullptr;
+  // The usage checker when `backend` has one (VerbsBackend::
+  // library_checker()); nullptr otherwise, so an unchecked program pays one
+  // branch.
+  rpma_harness::LibraryChecker* checker = nullptr;
 };
 
 struct rpma_mr_local {
@@ -221,10 +221,12 @@ int PostRead(rpma_conn* conn, rpma_mr_local* dst, size_t dst_offset,
 // `backend` does not check).
 inline void NoteCreated(VerbsBackend* backend, const char* kind,
                         const void* object) {
-  if (CheckingBackend* c = CheckerOf(backend)) c->NoteCreated(kind, object);
+  if (LibraryChecker* c = backend->library_checker()) {
+    c->NoteCreated(kind, object);
+  }
 }
 inline void NoteDeleted(VerbsBackend* backend, const void* object) {
-  if (CheckingBackend* c = CheckerOf(backend)) c->NoteDeleted(object);
+  if (LibraryChecker* c = backend->library_checker()) c->NoteDeleted(object);
 }
 
 }  // namespace internal

@@ -50,7 +50,7 @@ extern "C" int rpma_peer_new(struct ibv_context* ibv_ctx,
     backend->DeallocPd(pd);
     return RPMA_E_NOMEM;
   }
-  peer->checker = rpma_harness::CheckerOf(backend.get());
+  peer->checker = backend->library_checker();
   if (peer->checker != nullptr) peer->checker->NoteCreated("rpma_peer", peer);
   *peer_ptr = peer;
   return 0;

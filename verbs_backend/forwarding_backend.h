@@ -163,6 +163,10 @@ class ForwardingBackend : public VerbsBackend {
     return target_->AdviseMr(pd, advice, flags, sg_list, num_sge);
   }
 
+  LibraryChecker* library_checker() override {
+    return target_->library_checker();
+  }
+
  protected:
   VerbsBackend* target() const { return target_.get(); }
   const std::shared_ptr<VerbsBackend>& shared_target() const {

@@ -56,6 +56,30 @@
 
 namespace rpma_harness {
 
+// What a library built over a backend (the librpma API, rpma/) tells a
+// backend that checks how the program uses it (the usage checker,
+// check/checking_backend.h): what only that library knows -- the size_t
+// length before it became a 32-bit SGE, the size a peer's descriptor
+// announced, which of its own objects are alive. The library asks its
+// backend for one (VerbsBackend::library_checker()); a backend that does
+// not check has none, so an unchecked program pays one branch.
+class LibraryChecker {
+ public:
+  virtual ~LibraryChecker() = default;
+  // `call` is the library function ("rpma_write_with_imm").
+  virtual void CheckLength(const char* call, size_t len) = 0;
+  // [offset, offset + len) against a remote MR of `size` bytes.
+  virtual void CheckRemoteRange(const char* call, size_t offset, size_t len,
+                                uint64_t size, uint64_t raddr,
+                                uint32_t rkey) = 0;
+  // A library object came to life / was deleted; `kind` is "rpma_peer", ...
+  virtual void NoteCreated(const char* kind, const void* object) = 0;
+  virtual void NoteDeleted(const void* object) = 0;
+  // Memory the library itself reuses on purpose (librpma's flush read
+  // buffer): not subject to the overlap check.
+  virtual void ExemptFromOverlap(uintptr_t addr, size_t len) = 0;
+};
+
 class VerbsBackend {
  public:
   virtual ~VerbsBackend() = default;
@@ -235,6 +259,14 @@ class VerbsBackend {
   virtual ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) = 0;
   // ibv_destroy_qp(3) of a QP CreateVerbsQp made. "ibv errno".
   virtual int DestroyVerbsQp(ibv_qp* qp) = 0;
+
+  // ---- the library's checker -------------------------------------------------
+
+  // The checker of how the program uses this backend, or nullptr (the
+  // default: a backend that does not check). A wrapper passes its target's
+  // on (ForwardingBackend), so a checker under a FaultInjector still hears
+  // the library.
+  virtual LibraryChecker* library_checker() { return nullptr; }
 };
 
 }  // namespace rpma_harness
