@@ -170,10 +170,6 @@ FakeNic::FakeNic(FakeNicConfig config)
       sequenced_ = false;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    UpdateQuiet();
-  }
   fake_nic_internal::NotifyCreated(this);  // the flight recorder, if linked
 }
 
@@ -196,11 +192,6 @@ void FakeNic::Record(FakeNicEvent event) {
   event.seq = next_seq_++;
   for (NicTap* tap : event_taps_) tap->OnEvent(event);
   WakeWaiters();
-}
-
-void FakeNic::UpdateQuiet() {
-  quiet_ = !Observed() && !config_.trace_packets && !execute_hook_ &&
-           landing_ == Landing::kAtOnce;
 }
 
 // splitmix64: a tiny, well-mixed generator, so keys and QP numbers are a
@@ -1085,7 +1076,6 @@ void FakeNic::SetExecuteHook(
     std::function<ExecuteVerdict(const ExecuteInfo&)> hook) {
   std::lock_guard<std::mutex> lock(mu_);
   execute_hook_ = std::move(hook);
-  UpdateQuiet();
 }
 
 void FakeNic::RecordFault(uint32_t qp_num, uint64_t wr_id, int status,

@@ -776,12 +776,6 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
-  // fake_nic_packets.cc: the straight-line path of an RDMA write of one SGE
-  // when nobody is watching (quiet_): every check of the general path in
-  // one function, the payload copied once, both completions in place.
-  // Returns false, having changed nothing, for anything else (then the
-  // general path runs from the start and gives the outcome).
-  bool ExecuteQuietWrite(Qp* qp);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
   // head WR popped, both QPs' states as rxe leaves them).
@@ -844,9 +838,15 @@ class FakeNic final : public VerbsBackend {
   void LandNextPiece(Qp* qp);
   // A head WR still landing is flushed: the receive it took is flushed too.
   void AbandonLanding(Qp* qp, const SendWqe& wqe);
+  // A packet's trace line (FakeNicConfig::trace_packets); one test when off.
   void RecordPacket(Qp* qp, const SendWqe& wqe,
                     const fake_nic_internal::RequestPacket& packet,
-                    const char* answer);
+                    const char* answer) {
+    if (config_.trace_packets) RecordPacketLine(qp, wqe, packet, answer);
+  }
+  void RecordPacketLine(Qp* qp, const SendWqe& wqe,
+                        const fake_nic_internal::RequestPacket& packet,
+                        const char* answer);
   void RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
                       const char* why);
   // Tells the source-read taps, if any, of bytes [offset, offset + length)
@@ -1103,15 +1103,11 @@ class FakeNic final : public VerbsBackend {
   // RPMA_HARNESS_LOG log, a trace file, an observer): only then are their
   // address details worked out.
   bool Observed() const { return !event_taps_.empty(); }
-  // "Nobody is watching" (issue 14): no event tap (see Observed), no packet
-  // trace, no execute hook, landing at once. Then the data path skips the
-  // hook and every event object (the sequence still advances, so the
-  // numbering is the same either way). UpdateQuiet() recomputes it wherever
-  // one of those changes (constructor, AddTap / RemoveTap, SetExecuteHook,
-  // SetLanding); the personality is fixed at construction. Source-read and
-  // NIC-write taps cost their own one test each and do not end quiet.
-  void UpdateQuiet();
-  bool quiet_ = false;
+  // Nobody watching costs a test per stream, not a second data path: with
+  // no event tap an executed WR builds no event object (the sequence still
+  // advances, so the numbering is the same either way), with no
+  // source-read or NIC-write tap those calls are one empty-vector test,
+  // and with no execute hook ApplyExecuteHook returns at its first test.
 
   const FakeNicConfig config_;
   std::mutex mu_;

@@ -727,8 +727,6 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 // checks follow the order of rxe's responder state machine (rxe_resp.c:
 // check_resource (RNR) before check_length before check_rkey).
 void FakeNic::ExecuteSendWqe(Qp* qp) {
-  // Nobody watching: a write takes the straight-line path.
-  if (quiet_ && ExecuteQuietWrite(qp)) return;
   // An executed write still landing (FakeNicConfig::landing): this step of
   // the QP lands its next piece.
   if (qp->sq.front().landing != nullptr && qp->sq.front().landing->started) {
@@ -736,8 +734,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
   // A WR delayed by a hook since removed still waits out its delay.
-  if ((!quiet_ || qp->sq.front().delay_steps_left > 0) &&
-      ApplyExecuteHook(qp)) {
+  if (ApplyExecuteHook(qp)) {
     return;
   }
   SendWqe& head = qp->sq.front();

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -337,9 +338,41 @@ struct RequestPacket {
   bool ends_message = false;   // LAST / ONLY
 };
 uint32_t MtuBytes(ibv_mtu mtu);
-uint32_t PacketCount(uint64_t length, uint32_t mtu);
-RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
-                              uint32_t mtu, uint32_t index);
+// Inline: both run once or twice per write on the data path.
+inline uint32_t PacketCount(uint64_t length, uint32_t mtu) {
+  if (length == 0) return 1;
+  // Every IB MTU is a power of two (ibv_mtu): a shift, not a 64-bit divide
+  // (the divide was the hottest instruction of a one-packet write).
+  if ((mtu & (mtu - 1)) == 0) {
+    return static_cast<uint32_t>((length + mtu - 1) >> __builtin_ctz(mtu));
+  }
+  return static_cast<uint32_t>((length + mtu - 1) / mtu);
+}
+
+inline RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
+                                     uint32_t mtu, uint32_t index) {
+  RequestPacket p;
+  const uint32_t count = PacketCount(length, mtu);
+  p.index = index;
+  p.offset = uint64_t{index} * mtu;
+  p.length = static_cast<uint32_t>(
+      std::min<uint64_t>(mtu, length > p.offset ? length - p.offset : 0));
+  const bool first = index == 0;
+  const bool last = index + 1 == count;
+  p.position = count == 1 ? RequestPacket::Position::kOnly
+               : first    ? RequestPacket::Position::kFirst
+               : last     ? RequestPacket::Position::kLast
+                          : RequestPacket::Position::kMiddle;
+  p.has_reth = first;
+  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  p.has_imm = with_imm && last;
+  // rxe_opcode.c: RDMA_WRITE_LAST_WITH_IMMEDIATE and
+  // RDMA_WRITE_ONLY_WITH_IMMEDIATE carry RXE_RWR_MASK.
+  p.takes_receive = with_imm && last;
+  p.ends_message = last;
+  return p;
+}
+
 // A SEND / SEND_WITH_IMM packet: no RETH; FIRST / ONLY take the receive
 // (rxe_opcode.c: SEND_FIRST, SEND_ONLY* carry RXE_RWR_MASK), the immediate
 // rides on LAST / ONLY.

@@ -59,7 +59,6 @@ const char* LandingName(Landing landing) {
 void FakeNic::SetLanding(Landing landing) {
   std::lock_guard<std::mutex> lock(mu_);
   landing_ = landing;
-  UpdateQuiet();
 }
 
 Landing FakeNic::landing() {

@@ -69,40 +69,6 @@ uint32_t MtuBytes(ibv_mtu mtu) {
   }
 }
 
-uint32_t PacketCount(uint64_t length, uint32_t mtu) {
-  if (length == 0) return 1;
-  // Every IB MTU is a power of two (ibv_mtu): a shift, not a 64-bit divide
-  // (the divide was the hottest instruction of a one-packet write).
-  if ((mtu & (mtu - 1)) == 0) {
-    return static_cast<uint32_t>((length + mtu - 1) >> __builtin_ctz(mtu));
-  }
-  return static_cast<uint32_t>((length + mtu - 1) / mtu);
-}
-
-RequestPacket MakeWritePacket(ibv_wr_opcode opcode, uint64_t length,
-                              uint32_t mtu, uint32_t index) {
-  RequestPacket p;
-  const uint32_t count = PacketCount(length, mtu);
-  p.index = index;
-  p.offset = uint64_t{index} * mtu;
-  p.length = static_cast<uint32_t>(
-      std::min<uint64_t>(mtu, length > p.offset ? length - p.offset : 0));
-  const bool first = index == 0;
-  const bool last = index + 1 == count;
-  p.position = count == 1 ? RequestPacket::Position::kOnly
-               : first    ? RequestPacket::Position::kFirst
-               : last     ? RequestPacket::Position::kLast
-                          : RequestPacket::Position::kMiddle;
-  p.has_reth = first;
-  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-  p.has_imm = with_imm && last;
-  // rxe_opcode.c: RDMA_WRITE_LAST_WITH_IMMEDIATE and
-  // RDMA_WRITE_ONLY_WITH_IMMEDIATE carry RXE_RWR_MASK.
-  p.takes_receive = with_imm && last;
-  p.ends_message = last;
-  return p;
-}
-
 RequestPacket MakeSendPacket(ibv_wr_opcode opcode, uint64_t length,
                              uint32_t mtu, uint32_t index) {
   RequestPacket p = MakeWritePacket(opcode, length, mtu, index);
@@ -187,117 +153,6 @@ bool RecopyByPackets(const Sge* src, size_t nsrc, uint8_t* dst, uint64_t length,
 }
 
 }  // namespace
-
-// Nobody watching: a write of one SGE (or inline data) meets the same
-// checks as every write, in rxe's order -- any answer but ACK (or anything
-// this path does not cover: a landing in progress, a delay, a resumed
-// message, a peer in another process, more than one SGE) returns false
-// before any byte moved, and the general path redoes them and gives the
-// outcome. Requester (rxe_req.c): the source SGE is checked as
-// finish_packet's copy_data checks it (the lkey names an MR of the QP's PD,
-// the range lies inside it; inline data was copied at post time).
-// Responder: the functions of fake_nic_responder.cc (CheckRequest, then
-// CheckWritePacket on the first packet and on the last, the one that takes
-// the receive), then execute: the payload in one copy, the receive consumed
-// with byte_len the RDMA length and the immediate, both completions written
-// in their CQ slots.
-//
-// A message of several packets lands in one copy too, where the packet loop
-// makes two (FIRST and every MIDDLE at once, then LAST): the same bytes when
-// source and target do not overlap and nobody taps the source reads, which
-// are the only cases taken here. A copy that faults is handed to the packet
-// loop whole: for one packet FailWriteOnCopyFault reports it as the loop
-// does; for several the loop copies again (the same bytes over the same
-// non-overlapping target) and finds the fault where packet-by-packet copying
-// finds it.
-bool FakeNic::ExecuteQuietWrite(Qp* qp) {
-  SendWqe& head = qp->sq.front();
-  const ibv_wr_opcode opcode = head.opcode;
-  if (opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
-    return false;
-  }
-  if (head.landing != nullptr || head.delay_steps_left > 0 ||
-      head.next_packet != 0 || qp->link != 0 || head.sges.size() > 1) {
-    return false;
-  }
-  // Requester: the payload and its source check.
-  const uint8_t* source;
-  uint64_t length;
-  if (head.is_inline) {
-    source = head.inline_data.data();
-    length = head.inline_data.size();
-  } else if (head.sges.empty()) {
-    source = nullptr;
-    length = 0;
-  } else {
-    const Sge& sge = head.sges.front();
-    source = reinterpret_cast<const uint8_t*>(sge.addr);
-    length = sge.length;
-    if (length > 0) {
-      const Mr* mr = FindMrByLkey(sge.lkey);
-      if (mr == nullptr || mr->pd != qp->pd) return false;
-      const uint64_t start = Address(mr->base.addr);
-      if (sge.addr < start || sge.addr - start > mr->base.length ||
-          length > mr->base.length - (sge.addr - start)) {
-        return false;
-      }
-    }
-  }
-  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
-  const bool one_packet = length <= mtu;
-  uint8_t* const target = reinterpret_cast<uint8_t*>(head.remote_addr);
-  if (!one_packet &&
-      (!source_read_taps_.empty() || (Address(source) < Address(target) + length &&
-                            Address(target) < Address(source) + length))) {
-    return false;
-  }
-  // Responder: the same checks as every other request (fake_nic_responder.cc)
-  // on the message's first packet and, when it is another, its last (the
-  // one that takes the receive); any answer but ACK goes the general way.
-  Qp* responder = qp->peer;
-  const char* why = nullptr;
-  if (CheckRequest(responder, opcode, &why) != RequestVerdict::kAccept) {
-    return false;
-  }
-  const uint32_t count = fake_nic_internal::PacketCount(length, mtu);
-  if (CheckWritePacket(
-          responder, fake_nic_internal::MakeWritePacket(opcode, length, mtu, 0),
-          head.rkey, head.remote_addr, length) != PacketAnswer::kAck ||
-      (count > 1 &&
-       CheckWritePacket(
-           responder,
-           fake_nic_internal::MakeWritePacket(opcode, length, mtu, count - 1),
-           head.rkey, head.remote_addr, length) != PacketAnswer::kAck)) {
-    return false;
-  }
-  const bool with_imm = opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-  Ring<RecvWqe>& rq = responder->ReceiveQueue();
-  // Every check passed: from here on the WR executes.
-  if (length > 0) {
-    TapSourceRead(qp, head, 0, length, mtu);
-    uintptr_t fault = 0;
-    if (!NicWrite(target, source, length, &fault)) {
-      if (one_packet) {
-        FailWriteOnCopyFault(qp, responder, target, length, fault, with_imm,
-                             /*ends_message=*/true);
-      } else {
-        ExecuteWriteByPackets(qp, responder);
-      }
-      return true;
-    }
-  }
-  // RecordExecuted with nobody observing (quiet_): the sequence advances.
-  next_seq_++;
-  WakeWaiters();
-  if (with_imm) {
-    CompleteReceive(responder, rq.front(), head, IBV_WC_SUCCESS,
-                    IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(length));
-    rq.pop_front();
-  }
-  CompleteSend(qp, head, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
-  qp->sq.pop_front();
-  return true;
-}
 
 void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
   using fake_nic_internal::MakeWritePacket;
@@ -385,17 +240,38 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     // NAKed: its only effect is its copy (and its trace line). With nobody
     // tracing packets, FIRST and every MIDDLE land in one copy -- the same
     // bytes as packet by packet unless source and target overlap (loopback:
-    // chunked copies then differ from one memmove), so only then. One
-    // guarded copy instead of one per packet (~1 KiB each at rdma_cm's MTU)
-    // is what keeps a large write near memcpy's speed.
+    // chunked copies then differ from one memmove), so only then. The LAST
+    // packet joins that copy when its source is good and the responder
+    // would ACK it now (check_resource: a receive waits for an immediate;
+    // check_rkey's verdict is FIRST's, kept in resp): then nothing can come
+    // between the packets. One guarded copy instead of one per packet
+    // (~1 KiB each at rdma_cm's MTU) is what keeps a large write near
+    // memcpy's speed.
     uint64_t copy_length = packet.length;
     uint32_t last_copied = i;
-    if (packet.has_reth && count > 2 && first_bad >= count - 1 &&
-        !config_.trace_packets &&
-        !Overlaps(source, num_source, Address(target),
-                  uint64_t{count - 1} * mtu)) {
-      copy_length = uint64_t{count - 1} * mtu;
-      last_copied = count - 2;
+    bool ends_message = packet.ends_message;
+    bool took = took_receive;
+    bool with_last = false;   // LAST is in this copy
+    uint64_t last_length = 0;
+    if (packet.has_reth && count > 1 && first_bad >= count - 1 &&
+        !config_.trace_packets) {
+      const RequestPacket last = MakeWritePacket(head.opcode, length, mtu,
+                                                 count - 1);
+      const bool last_acked =
+          first_bad == count &&
+          (!last.takes_receive || !responder->ReceiveQueue().empty());
+      const uint64_t span = last_acked ? length : last.offset;
+      if ((last_acked || count > 2) &&
+          !Overlaps(source, num_source, Address(target), span)) {
+        copy_length = span;
+        last_copied = last_acked ? count - 1 : count - 2;
+        if (last_acked) {
+          with_last = true;
+          last_length = last.length;
+          ends_message = true;
+          took = last.takes_receive;
+        }
+      }
     }
     if (copy_length > 0) {
       TapSourceRead(qp, head, packet.offset, copy_length, mtu);
@@ -404,24 +280,37 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     }
     if (copy_length > 0 &&
         !GatherAt(source, num_source, packet.offset, target, copy_length,
-                  &fault) &&
-        !RecopyByPackets(source, num_source, target, copy_length, mtu,
-                         copy_length > packet.length, &fault)) {
-      FailWriteOnCopyFault(qp, responder, target, copy_length, fault,
-                           took_receive, packet.ends_message);
-      return;
+                  &fault)) {
+      // What packet-by-packet copying lands: the packets before LAST again,
+      // one by one (memmove may copy in any order), up to the one that
+      // faults; a fault in LAST is LAST's own, so the loop sends LAST alone.
+      const uint64_t before_last = copy_length - last_length;
+      if (!RecopyByPackets(source, num_source, target, before_last, mtu,
+                           with_last || before_last > packet.length,
+                           &fault)) {
+        FailWriteOnCopyFault(qp, responder, target, before_last, fault,
+                             with_last ? false : took,
+                             with_last ? false : ends_message);
+        return;
+      }
+      if (with_last) {
+        i = count - 2;
+        continue;
+      }
+      // Without LAST: the same copy faulted a moment ago and now did not,
+      // which is not a fault.
     }
     i = last_copied;
-    if (packet.ends_message && deferred != nullptr) {
-      StartLanding(qp, responder, took_receive);
+    if (ends_message && deferred != nullptr) {
+      StartLanding(qp, responder, took);
       return;
     }
-    if (packet.ends_message) {
+    if (ends_message) {
       // Executed and completed where it sits; popping only advances the
       // head (nothing on this path touches the send or receive queue).
       const SendWqe& wqe = head;
       RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
-      if (took_receive) {
+      if (took) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
         fake_nic_internal::Ring<RecvWqe>& rq = responder->ReceiveQueue();
@@ -686,9 +575,9 @@ void FakeNic::RunRequesterNow(Qp* qp) {
   MarkMaybeReady(qp->peer);
 }
 
-void FakeNic::RecordPacket(Qp* qp, const SendWqe& wqe,
-                           const RequestPacket& packet, const char* answer) {
-  if (!config_.trace_packets) return;
+void FakeNic::RecordPacketLine(Qp* qp, const SendWqe& wqe,
+                               const RequestPacket& packet,
+                               const char* answer) {
   RecordLazily([&](FakeNicEvent* event) {
     event->kind = FakeNicEvent::Kind::kPacket;
     event->qp_num = qp->base.qp_num;

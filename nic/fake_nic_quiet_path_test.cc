@@ -1,11 +1,12 @@
-// The "nobody is watching" data path (FakeNic::quiet_) executes RDMA
-// writes on a straight line (ExecuteQuietWrite) instead of the packet loop.
-// These tests run the same program twice on NICs built the same way, once
-// quiet and once with an observer attached (which turns the straight line
-// off), and require the same completions, field by field, the same bytes in
-// the responder's memory and the same QP and queue state afterwards: the
-// fast path is an optimisation, never a behaviour. (Linked with the plain
-// gtest main: //mock:gtest_main's flight recorder would observe both runs.)
+// Nobody watching, the packet loop (ExecuteWriteByPackets) lands a write's
+// packets in one copy when nothing can come between them, and builds no
+// event objects. These tests run the same program twice on NICs built the
+// same way, once quiet and once with an observer attached and every packet
+// traced (which makes the loop copy packet by packet, one trace line each),
+// and require the same completions, field by field, the same bytes in the
+// responder's memory and the same QP and queue state afterwards: the one
+// copy is an optimisation, never a behaviour. (Linked with the plain gtest
+// main: //mock:gtest_main's flight recorder would observe both runs.)
 
 #include <gtest/gtest.h>
 #include <librpma.h>
@@ -38,6 +39,7 @@ Outcome Run(bool observed, int recvs,
   ConnectedPairOptions options;
   options.buffer_size = kBuffer;
   options.recvs = recvs;
+  options.nic.trace_packets = observed;
   ConnectedPair pair(options);
   Outcome out;
   EXPECT_TRUE(pair.ok()) << pair.error();

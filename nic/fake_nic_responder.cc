@@ -2,7 +2,7 @@
 //
 // Every request that reaches a responder QP -- from a requester in this NIC
 // (fake_nic_data_path.cc ExecuteSendWqe, fake_nic_packets.cc
-// ExecuteWriteByPackets / ExecuteSendByPackets / ExecuteQuietWrite) or from
+// ExecuteWriteByPackets / ExecuteSendByPackets) or from
 // a peer process over the fabric (fake_nic_remote.cc RespondToRemote) --
 // meets these functions and no other copy of their rules, in rxe's order:
 //   CheckRequest        the QP answers at all (RTR / RTS / SQD), then

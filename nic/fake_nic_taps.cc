@@ -138,7 +138,6 @@ int FakeNic::AddTapLocked(NicTap* tap, unsigned what,
   if (what & NicTap::kSourceReads) source_read_taps_.push_back(entry.tap);
   if (what & NicTap::kNicWrites) write_taps_.push_back(entry.tap);
   taps_.push_back(std::move(entry));
-  UpdateQuiet();
   return handle;
 }
 
@@ -157,7 +156,6 @@ void FakeNic::RemoveTap(int handle) {
     if (e.what & NicTap::kSourceReads) source_read_taps_.push_back(e.tap);
     if (e.what & NicTap::kNicWrites) write_taps_.push_back(e.tap);
   }
-  UpdateQuiet();
 }
 
 void FakeNic::TapSourceReadSlow(const Qp* qp, const SendWqe& wqe,

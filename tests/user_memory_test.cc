@@ -225,20 +225,24 @@ class UnmappedAfterRegistrationTest : public ::testing::Test {
   std::vector<std::string> harness_errors_;
 };
 
-// A multi-packet write whose target loses access to a page in the middle
-// after registration. Without a packet trace the fake lands FIRST and every
-// MIDDLE packet in one copy (fake_nic_packets.cc); with one, packet by packet.
-// Both must give the same statuses, the same landed bytes before the hole and
-// the same untouched bytes after it.
+// A multi-packet write whose target loses access to a page after
+// registration. Without a packet trace the fake lands the packets in one
+// copy (fake_nic_packets.cc); with one, packet by packet. Both must give the
+// same statuses, the same landed bytes before the hole and the same
+// untouched bytes after it.
 struct MultiPacketOutcome {
   int client = -1;
   int server = -1;
   std::vector<uint8_t> landed;  // the target's first two pages
   std::vector<uint8_t> after;   // its fourth page
+  std::vector<uint8_t> third;   // its third page
   size_t packets_traced = 0;
 };
 
-MultiPacketOutcome WriteOverAHole(bool trace_packets) {
+// `hole_page` of the target's four pages is made inaccessible; the write
+// covers `length` bytes from the target's start.
+MultiPacketOutcome WriteOverAHole(bool trace_packets, int hole_page = 2,
+                                  size_t length = 4 * kPage) {
   MultiPacketOutcome out;
   FakeNicConfig config;
   config.trace_packets = trace_packets;
@@ -272,9 +276,11 @@ MultiPacketOutcome WriteOverAHole(bool trace_packets) {
   // The third page becomes inaccessible (mprotect, not munmap: an unmapped
   // hole can be reused by the next mmap -- under ASan it was -- and the copy
   // would then land in someone else's memory).
-  if (mprotect(remote.data() + 2 * kPage, kPage, PROT_NONE) != 0) return out;
+  if (mprotect(remote.data() + hole_page * kPage, kPage, PROT_NONE) != 0) {
+    return out;
+  }
   ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()),
-              static_cast<uint32_t>(local.size()), local_mr->lkey};
+              static_cast<uint32_t>(length), local_mr->lkey};
   ibv_send_wr wr{};
   wr.wr_id = 1;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -291,7 +297,12 @@ MultiPacketOutcome WriteOverAHole(bool trace_packets) {
   out.client = nic.PollCq(pair->client.cq, 1, &wc) == 1 ? wc.status : -1;
   out.server = nic.PollCq(pair->server.cq, 1, &wc) == 1 ? wc.status : -1;
   out.landed.assign(remote.data(), remote.data() + 2 * kPage);
-  out.after.assign(remote.data() + 3 * kPage, remote.data() + 4 * kPage);
+  if (hole_page != 3) {
+    out.after.assign(remote.data() + 3 * kPage, remote.data() + 4 * kPage);
+  }
+  if (hole_page != 2) {
+    out.third.assign(remote.data() + 2 * kPage, remote.data() + 3 * kPage);
+  }
   return out;
 }
 
@@ -312,6 +323,28 @@ TEST(MultiPacketWriteTest, AHoleInTheTargetEndsTheWriteAlikeTracedOrNot) {
   EXPECT_EQ(quiet.after, traced.after);
   EXPECT_EQ(quiet.packets_traced, 0u);
   EXPECT_GT(traced.packets_traced, 2u);  // really cut into packets
+}
+
+TEST(MultiPacketWriteTest, AHoleUnderTheLastPacketOnlyEndsTheWriteAlike) {
+  // 3 pages + 1 KiB: at rdma_cm's 1024-byte path MTU the LAST packet alone
+  // lands in the fourth page, the hole. The one copy of every packet faults
+  // there; what lands must still be what packet by packet lands: the first
+  // three pages, and LAST's receive completing with the error.
+  const size_t length = 3 * kPage + 1024;
+  const MultiPacketOutcome quiet = WriteOverAHole(false, 3, length);
+  const MultiPacketOutcome traced = WriteOverAHole(true, 3, length);
+  EXPECT_EQ(quiet.client, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(traced.client, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_NE(quiet.server, -1) << "LAST took the receive: it completes";
+  EXPECT_EQ(quiet.server, traced.server);
+  ASSERT_EQ(quiet.landed.size(), 2 * kPage);
+  ASSERT_EQ(quiet.third.size(), kPage);
+  for (size_t i = 0; i < kPage; ++i) {
+    ASSERT_EQ(quiet.third[i], uint8_t((2 * kPage + i) * 7)) << "byte " << i;
+  }
+  EXPECT_EQ(quiet.landed, traced.landed);
+  EXPECT_EQ(quiet.third, traced.third);
+  EXPECT_GT(traced.packets_traced, 12u);
 }
 
 TEST_F(UnmappedAfterRegistrationTest, StillMappedWriteSucceeds) {
