@@ -773,6 +773,18 @@ class FakeNic final : public VerbsBackend {
   void ExecuteSendWqe(Qp* qp);
   // ExecuteSendWqe's READ and atomics, once the responder accepted them.
   void ExecuteReadOrAtomic(Qp* qp, Qp* responder);
+  // The completer's half of a READ or an atomic (rxe_comp.c do_read /
+  // do_atomic), in one process or from a peer's answer: the response's
+  // `length` bytes (8 for an atomic) go into `wqe`'s local SGEs packet by
+  // packet (path MTU `mtu`; copy_data, LOCAL_WRITE), so a bad SGE stops the
+  // copy at the packet that reaches it, the bytes before it in place.
+  // `fetch(offset, n, out)` gives a response packet's bytes; false: the
+  // responder's memory faulted. kBadSge sets *why.
+  enum class Response { kTaken, kRemoteFault, kLocalFault, kBadSge };
+  Response TakeResponse(
+      Qp* qp, const SendWqe& wqe, uint64_t length, uint32_t mtu,
+      const std::function<bool(uint64_t, uint64_t, uint8_t*)>& fetch,
+      std::string* why);
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);

@@ -902,6 +902,15 @@ void FakeNic::ExecuteReadOrAtomic(Qp* qp, Qp* responder) {
     const std::string why = HarnessMemoryError("the responder's", wqe.wr_id);
     nak(requester_status, why.c_str());
   };
+  // A local SGE failed the response's copy_data: IBV_WC_LOC_PROT_ERR, the
+  // requester's QP to ERR (the responder is not told).
+  auto bad_sge = [&](const std::string& why) {
+    executed.status = IBV_WC_LOC_PROT_ERR;
+    executed.text = why;
+    Record(std::move(executed));
+    CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
+    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+  };
 
   switch (wqe.opcode) {
     // SEND / SEND_WITH_IMM: ExecuteSendByPackets above.
@@ -917,42 +926,31 @@ void FakeNic::ExecuteReadOrAtomic(Qp* qp, Qp* responder) {
       if (length > 0) {
         if (qp->link == 0 &&
             !LocalSgesOk(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE)) {
-          // rxe_comp.c do_read: each response packet (path MTU) is copied
-          // into the local SGEs as it arrives (copy_data, LOCAL_WRITE), so
-          // a local SGE that fails stops the READ at the piece that reaches
-          // it, the bytes before it in place: IBV_WC_LOC_PROT_ERR, the
-          // requester's QP to ERR (the responder is not told).
-          const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
-          uint8_t payload[4096];  // one response packet
-          for (uint64_t offset = 0; offset < length; offset += mtu) {
-            const uint64_t n = std::min<uint64_t>(mtu, length - offset);
-            uintptr_t fault = 0;
-            if (!fake_nic_internal::GuardedCopy(
-                    payload,
-                    reinterpret_cast<const void*>(wqe.remote_addr + offset), n,
-                    &fault)) {
+          // A local SGE fails: the response packets go in one by one and
+          // the READ stops at the one reaching it (TakeResponse). The
+          // responder's bytes are read as each packet is built.
+          std::string why;
+          switch (TakeResponse(
+              qp, wqe, length, fake_nic_internal::MtuBytes(qp->attr.path_mtu),
+              [&](uint64_t offset, uint64_t n, uint8_t* out) {
+                uintptr_t fault = 0;
+                return fake_nic_internal::GuardedCopy(
+                    out,
+                    reinterpret_cast<const void*>(wqe.remote_addr + offset),
+                    n, &fault);
+              },
+              &why)) {
+            case Response::kRemoteFault:
               remote_fault(IBV_WC_REM_ACCESS_ERR);
               return;
-            }
-            const SgeWalk walk =
-                ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, offset,
-                              payload, n, &fault);
-            if (walk == SgeWalk::kFault) {
+            case Response::kLocalFault:
               local_fault();
               return;
-            }
-            if (walk != SgeWalk::kOk) {
-              executed.status = IBV_WC_LOC_PROT_ERR;
-              executed.text =
-                  "local SGE fails lkey/PD/bounds/LOCAL_WRITE check "
-                  "(response packet " +
-                  std::to_string(offset / mtu) + ")";
-              const std::string why = executed.text;
-              Record(std::move(executed));
-              CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
-              SetQpState(qp, IBV_QPS_ERR, why.c_str());
+            case Response::kBadSge:
+              bad_sge(why);
               return;
-            }
+            case Response::kTaken:
+              break;  // cannot happen: LocalSgesOk found a bad SGE
           }
         }
         const Span remote{wqe.remote_addr, length};
@@ -989,27 +987,25 @@ void FakeNic::ExecuteReadOrAtomic(Qp* qp, Qp* responder) {
         remote_fault(IBV_WC_REM_ACCESS_ERR);
         return;
       }
-      uintptr_t fault = 0;
-      // rxe_comp.c do_atomic: the original value goes to the local SGE
-      // (copy_data, LOCAL_WRITE) when the response arrives; a bad SGE is
-      // IBV_WC_LOC_PROT_ERR then, the remote value already changed.
-      const SgeWalk walk =
-          ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE, 0,
-                        reinterpret_cast<const uint8_t*>(&original), 8, &fault);
-      if (walk == SgeWalk::kFault) {
-        local_fault();
-        return;
-      }
-      if (walk != SgeWalk::kOk) {
-        executed.status = IBV_WC_LOC_PROT_ERR;
-        executed.text =
-            "local SGE fails lkey/PD/bounds/LOCAL_WRITE check (atomic "
-            "response)";
-        const std::string why = executed.text;
-        Record(std::move(executed));
-        CompleteSend(qp, wqe, IBV_WC_LOC_PROT_ERR, 0);
-        SetQpState(qp, IBV_QPS_ERR, why.c_str());
-        return;
+      // The original value goes to the local SGE when the response
+      // arrives: a bad SGE fails then, the remote value already changed.
+      std::string bad;
+      switch (TakeResponse(
+          qp, wqe, 8, fake_nic_internal::MtuBytes(qp->attr.path_mtu),
+          [&](uint64_t, uint64_t, uint8_t* out) {
+            std::memcpy(out, &original, 8);
+            return true;
+          },
+          &bad)) {
+        case Response::kLocalFault:
+          local_fault();
+          return;
+        case Response::kBadSge:
+        case Response::kRemoteFault:  // (the fetch cannot fault)
+          bad_sge(bad);
+          return;
+        case Response::kTaken:
+          break;
       }
       Record(std::move(executed));
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, 8);
@@ -1026,6 +1022,30 @@ void FakeNic::ExecuteReadOrAtomic(Qp* qp, Qp* responder) {
       return;
     }
   }
+}
+
+FakeNic::Response FakeNic::TakeResponse(
+    Qp* qp, const SendWqe& wqe, uint64_t length, uint32_t mtu,
+    const std::function<bool(uint64_t, uint64_t, uint8_t*)>& fetch,
+    std::string* why) {
+  const bool atomic = fake_nic_internal::IsAtomic(wqe.opcode);
+  uint8_t payload[4096];  // one response packet (an IB MTU is <= 4096)
+  for (uint64_t offset = 0; offset < length; offset += mtu) {
+    const uint64_t n = std::min<uint64_t>(mtu, length - offset);
+    if (!fetch(offset, n, payload)) return Response::kRemoteFault;
+    uintptr_t fault = 0;
+    const SgeWalk walk = ScatterPacket(qp, wqe.sges, IBV_ACCESS_LOCAL_WRITE,
+                                       offset, payload, n, &fault);
+    if (walk == SgeWalk::kOk) continue;
+    if (walk == SgeWalk::kFault) return Response::kLocalFault;
+    *why = atomic ? std::string("local SGE fails lkey/PD/bounds/LOCAL_WRITE "
+                                "check (atomic response)")
+                  : "local SGE fails lkey/PD/bounds/LOCAL_WRITE check "
+                    "(response packet " +
+                        std::to_string(offset / mtu) + ")";
+    return Response::kBadSge;
+  }
+  return Response::kTaken;
 }
 
 // Receiver not ready: the responder answers with an RNR NAK and the

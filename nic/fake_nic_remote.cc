@@ -593,30 +593,28 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
         // rxe_comp.c do_read / do_atomic: each response packet goes into
         // the local SGEs as it arrives (copy_data, LOCAL_WRITE), so a bad
         // SGE stops the copy at the packet reaching it, the bytes before
-        // it in place; the remote side has done its part (as in process,
-        // fake_nic_data_path.cc ExecuteSendWqe).
+        // it in place; the remote side has done its part. The same
+        // function takes an in-process response (TakeResponse,
+        // fake_nic_data_path.cc).
         const uint64_t expected = atomic ? 8 : length;
         if (data_len != expected) {
           end_with(IBV_WC_REM_OP_ERR,
                    "malformed answer from the peer process (response data)", 0);
           return;
         }
-        for (uint64_t offset = 0; offset < expected; offset += mtu) {
-          const uint64_t n = std::min<uint64_t>(mtu, expected - offset);
-          uintptr_t fault = 0;
-          const SgeWalk walk =
-              ScatterPacket(qp, head.sges, IBV_ACCESS_LOCAL_WRITE, offset,
-                            data + offset, n, &fault);
-          if (walk == SgeWalk::kOk) continue;
-          const std::string why =
-              walk == SgeWalk::kFault ? fake_nic_internal::HarnessMemoryError(
-                                            "the requester's", head.wr_id)
-              : atomic ? std::string(
-                             "local SGE fails lkey/PD/bounds/LOCAL_WRITE "
-                             "check (atomic response)")
-                       : "local SGE fails lkey/PD/bounds/LOCAL_WRITE "
-                         "check (response packet " +
-                             std::to_string(offset / mtu) + ")";
+        std::string why;
+        const Response taken = TakeResponse(
+            qp, head, expected, mtu,
+            [&](uint64_t offset, uint64_t n, uint8_t* out) {
+              std::memcpy(out, data + offset, n);
+              return true;
+            },
+            &why);
+        if (taken != Response::kTaken) {
+          if (taken != Response::kBadSge) {
+            why = fake_nic_internal::HarnessMemoryError("the requester's",
+                                                        head.wr_id);
+          }
           end_with(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
           return;
         }
