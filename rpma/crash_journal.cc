@@ -13,7 +13,8 @@
 #include <string>
 
 #include "nic/fake_nic.h"
-#include "rpma/harness.h"
+#include "rpma/librpma_check.h"  // RPMA_MR_USAGE_*
+#include "rpma/persistence.h"
 
 namespace rpma_harness {
 namespace internal {

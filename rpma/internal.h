@@ -160,11 +160,6 @@ constexpr size_t kPeerCfgDescriptorSize = 1;
 // Reports a failure (RPMA_LOG_LEVEL_ERROR, as librpma logs provider errors)
 // through the installed LogSink if any, else through librpma's log function
 // and thresholds (rpma/log.cc). printf-style.
-// The persistence recorder's hook (harness.h SetPersistenceListener):
-// whether one listens, and the note to give it.
-bool PersistenceListened();
-void NotePersistence(const PersistenceNote& note);
-
 void Log(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // The same at another level.
 void LogAt(enum rpma_log_level level, const char* format, ...)

@@ -43,7 +43,7 @@ here="$PWD/tools/install"
 
 # What goes into each archive: Bazel's own .a / .lo of each library (all
 # linkstatic, see copts.bzl).
-core=(//rpma:rpma //rpma:fake_backend //rpma:mr_descriptor //check:checking_backend //nic:fake_nic //nic:fabric_sequence //faults:fault_injection //faults:fault_file
+core=(//rpma:rpma //rpma:default_backend //rpma:persistence //rpma:fake_backend //rpma:mr_descriptor //check:checking_backend //nic:fake_nic //nic:fabric_sequence //faults:fault_injection //faults:fault_file
       //verbs_backend:rdma_core_backend //verbs_backend:unavailable_backend)
 testing=(//mock:matchers //mock:rpma_matchers //mock:connected_pair
          //mock:mock_verbs_backend //crash:crash_check //crash:persistence_model)
@@ -101,11 +101,11 @@ mkdir -p "$inc/rpma" "$inc/mock" "$inc/nic" "$inc/faults" "$inc/check" "$inc/cra
 # C++ ones under the paths they include each other by.
 install -m 644 rpma/librpma.h "$inc/librpma.h"
 install -m 644 "$bin/rpma_harness_version.h" "$inc/rpma_harness_version.h"
-install -m 644 rpma/harness.h rpma/librpma_check.h rpma/rpma_harness_crash.h "$inc/rpma/"
+install -m 644 rpma/harness.h rpma/librpma_check.h rpma/persistence.h rpma/rpma_harness_crash.h "$inc/rpma/"
 # <rpma_harness_crash.h> as C programs include it (beside <librpma.h>).
 install -m 644 rpma/rpma_harness_crash.h "$inc/rpma_harness_crash.h"
 install -m 644 crash/crash_check.h crash/persistence_model.h crash/expect_crash_consistent.h "$inc/crash/"
-install -m 644 nic/fake_nic.h nic/fake_nic_lifecycle.h "$inc/nic/"
+install -m 644 nic/fake_nic.h nic/fake_nic_lifecycle.h nic/nic_tap.h "$inc/nic/"
 install -m 644 faults/fault_injection.h "$inc/faults/"
 install -m 644 mock/matchers.h mock/rpma_matchers.h mock/connected_pair.h \
   mock/flight_recorder.h mock/mock_verbs_backend.h "$inc/mock/"
