@@ -139,12 +139,6 @@ CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
 
 }  // namespace
 
-uint64_t fake_nic_internal::SendWqe::total_length() const {
-  if (is_inline) return inline_data.size();
-  uint64_t total = 0;
-  for (const Sge& sge : sges) total += sge.length;
-  return total;
-}
 
 // ---- data path: posting -----------------------------------------------------
 
@@ -733,11 +727,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     LandNextPiece(qp);
     return;
   }
-  // A WR delayed by a hook since removed still waits out its delay.
-  if (ApplyExecuteHook(qp)) {
+  SendWqe& head = qp->sq.front();
+  // The execute hook (FaultInjector's execute rules), once per WR; a WR
+  // delayed by a hook since removed still waits out its delay. Nobody
+  // hooked: two tests.
+  if ((head.delay_steps_left > 0 || (execute_hook_ && !head.hook_consulted)) &&
+      ApplyExecuteHook(qp)) {
     return;
   }
-  SendWqe& head = qp->sq.front();
   const uint32_t qp_num = qp->base.qp_num;
 
   auto fail = [&](ibv_wc_status status, const char* why) {

@@ -308,7 +308,12 @@ struct SendWqe : SendWqeFields {
   // its bytes not yet (all) landed. Null otherwise: one pointer test per
   // step is what the default mode pays.
   std::unique_ptr<PendingLanding> landing;
-  uint64_t total_length() const;
+  uint64_t total_length() const {
+    if (is_inline) return inline_data.size();
+    uint64_t total = 0;
+    for (const Sge& sge : sges) total += sge.length;
+    return total;
+  }
   // Back to a default-constructed entry, keeping the SGE list's and the
   // inline data's buffers (Ring::pop_front).
   void Clear() {
