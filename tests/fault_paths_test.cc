@@ -180,23 +180,24 @@ class Flow {
   FakeNic& nic() { return *nic_; }
   // The next post_send fails with `error`.
   void FailNextPostSend(int error) {
-    FaultRule rule;
-    rule.name = "fail post " + std::to_string(++rules_);
-    rule.call = FaultCall::kPostSend;
-    rule.nth = 1;
-    rule.action = FaultAction::kFailCall;
+    FaultRule rule = NextPostSend(FaultAction::kFailCall);
     rule.error = error;
     ASSERT_TRUE(faults_->AddRule(rule));
   }
   // The next WR posted ends with `status` when the NIC starts it.
   void FailNextWr(ibv_wc_status status) {
-    FaultRule rule;
-    rule.name = "status " + std::to_string(++rules_);
-    rule.call = FaultCall::kPostSend;
-    rule.nth = 1;
-    rule.action = FaultAction::kCompleteWithStatus;
+    FaultRule rule = NextPostSend(FaultAction::kCompleteWithStatus);
     rule.status = status;
     ASSERT_TRUE(faults_->AddRule(rule));
+  }
+  // A rule that fires on the next post_send only.
+  FaultRule NextPostSend(FaultAction action) {
+    FaultRule rule;
+    rule.name = "post_send rule " + std::to_string(++rules_);
+    rule.call = FaultCall::kPostSend;
+    rule.nth = 1;
+    rule.action = action;
+    return rule;
   }
   rpma_conn* client() { return client_; }
   rpma_conn* server() { return server_; }
