@@ -1051,11 +1051,15 @@ class FakeNic final : public VerbsBackend {
   void TellRemoteToRetry(Qp* qp);
   // The head WR in flight to a dead peer ends (peer death).
   void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
-  // The head WR goes to a peer that answers nothing (its process closed the
-  // link): it ends in RETRY_EXC_ERR when the requester's transport timer
-  // and retries run out -- in real time for an ibv_modify_qp QP on a NIC
-  // that runs in the background, at once otherwise (fake_nic_remote.cc).
-  void RequesterTimesOut(Qp* qp, const char* why);
+  // The head WR's request went unanswered (the responder QP is gone, not
+  // yet RTR, or its process closed the link). True: the requester's
+  // transport timer runs (in real time, for an ibv_modify_qp QP on a NIC
+  // that runs in the background) and the request is sent again when it
+  // runs out, up to retry_cnt times; false: the caller ends the WR in
+  // RETRY_EXC_ERR at once (fake_nic_remote.cc).
+  bool RequesterWaitsForRetransmit(Qp* qp, const std::string& why);
+  // RequesterWaitsForRetransmit, or the head WR in flight ends at once.
+  void RequesterTimesOut(Qp* qp, const std::string& why);
   // A QP whose peer's link closed (fake_nic_remote.cc).
   void PeerLinkDied(Qp* qp);
   // The transport timers that ran out (the background thread's loop).
@@ -1063,7 +1067,8 @@ class FakeNic final : public VerbsBackend {
   struct TransportTimer {
     std::chrono::steady_clock::time_point at;
     uint32_t qp_num = 0;
-    const char* why = "";
+    uint64_t token = 0;  // the unanswered try's (SendWqe::token)
+    std::string why;
   };
   std::vector<TransportTimer> transport_timers_;  // few: one a dead peer's QP
   // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----

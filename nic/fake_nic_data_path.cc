@@ -802,8 +802,9 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
 
   // The responder must exist and answer; a QP that is gone, in ERR or not
   // yet RTR drops requests, so the requester exhausts its transport retries
-  // (rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR).
-  // The retries are not modelled as separate steps.
+  // (rxe_comp.c COMPST_ERROR_RETRY -> IB_WC_RETRY_EXC_ERR): in real time
+  // where the NIC has it, at once on a stepped or sequenced NIC
+  // (RequesterWaitsForRetransmit).
   // The responder is in another process: the same checks run there.
   if (qp->link != 0) {
     ExecuteRemote(qp);
@@ -813,7 +814,9 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   const char* refused = nullptr;
   const RequestVerdict verdict = CheckRequest(responder, head.opcode, &refused);
   if (verdict == RequestVerdict::kNoAnswer) {
-    fail(IBV_WC_RETRY_EXC_ERR, refused);
+    if (!RequesterWaitsForRetransmit(qp, refused)) {
+      fail(IBV_WC_RETRY_EXC_ERR, refused);
+    }
     return;
   }
   if (verdict == RequestVerdict::kInvalidRequest) {

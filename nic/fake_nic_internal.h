@@ -294,7 +294,11 @@ struct SendWqeFields {
   bool waiting_for_receive = false;
   bool hook_consulted = false;  // the execute hook was asked
   bool in_flight = false;
-  uint8_t reserved[6] = {};  // no padding: see above
+  // Transport retries spent on requests nobody answered (the responder QP
+  // is gone, not yet RTR, or its process exited): see
+  // FakeNic::RequesterWaitsForRetransmit.
+  uint8_t transport_retries = 0;
+  uint8_t reserved[5] = {};  // no padding: see above
 };
 static_assert(std::is_trivially_copyable_v<SendWqeFields> &&
                   std::has_unique_object_representations_v<SendWqeFields>,

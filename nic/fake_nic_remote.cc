@@ -358,22 +358,6 @@ void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
   SetQpState(qp, IBV_QPS_ERR, why);
 }
 
-// A request nobody answers is retransmitted each time the local ACK timeout
-// runs out, 4.096 us * 2^timeout (ibv_modify_qp(3) IBV_QP_TIMEOUT; IB spec
-// 9.7.6.1.3), retry_cnt times; then the WR completes with RETRY_EXC_ERR and
-// the QP goes to ERR (rxe_comp.c retransmit_timer, rxe_completer
-// COMPST_ERROR_RETRY). A timeout of 0 is infinite: rxe arms no timer
-// (rxe_qp.c rxe_qp_from_attr, qp_timeout_jiffies = 0) and the WR never
-// completes. Until then the process may still finish what it does with
-// the peer's other answers, and exit cleanly: ibv_srq_pingpong's server
-// has sends in flight to a client that already exited, needs none of
-// them, and on rxe ends before their timers do.
-//
-// That time is real only where the NIC has real time: a QP moved with
-// ibv_modify_qp (an rdma_cm QP's peer death is also a DISCONNECTED event,
-// docs/two-processes.md "Peer death") on a NIC whose background thread
-// runs. A sequenced or stepped NIC's time is its steps, so the WR ends at
-// once, as the determinism of its traces needs.
 // The QP's peer process is gone (its CM id's link or a verbs QP's link
 // closed). Requests to a QP that is gone are never answered: one in flight
 // times out as the requester exhausts its transport retries (rxe_comp.c
@@ -386,43 +370,81 @@ void FakeNic::PeerLinkDied(Qp* qp) {
   MarkMaybeReady(qp);
 }
 
-void FakeNic::RequesterTimesOut(Qp* qp, const char* why) {
-  if (qp->sq.empty()) return;
-  qp->sq.front().in_flight = true;
-  if (qp->id != nullptr || !background_running_ || sequenced_) {
-    FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, why);
-    return;
-  }
+// A request nobody answers -- the responder QP is gone, in ERR or not yet
+// RTR (rxe_recv.c check_type_state drops it), or its process exited -- is
+// sent again each time the local ACK timeout runs out, 4.096 us *
+// 2^timeout (ibv_modify_qp(3) IBV_QP_TIMEOUT; IB spec 9.7.6.1.3), at most
+// retry_cnt times; then the WR completes with RETRY_EXC_ERR and the QP
+// goes to ERR (rxe_comp.c retransmit_timer sets COMPST_ERROR_RETRY, which
+// retries while comp.retry_cnt lasts). A timeout of 0 is infinite: rxe
+// arms no timer (rxe_qp.c rxe_qp_from_attr, qp_timeout_jiffies = 0) and
+// the WR never completes. So a request that reached a peer before it was
+// RTR lands when the timer sends it again, and a process may still finish
+// what it does with the peer's other answers and exit cleanly:
+// ibv_srq_pingpong's server has sends in flight to a client that already
+// destroyed its QPs, needs none of them, and on rxe ends before their
+// timers do.
+//
+// That time is real only where the NIC has real time: a QP moved with
+// ibv_modify_qp (an rdma_cm QP's peer death is also a DISCONNECTED event,
+// docs/two-processes.md "Peer death") on a NIC whose background thread
+// runs. A sequenced or stepped NIC's time is its steps, so the WR ends at
+// once, as the determinism of its traces needs.
+bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
+  if (qp->sq.empty()) return true;
+  if (qp->id != nullptr || !background_running_ || sequenced_) return false;
+  SendWqe& head = qp->sq.front();
   const uint8_t timeout = qp->attr.timeout & 31;
-  if (timeout == 0) return;  // no timer: in flight for ever
-  const auto per_try = std::chrono::nanoseconds(uint64_t{4096} << timeout);
+  // A fresh token: nothing answers the try that went unanswered, and the
+  // timer knows its WR by it.
+  head.in_flight = true;
+  head.token = next_token_++;
+  if (timeout == 0) return true;  // no timer: in flight for ever
   TransportTimer timer;
-  timer.at = std::chrono::steady_clock::now() + per_try * (qp->retry_cnt + 1);
+  timer.at = std::chrono::steady_clock::now() +
+             std::chrono::nanoseconds(uint64_t{4096} << timeout);
   timer.qp_num = qp->base.qp_num;
+  timer.token = head.token;
   timer.why = why;
-  transport_timers_.push_back(timer);
+  transport_timers_.push_back(std::move(timer));
   work_cv_.notify_all();  // the background thread waits until the first
+  return true;
+}
+
+void FakeNic::RequesterTimesOut(Qp* qp, const std::string& why) {
+  if (qp->sq.empty() || RequesterWaitsForRetransmit(qp, why)) return;
+  qp->sq.front().in_flight = true;
+  FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, why.c_str());
 }
 
 void FakeNic::FireTransportTimersLocked() {
   const auto now = std::chrono::steady_clock::now();
   bool fired = false;
   for (size_t i = 0; i < transport_timers_.size();) {
-    const TransportTimer timer = transport_timers_[i];
-    if (timer.at > now) {
+    if (transport_timers_[i].at > now) {
       ++i;
       continue;
     }
+    const TransportTimer timer = std::move(transport_timers_[i]);
     transport_timers_.erase(transport_timers_.begin() + i);
     Qp* qp = FindQpByNum(timer.qp_num);
-    // Only a WR still waiting on the dead peer: the QP may have been
-    // destroyed, moved to ERR or RESET meanwhile.
-    if (qp != nullptr && qp->link_dead && !qp->sq.empty() &&
-        qp->sq.front().in_flight) {
-      FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, timer.why);
-      MarkMaybeReady(qp);
-      fired = true;
+    // Only the try still unanswered: the QP may have been destroyed, moved
+    // to ERR or RESET, or the WR flushed meanwhile.
+    if (qp == nullptr || qp->sq.empty() || !qp->sq.front().in_flight ||
+        qp->sq.front().token != timer.token) {
+      continue;
     }
+    fired = true;
+    if (qp->sq.front().transport_retries >= qp->retry_cnt) {
+      FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, timer.why.c_str());
+      MarkMaybeReady(qp);
+      continue;
+    }
+    // The request goes out again (rxe_req.c req_retry): the scheduler
+    // executes the head once more, from its first unacknowledged packet.
+    qp->sq.front().transport_retries++;
+    qp->sq.front().in_flight = false;
+    MarkMaybeReady(qp);
   }
   if (fired) WakeWaiters();
 }
@@ -646,6 +668,13 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
       // (CompleteSend, Personality::sq_flush_follows_requester_index).
       qp->failed_on_last_packet = a.acked_packets + 1 >= count;
       end_with(static_cast<ibv_wc_status>(a.status), a.why, 0);
+      return;
+    case AnswerFrame::kNoAnswer:
+      // The responder dropped the request (not RTR, or its QP is gone):
+      // nothing comes back on a real link, and the requester's transport
+      // timer decides (RequesterWaitsForRetransmit).
+      head.in_flight = true;
+      RequesterTimesOut(qp, a.why);
       return;
     default:
       end_with(IBV_WC_RETRY_EXC_ERR, a.why, 0);

@@ -65,8 +65,7 @@ struct Side {
   }
   // INIT, then RTR toward (dest_qp_num, dlid or dgid), then RTS with the
   // transport timer's timeout and retry_cnt; returns the RTR's result.
-  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid,
-              uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+  void Init() {
     ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
@@ -76,6 +75,11 @@ struct Side {
                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                                 IBV_QP_ACCESS_FLAGS),
               0);
+  }
+  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid,
+              uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+    Init();
+    ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
@@ -277,6 +281,32 @@ TEST(FakeNicVerbsTest, AWrongDgidReachesNobody) {
   EXPECT_EQ(a.Poll().status, IBV_WC_RETRY_EXC_ERR);
 }
 
+// A responder not yet RTR drops the request (rxe_recv.c check_type_state);
+// the requester's transport timer sends it again, and once the responder
+// is RTR it lands: a program that moves its QPs out of order still works,
+// as on rxe (timeout 12: 16.8 ms a try, retry_cnt 7).
+TEST(FakeNicVerbsTest, ARequestToAPeerNotYetRtrLandsWhenTheTimerSendsItAgain) {
+  auto nic = Started();
+  Side a(nic.get()), b(nic.get());
+  const uint16_t lid = a.Port().lid;
+  ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/12), 0);
+  b.Init();
+  b.PostRecv(7);
+  a.WriteWithImm(b, 1);
+  usleep(5000);  // dropped by b, in INIT
+  ibv_wc wc;
+  ASSERT_EQ(nic->PollCq(a.cq, 1, &wc), 0) << "the dropped request completed";
+  EXPECT_NE(a.src, b.dst);
+  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+  wc = a.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 1u);
+  wc = b.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(a.src, b.dst);
+}
+
 TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
   auto nic = Started();
   Side a(nic.get()), b(nic.get());
@@ -396,7 +426,8 @@ TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunO
   // Not before 3 * 16.8 ms (a generous 40 ms are checked here).
   while (std::chrono::steady_clock::now() - posted <
          std::chrono::milliseconds(40)) {
-    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0) << "completed too early";
+    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0)
+        << "completed too early: " << wc.status << " " << wc.wr_id;
     usleep(1000);
   }
   wc = a->Poll();
@@ -407,6 +438,40 @@ TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunO
   ibv_qp_init_attr init;
   ASSERT_EQ(nic_a->QueryQp(a->qp, &attr, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+}
+
+// A peer process that destroyed its QP but lives on answers nothing for it
+// either: the requester's WR ends when its timer and retries run out, not
+// at once (ibv_srq_pingpong's client destroys its QPs while the server's
+// last sends, which the server does not wait for, are in flight).
+TEST_F(FakeNicVerbsFabricTest, AQpDestroyedInALiveProcessIsGivenUpOnByTheTimer) {
+  auto nic_a = NewNic();
+  auto nic_b = NewNic();
+  auto a = std::make_unique<Side>(nic_a.get());
+  auto b = std::make_unique<Side>(nic_b.get());
+  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr, /*timeout=*/12,
+                       /*retry_cnt=*/2),
+            0);
+  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
+  b->PostRecv(7);
+  a->WriteWithImm(*b, 1);
+  ASSERT_EQ(a->Poll().status, IBV_WC_SUCCESS);
+  ASSERT_EQ(nic_b->DestroyVerbsQp(b->qp), 0);
+  b->qp = nullptr;
+  const auto posted = std::chrono::steady_clock::now();
+  a->WriteWithImm(*a, 2);
+  ibv_wc wc;
+  while (std::chrono::steady_clock::now() - posted <
+         std::chrono::milliseconds(40)) {
+    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0)
+        << "completed too early: " << wc.status << " " << wc.wr_id;
+    usleep(1000);
+  }
+  wc = a->Poll();
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_GE(std::chrono::steady_clock::now() - posted,
+            std::chrono::microseconds(3 * 4096 * 4096 / 1000));
 }
 
 // timeout 0 is infinite (rxe arms no retransmit timer): the write to a peer
