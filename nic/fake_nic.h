@@ -219,6 +219,13 @@ struct Personality {
   // do_read's copy_data fails, IBV_WC_LOC_PROT_ERR (recorded on rxe by
   // verbs_dropin/testdata/hostile_verbs.c; atomics share copy_data).
   bool inline_read_fails_at_completion = false;
+  // rxe_comp.c rxe_completer, COMPST_ERROR_RETRY: comp.retry_cnt is counted
+  // down only when it is not 7, so a QP with retry_cnt 7 sends an
+  // unanswered request again for ever (the IB spec, 9.7.6.1.3, makes only
+  // rnr_retry 7 infinite). Measured on rxe 6.1: no completion in 45 s
+  // (docs/fidelity.md). Applies where the transport timer runs in real time
+  // (FakeNic::RequesterWaitsForRetransmit).
+  bool transport_retry_7_never_runs_out = false;
   // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
   // protocol processing": the requester runs inside ibv_post_send, so the
   // packets are on the wire before it returns. With background progress

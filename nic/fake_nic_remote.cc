@@ -435,14 +435,16 @@ void FakeNic::FireTransportTimersLocked() {
       continue;
     }
     fired = true;
-    if (qp->sq.front().transport_retries >= qp->retry_cnt) {
+    const bool endless = qp->retry_cnt == 7 &&
+        config_.personality.transport_retry_7_never_runs_out;
+    if (!endless && qp->sq.front().transport_retries >= qp->retry_cnt) {
       FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, timer.why.c_str());
       MarkMaybeReady(qp);
       continue;
     }
     // The request goes out again (rxe_req.c req_retry): the scheduler
     // executes the head once more, from its first unacknowledged packet.
-    qp->sq.front().transport_retries++;
+    if (!endless) qp->sq.front().transport_retries++;
     qp->sq.front().in_flight = false;
     MarkMaybeReady(qp);
   }

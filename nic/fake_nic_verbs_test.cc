@@ -276,7 +276,10 @@ TEST(FakeNicVerbsTest, AWrongDgidReachesNobody) {
   Side a(nic.get()), b(nic.get());
   ibv_gid elsewhere = Gid(nic.get(), a.ctx);
   elsewhere.raw[15] ^= 1;  // 127.0.0.0
-  ASSERT_EQ(a.Connect(b.qp->qp_num, 0, &elsewhere), 0);
+  // retry_cnt 6: with 7 rxe would retry for ever (see below).
+  ASSERT_EQ(a.Connect(b.qp->qp_num, 0, &elsewhere, /*timeout=*/8,
+                      /*retry_cnt=*/6),
+            0);
   a.WriteWithImm(b, 1);
   EXPECT_EQ(a.Poll().status, IBV_WC_RETRY_EXC_ERR);
 }
@@ -305,6 +308,42 @@ TEST(FakeNicVerbsTest, ARequestToAPeerNotYetRtrLandsWhenTheTimerSendsItAgain) {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(wc.wr_id, 7u);
   EXPECT_EQ(a.src, b.dst);
+}
+
+// rxe counts retry_cnt down only when it is not 7 (rxe_comp.c
+// COMPST_ERROR_RETRY): on the rxe personality a QP with retry_cnt 7 sends
+// an unanswered request again for ever, one with 6 gives up after 7
+// timeouts (timeout 8: 1.05 ms each); the spec personality gives up
+// after 8 with retry_cnt 7.
+TEST(FakeNicVerbsTest, RxeRetriesForEverWithRetryCountSeven) {
+  for (const bool rxe : {true, false}) {
+    for (const uint8_t retry_cnt : {7, 6}) {
+      SCOPED_TRACE(std::string(rxe ? "rxe" : "spec") + " retry_cnt " +
+                   std::to_string(retry_cnt));
+      auto nic = Started(WithPersonality(rxe ? Personality::Rxe()
+                                             : Personality::Spec()));
+      Side a(nic.get()), b(nic.get());
+      // Nobody: a GID nobody has on RoCE, a LID nobody has on InfiniBand.
+      ibv_gid nobody = Gid(nic.get(), a.ctx);
+      nobody.raw[15] ^= 1;
+      ASSERT_EQ(a.Connect(b.qp->qp_num, rxe ? 0 : 9, rxe ? &nobody : nullptr,
+                          /*timeout=*/8, retry_cnt),
+                0);
+      a.WriteWithImm(b, 1);
+      ibv_wc wc;
+      int polled = 0;
+      for (int i = 0; i < 60 && polled == 0; ++i) {  // 60 ms: 57 timeouts
+        polled = nic->PollCq(a.cq, 1, &wc);
+        usleep(1000);
+      }
+      if (rxe && retry_cnt == 7) {
+        EXPECT_EQ(polled, 0) << "rxe gave up on retry_cnt 7";
+      } else {
+        ASSERT_EQ(polled, 1);
+        EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+      }
+    }
+  }
 }
 
 TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
