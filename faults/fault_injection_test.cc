@@ -4,6 +4,7 @@
 #include "faults/fault_injection.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -484,7 +485,18 @@ TEST_F(FaultInjectionTest, FailedQpCreationFailsTheRequest) {
   EXPECT_EQ(rpma_peer_delete(&peer), 0);  // nothing left behind on the PD
 }
 
+// The process's open descriptors (an event channel is one).
+int OpenFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // opendir's own
+}
+
 TEST_F(FaultInjectionTest, FailedConnectAndAcceptAreProvider) {
+  const int fds_before = OpenFds();
   FaultRule connect =
       Rule("refuse", FaultCall::kConnect, FaultAction::kFailCall);
   connect.error = ECONNREFUSED;
@@ -520,6 +532,9 @@ TEST_F(FaultInjectionTest, FailedConnectAndAcceptAreProvider) {
   rpma_conn_delete(&client);
   rpma_ep_shutdown(&ep);
   rpma_peer_delete(&peer);
+  // Both failed requests took their connection's event channel with them
+  // (its id first: a channel with an id on it is kept, fd and all).
+  EXPECT_EQ(OpenFds(), fds_before);
 }
 
 // ---- matching ---------------------------------------------------------------

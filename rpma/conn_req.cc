@@ -293,13 +293,16 @@ extern "C" int rpma_conn_req_connect(struct rpma_conn_req** req_ptr,
   if (ret != 0) {
     Log("%s backend: %s failed: %s", backend->Name(), what,
         std::strerror(errno));
-    // The request is consumed either way, as librpma documents.
-    backend->DestroyEventChannel(conn->channel);
+    // The request is consumed either way, as librpma documents. The id
+    // lives on the connection's channel now (MigrateId above): it goes
+    // first, then the channel (rdma_destroy_event_channel(3): every id on
+    // it destroyed first; the other order kept the channel and its fd).
     rpma_harness::internal::RawBufferDelete(&conn->raw);
-    delete conn;
     rpma_harness::internal::ConnReqTearDownQueues(req->peer, req->id, &req->cq,
                                                   &req->rcq, &req->channel);
     backend->DestroyId(req->id);
+    backend->DestroyEventChannel(conn->channel);
+    delete conn;
     rpma_harness::internal::NoteDeleted(backend, req);
     delete req;
     *req_ptr = nullptr;
