@@ -226,6 +226,16 @@ struct Personality {
   // (docs/fidelity.md). Applies where the transport timer runs in real time
   // (FakeNic::RequesterWaitsForRetransmit).
   bool transport_retry_7_never_runs_out = false;
+  // A UC responder drops a message it cannot take (no receive, a bad rkey,
+  // a responder not RTR) silently, and the next message starts afresh (IB
+  // spec 9.8.3: UC has no NAKs). rxe 6.1 does so only when the message
+  // failed at its first packet: when a later packet of it is dropped (a
+  // multi-packet write with imm that finds no receive at its LAST), the
+  // responder's expected opcode stays "middle" and check_op_seq (rxe_resp.c)
+  // drops every later message's first packet -- the QP takes nothing more
+  // until it is reset. Recorded: verbs_dropin/testdata/uc_verbs.rxe.txt,
+  // write-imm-3k-no-recv.
+  bool uc_cut_message_stalls_responder = false;
   // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
   // protocol processing": the requester runs inside ibv_post_send, so the
   // packets are on the wire before it returns. With background progress
@@ -1069,6 +1079,20 @@ class FakeNic final : public VerbsBackend {
   void RequesterTimesOut(Qp* qp, const std::string& why);
   // A QP whose peer's link closed (fake_nic_remote.cc).
   void PeerLinkDied(Qp* qp);
+  // ---- Unreliable Connected (fake_nic_unreliable.cc) ----
+  // The head WR of a UC QP: its packets go out and it completes.
+  void ExecuteUnreliable(Qp* qp);
+  // The head WR of a UC QP went out whole: it completes (no answer).
+  void CompleteUnreliableHead(Qp* qp);
+  // A request frame from another process's UC QP (RespondToRemote).
+  void RespondUnreliably(Qp* responder, const fake_nic_internal::RequestFrame& r,
+                         const uint8_t* payload, size_t payload_len,
+                         fake_nic_internal::AnswerFrame* answer);
+  // A UC message's packets [0, sent_packets) at `responder` (in this
+  // process or from another's request frame): what lands, what is dropped.
+  void DeliverUnreliable(Qp* responder, const fake_nic_internal::SendWqe& wqe,
+                         uint64_t length, uint32_t mtu, uint32_t sent_packets,
+                         const uint8_t* payload);
   // The transport timers that ran out (the background thread's loop).
   void FireTransportTimersLocked();
   struct TransportTimer {

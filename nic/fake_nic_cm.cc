@@ -618,6 +618,8 @@ int FakeNic::CreateQp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* init_attr) {
       c->device == nullptr || c->qp != nullptr || p->device != c->device) {
     return CmFail(EINVAL);
   }
+  // An RDMA_PS_TCP id carries an RC QP (rdma_create_id(3)).
+  if (init_attr->qp_type != IBV_QPT_RC) return CmFail(EINVAL);
   Qp* raw = nullptr;
   const int err = NewQpLocked(p, init_attr, &raw);
   if (err != 0) return CmFail(err);
@@ -651,14 +653,16 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
   Cq* recv_cq = FindCq(init_attr->recv_cq);
   const FakeDeviceCaps& caps = *config_.caps;
   const ibv_qp_cap& want = init_attr->cap;
-  // Only RC is modelled; librdmacm would create missing CQs, we require
+  // RC and UC are modelled; librdmacm would create missing CQs, we require
   // them. An SRQ must be this NIC's, on the same device.
   Srq* srq = nullptr;
   if (init_attr->srq != nullptr) {
     srq = FindSrq(init_attr->srq);
     if (srq == nullptr || srq->device != device) return EINVAL;
   }
-  if (init_attr->qp_type != IBV_QPT_RC || send_cq == nullptr ||
+  if ((init_attr->qp_type != IBV_QPT_RC &&
+       init_attr->qp_type != IBV_QPT_UC) ||
+      send_cq == nullptr ||
       recv_cq == nullptr || send_cq->device != device ||
       recv_cq->device != device) {
     return EINVAL;
@@ -724,7 +728,7 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
   qp->base.handle = static_cast<uint32_t>(qp_slots_.size());  // see FindQp
   qp->base.qp_num = NewQpNum();
   qp->base.state = IBV_QPS_RESET;
-  qp->base.qp_type = IBV_QPT_RC;
+  qp->base.qp_type = init_attr->qp_type;
   qp->base.srq = init_attr->srq;
   Qp* raw = qp.get();
   qps_by_num_[raw->base.qp_num] = raw;

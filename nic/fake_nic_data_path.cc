@@ -428,7 +428,7 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
     init_attr->send_cq = q->base.send_cq;
     init_attr->recv_cq = q->base.recv_cq;
     init_attr->cap = q->cap;
-    init_attr->qp_type = IBV_QPT_RC;
+    init_attr->qp_type = q->base.qp_type;
     init_attr->sq_sig_all = q->sq_sig_all ? 1 : 0;
   }
   return 0;
@@ -798,6 +798,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       fail(IBV_WC_LOC_PROT_ERR, "local SGE fails lkey/PD/bounds/access check");
       return;
     }
+  }
+
+  // Unreliable Connected: no ACKs, no retries (fake_nic_unreliable.cc).
+  if (qp->base.qp_type == IBV_QPT_UC) {
+    ExecuteUnreliable(qp);
+    return;
   }
 
   // The responder must exist and answer; a QP that is gone, in ERR or not

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "nic/fake_nic.h"
+#include "nic/fake_nic_user_memory.h"
 
 namespace rpma_harness {
 namespace fake_nic_internal {
@@ -183,6 +184,30 @@ struct Sge {
   uint32_t length = 0;
   uint32_t lkey = 0;
 };
+
+// Copies `length` bytes of the gather list `src`, from message offset
+// `offset` on, into `dst` with GuardedCopy; false on a fault (*fault: the
+// address) or when the list ends first. The one gather of a message's
+// bytes: the write and send packet loops, a frame to another process, a
+// UC message. Inline: once per write on the data path.
+inline bool GatherAt(const Sge* src, size_t nsrc, uint64_t offset,
+                     uint8_t* dst, uint64_t length, uintptr_t* fault) {
+  for (size_t i = 0; i < nsrc && length > 0; ++i) {
+    if (offset >= src[i].length) {
+      offset -= src[i].length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(src[i].length - offset, length);
+    if (!GuardedCopy(dst, reinterpret_cast<const void*>(src[i].addr + offset),
+                     n, fault)) {
+      return false;
+    }
+    dst += n;
+    length -= n;
+    offset = 0;
+  }
+  return length == 0;
+}
 
 // A WR's SGE list. Up to kInline entries live in the WQE itself, so posting
 // the usual one- or two-SGE WR allocates nothing (a std::vector per WR was a
@@ -476,6 +501,10 @@ struct Qp {
   uint8_t rnr_retry = 7;
   uint8_t retry_cnt = 7;
   uint8_t min_rnr_timer = 0;
+  // A UC responder that accepted a message's first packet and dropped a
+  // later one: on rxe every later message is dropped too
+  // (Personality::uc_cut_message_stalls_responder); RESET clears it.
+  bool uc_stalled = false;
   uint32_t dest_qp_num = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:

@@ -50,6 +50,7 @@ Personality Personality::Rxe() {
   p.send_caps_from_wqe_size = true;
   p.inline_read_fails_at_completion = true;
   p.transport_retry_7_never_runs_out = true;
+  p.uc_cut_message_stalls_responder = true;
   p.executes_at_post = true;
   p.peer_qp_to_err_on_dreq = false;
   p.flushes_receives_posted_in_err = false;

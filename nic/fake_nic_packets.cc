@@ -100,29 +100,6 @@ namespace {
 
 uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-// Copies `length` bytes starting `offset` bytes into the gather list `src`
-// to `dst`, with GuardedCopy (memmove semantics: in loopback a packet's
-// source and target may overlap). A copy that faults stops there: returns
-// false with the faulting address in *fault (fake_nic_user_memory.h).
-bool GatherAt(const Sge* src, size_t nsrc, uint64_t offset, uint8_t* dst,
-              uint64_t length, uintptr_t* fault) {
-  for (size_t i = 0; i < nsrc && length > 0; ++i) {
-    if (offset >= src[i].length) {
-      offset -= src[i].length;
-      continue;
-    }
-    const uint64_t n = std::min<uint64_t>(src[i].length - offset, length);
-    if (!fake_nic_internal::GuardedCopy(
-            dst, reinterpret_cast<const void*>(src[i].addr + offset), n,
-            fault)) {
-      return false;
-    }
-    dst += n;
-    length -= n;
-    offset = 0;
-  }
-  return true;
-}
 
 // Whether [addr, addr + length) overlaps any entry of the gather list.
 bool Overlaps(const Sge* src, size_t nsrc, uint64_t addr, uint64_t length) {

@@ -87,6 +87,50 @@ Transition RcTransition(ibv_qp_state from, ibv_qp_state to) {
   return {};
 }
 
+// The UC column of the same table: no read/atomic depths, no RNR or
+// transport timers (UC neither acknowledges nor retries). rxe refuses the
+// RC-only attributes at RTR and RTS with EINVAL (recorded:
+// verbs_dropin/testdata/uc_verbs.rxe.txt). SQE is not modelled: a UC send
+// error moves the QP to ERR, as on rxe.
+Transition UcTransition(ibv_qp_state from, ibv_qp_state to) {
+  constexpr int kUcRtsOptional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH |
+                                 IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
+    return {from != IBV_QPS_SQE, 0, 0};
+  }
+  switch (from) {
+    case IBV_QPS_RESET:
+      if (to == IBV_QPS_INIT) return {true, kInitRequired, 0};
+      break;
+    case IBV_QPS_INIT:
+      if (to == IBV_QPS_INIT) return {true, 0, kInitRequired};
+      if (to == IBV_QPS_RTR) {
+        return {true,
+                IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+                IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+      }
+      break;
+    case IBV_QPS_RTR:
+      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, kUcRtsOptional};
+      break;
+    case IBV_QPS_RTS:
+      if (to == IBV_QPS_RTS) return {true, 0, kUcRtsOptional};
+      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+      break;
+    case IBV_QPS_SQD:
+      if (to == IBV_QPS_RTS) return {true, 0, kUcRtsOptional};
+      if (to == IBV_QPS_SQD) {
+        return {true, 0,
+                IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                    IBV_QP_PKEY_INDEX | IBV_QP_PATH_MIG_STATE};
+      }
+      break;
+    default:
+      break;
+  }
+  return {};
+}
+
 bool ValidMtu(int mtu) { return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096; }
 
 constexpr int kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -113,7 +157,9 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   const ibv_qp_state next =
       (attr_mask & IBV_QP_STATE) ? attr.qp_state : current;
   if (next < IBV_QPS_RESET || next > IBV_QPS_ERR) return EINVAL;
-  const Transition t = RcTransition(current, next);
+  const Transition t = qp->base.qp_type == IBV_QPT_UC
+                           ? UcTransition(current, next)
+                           : RcTransition(current, next);
   if (!t.valid) return EINVAL;
   const int given = attr_mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
   if ((given & t.required) != t.required) return EINVAL;
@@ -195,6 +241,7 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     // without completions and forgets the attributes (rxe_qp.c
     // rxe_qp_reset).
     ResetQpQueues(qp);
+    qp->uc_stalled = false;
     const uint8_t port = a.port_num;
     memset(&a, 0, sizeof(a));
     a.port_num = port;

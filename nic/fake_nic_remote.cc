@@ -44,6 +44,7 @@ using fake_nic_internal::CmFrame;
 using fake_nic_internal::CmState;
 using fake_nic_internal::Frame;
 using fake_nic_internal::FrameView;
+using fake_nic_internal::GatherAt;
 using fake_nic_internal::GuardedCopy;
 using fake_nic_internal::RecvWqe;
 using fake_nic_internal::RequestFrame;
@@ -67,28 +68,6 @@ bool ParseBody(const FrameView& frame, Body* body, const uint8_t** tail,
   *tail = frame.body + sizeof(Body);
   *tail_len = frame.body_len - sizeof(Body);
   return true;
-}
-
-// Copies `length` bytes from the gather list at `offset` into `dst`;
-// false on a faulting source.
-bool Gather(const fake_nic_internal::Sge* src, size_t nsrc, uint64_t offset,
-            uint8_t* dst, uint64_t length) {
-  uintptr_t fault = 0;
-  for (size_t i = 0; i < nsrc && length > 0; ++i) {
-    if (offset >= src[i].length) {
-      offset -= src[i].length;
-      continue;
-    }
-    const uint64_t n = std::min<uint64_t>(src[i].length - offset, length);
-    if (!GuardedCopy(dst, reinterpret_cast<const void*>(src[i].addr + offset),
-                     n, &fault)) {
-      return false;
-    }
-    dst += n;
-    length -= n;
-    offset = 0;
-  }
-  return length == 0;
 }
 
 }  // namespace
@@ -460,9 +439,15 @@ void FakeNic::ExecuteRemote(Qp* qp) {
     CompleteSend(qp, wqe, status, 0);
     SetQpState(qp, IBV_QPS_ERR, why);
   };
-  // A responder that is gone drops requests (fake_nic_data_path.cc).
+  const bool unreliable = qp->base.qp_type == IBV_QPT_UC;
+  // A responder that is gone drops requests (fake_nic_data_path.cc); a UC
+  // requester does not notice (fake_nic_unreliable.cc).
   if (qp->link_dead || !LinkAlive(qp->link)) {
     qp->link_dead = true;
+    if (unreliable) {
+      CompleteUnreliableHead(qp);
+      return;
+    }
     RequesterTimesOut(qp, "responder does not answer (peer process gone)");
     return;
   }
@@ -490,8 +475,8 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   const uint32_t count =
       carries_payload ? fake_nic_internal::PacketCount(r.length, r.mtu) : 1;
   r.sent_packets = count;
+  ibv_wc_status source_status = IBV_WC_SUCCESS;
   if (carries_payload) {
-    ibv_wc_status source_status = IBV_WC_SUCCESS;
     r.sent_packets =
         FirstBadSourcePacket(qp, head, r.mtu, count, &source_status);
     if (r.sent_packets == 0) {
@@ -512,10 +497,12 @@ void FakeNic::ExecuteRemote(Qp* qp) {
     const fake_nic_internal::Sge inline_source{
         Address(head.inline_data.data()),
         static_cast<uint32_t>(head.inline_data.size()), 0};
+    uintptr_t fault = 0;
     const bool gathered =
-        head.is_inline ? Gather(&inline_source, 1, 0, payload, payload_len)
-                       : Gather(head.sges.begin(), head.sges.size(), 0, payload,
-                                payload_len);
+        head.is_inline
+            ? GatherAt(&inline_source, 1, 0, payload, payload_len, &fault)
+            : GatherAt(head.sges.begin(), head.sges.size(), 0, payload,
+                       payload_len, &fault);
     if (!gathered) {
       // The requester's own memory faulted: ibv_poll_cq(3)
       // IBV_WC_LOC_PROT_ERR, as in-process.
@@ -535,8 +522,18 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   if (remote_payload_.size() > (size_t{4} << 20)) {
     remote_payload_ = std::vector<uint8_t>();
   }
+  if (!sent) qp->link_dead = true;
+  if (unreliable) {
+    // UC: the WR completes as its packets leave; no answer is awaited
+    // (the responder's, if any, finds no WR in flight and is dropped).
+    if (r.sent_packets < count) {
+      FailOnSourcePacket(qp, source_status, r.sent_packets);
+    } else {
+      CompleteUnreliableHead(qp);
+    }
+    return;
+  }
   if (!sent) {
-    qp->link_dead = true;
     RequesterTimesOut(qp, "responder does not answer (peer process gone)");
   }
 }
@@ -712,6 +709,10 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
                               const uint8_t* payload, size_t payload_len,
                               AnswerFrame* answer, std::vector<uint8_t>* data) {
   const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  if (responder->base.qp_type == IBV_QPT_UC) {
+    RespondUnreliably(responder, r, payload, payload_len, answer);
+    return;
+  }
   auto nak = [&](ibv_wc_status status, const std::string& why) {
     answer->kind = AnswerFrame::kNak;
     answer->status = status;

@@ -186,8 +186,8 @@ int FakeNic::GidEntry(const Device* device, uint32_t index,
   return 0;
 }
 
-// ibv_create_qp(3): an RC QP in RESET; nothing else is made for it (no CM
-// id). Other QP types are EOPNOTSUPP here: the fake models RC only.
+// ibv_create_qp(3): an RC or UC QP in RESET; nothing else is made for it
+// (no CM id). Other QP types (UD, XRC, raw packet) are EOPNOTSUPP here.
 ibv_qp* FakeNic::CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) {
   std::lock_guard<std::mutex> lock(mu_);
   Pd* p = FindPd(pd);
@@ -195,7 +195,7 @@ ibv_qp* FakeNic::CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if (init_attr->qp_type != IBV_QPT_RC) {
+  if (init_attr->qp_type != IBV_QPT_RC && init_attr->qp_type != IBV_QPT_UC) {
     errno = EOPNOTSUPP;
     return nullptr;
   }

@@ -25,7 +25,7 @@ constexpr size_t kLen = 8192;
 // One side of a verbs program: a device context, PD, buffers, one CQ and
 // one QP in RESET.
 struct Side {
-  explicit Side(FakeNic* nic) : nic(nic) {
+  explicit Side(FakeNic* nic, ibv_qp_type type = IBV_QPT_RC) : nic(nic) {
     std::vector<ibv_context*> contexts;
     EXPECT_EQ(nic->ListDevices(&contexts), 0);
     ctx = contexts.at(0);
@@ -39,7 +39,7 @@ struct Side {
     cq = nic->CreateCq(ctx, 64, nullptr, nullptr, 0);
     ibv_qp_init_attr init;
     memset(&init, 0, sizeof(init));
-    init.qp_type = IBV_QPT_RC;
+    init.qp_type = type;
     init.send_cq = cq;
     init.recv_cq = cq;
     init.cap.max_send_wr = 8;
@@ -110,6 +110,25 @@ struct Side {
                                 IBV_QP_MAX_QP_RD_ATOMIC),
               0);
     return 0;
+  }
+  // A UC QP's way to RTS: no read/atomic depths, no timers (the RC ones
+  // are EINVAL, as on rxe).
+  int ConnectUc(uint32_t dest_qp_num, uint16_t dlid) {
+    Init();
+    ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest_qp_num;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.dlid = dlid;
+    int rc = nic->ModifyQp(qp, &a,
+                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                               IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+    if (rc != 0) return rc;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    return nic->ModifyQp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
   }
   void PostRecv(uint64_t wr_id) {
     ibv_recv_wr wr;
@@ -346,6 +365,46 @@ TEST(FakeNicVerbsTest, RxeRetriesForEverWithRetryCountSeven) {
   }
 }
 
+// Unreliable Connected (fake_nic_unreliable.cc; recorded on rxe by
+// verbs_dropin/testdata/uc_verbs.c): a write with imm lands and both sides
+// complete; one with a bad rkey completes at the requester all the same,
+// the responder drops it and keeps its receive for the next message, and
+// neither QP leaves RTS.
+TEST(FakeNicVerbsTest, UnreliableConnectedLandsOrDropsWithoutAnAnswer) {
+  auto nic = Started();
+  Side a(nic.get(), IBV_QPT_UC), b(nic.get(), IBV_QPT_UC);
+  const uint16_t lid = a.Port().lid;
+  // RC's attributes are refused: UC has no timers or read depths.
+  EXPECT_EQ(a.Connect(b.qp->qp_num, lid, nullptr), EINVAL);
+  ASSERT_EQ(a.ConnectUc(b.qp->qp_num, lid), 0);
+  ASSERT_EQ(b.ConnectUc(a.qp->qp_num, lid), 0);
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  ASSERT_EQ(nic->QueryQp(a.qp, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(init.qp_type, IBV_QPT_UC);
+
+  b.PostRecv(7);
+  a.WriteWithImm(b, 1, /*rkey_xor=*/0x5a5a);
+  ibv_wc wc = a.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);  // nothing comes back to say no
+  EXPECT_EQ(wc.wr_id, 1u);
+  usleep(20000);
+  ASSERT_EQ(nic->PollCq(b.cq, 1, &wc), 0) << "the dropped write completed";
+  EXPECT_NE(a.src, b.dst);
+
+  a.WriteWithImm(b, 2);
+  EXPECT_EQ(a.Poll().status, IBV_WC_SUCCESS);
+  wc = b.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 7u);  // the receive the dropped write left
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(a.src, b.dst);
+  for (Side* side : {&a, &b}) {
+    ASSERT_EQ(nic->QueryQp(side->qp, &attr, IBV_QP_STATE, &init), 0);
+    EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+  }
+}
+
 TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
   auto nic = Started();
   Side a(nic.get()), b(nic.get());
@@ -368,7 +427,7 @@ TEST(FakeNicVerbsTest, CreateVerbsQpRefusesWhatIsNotModelled) {
   init.qp_type = IBV_QPT_UD;
   errno = 0;
   EXPECT_EQ(nic.CreateVerbsQp(pd, &init), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);  // RC only
+  EXPECT_EQ(errno, EOPNOTSUPP);  // RC and UC only
   init.qp_type = IBV_QPT_RC;     // but no CQs
   EXPECT_EQ(nic.CreateVerbsQp(pd, &init), nullptr);
   EXPECT_EQ(errno, EINVAL);
@@ -511,6 +570,26 @@ TEST_F(FakeNicVerbsFabricTest, AQpDestroyedInALiveProcessIsGivenUpOnByTheTimer) 
   EXPECT_EQ(wc.wr_id, 2u);
   EXPECT_GE(std::chrono::steady_clock::now() - posted,
             std::chrono::microseconds(3 * 4096 * 4096 / 1000));
+}
+
+// A UC write with imm crosses to another process's NIC, and the requester
+// completes as its packets leave, whether or not the far side took them.
+TEST_F(FakeNicVerbsFabricTest, UnreliableConnectedAcrossProcesses) {
+  auto nic_a = NewNic();
+  auto nic_b = NewNic();
+  Side a(nic_a.get(), IBV_QPT_UC), b(nic_b.get(), IBV_QPT_UC);
+  ASSERT_EQ(a.ConnectUc(b.qp->qp_num, b.Port().lid), 0);
+  ASSERT_EQ(b.ConnectUc(a.qp->qp_num, a.Port().lid), 0);
+  b.PostRecv(7);
+  a.WriteWithImm(b, 1, /*rkey_xor=*/0x5a5a);  // dropped by b's NIC
+  EXPECT_EQ(a.Poll().status, IBV_WC_SUCCESS);
+  a.WriteWithImm(b, 2);
+  EXPECT_EQ(a.Poll().status, IBV_WC_SUCCESS);
+  const ibv_wc wc = b.Poll();
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(ntohl(wc.imm_data), 0xabcd0002u);
+  EXPECT_EQ(a.src, b.dst);
 }
 
 // timeout 0 is infinite (rxe arms no retransmit timer): the write to a peer

@@ -5,7 +5,8 @@
 # tools/harness) and a small verbs program built against libibverbs-dev.
 #
 #   dropin_verbs_test.sh LIBIBVERBS_SO LOOPBACK_PROGRAM PAIRS_TXT A_DEBIAN_PAIR
-#                        HOSTILE_PROGRAM HOSTILE_ON_RXE_TXT
+#                        HOSTILE_PROGRAM HOSTILE_ON_RXE_TXT UC_PROGRAM
+#                        UC_ON_RXE_TXT
 #
 # A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
 # (.../pairs/01-connection/pair); its directory's parent holds them all.
@@ -21,6 +22,8 @@ pairs_txt=$(realpath "$3")
 debian_pairs=$(dirname "$(dirname "$(realpath "$4")")")
 hostile=$(realpath "$5")
 hostile_on_rxe=$(realpath "$6")
+uc_program=$(realpath "$7")
+uc_on_rxe=$(realpath "$8")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -137,6 +140,18 @@ hostile_answers_as_rxe() {
   [[ $rc == 0 ]]
 }
 check HostileVerbsProgramAnswersAsRxeDid hostile_answers_as_rxe
+
+# Unreliable Connected QPs (testdata/uc_verbs.c): the attributes, opcodes,
+# landed and dropped messages and QP states rxe printed
+# (testdata/uc_verbs.rxe.txt, recorded in the soft-RoCE VM).
+uc_answers_as_rxe() {
+  local out rc
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$uc_program" 2>"$work/uc.err")
+  rc=$?
+  diff <(cat "$uc_on_rxe") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
+  [[ $rc == 0 ]]
+}
+check UcVerbsProgramAnswersAsRxeDid uc_answers_as_rxe
 backend_rdma_core() {
   local out
   out=$(on_fake RPMA_HARNESS_BACKEND=rdma-core -- "$loopback" 2>&1) && return 1
@@ -148,7 +163,8 @@ check RdmaCoreBackendIsRefusedWithAReason backend_rdma_core
 
 if ! command -v ibv_devinfo >/dev/null || ! command -v ibv_rc_pingpong >/dev/null; then
   for c in DevinfoSpec DevinfoRxe RcPingpong RcPingpongEvents1MiB RcPingpongRxeGid \
-           RcPingpongRxeWithoutGidFailsAtRtr SrqPingpong; do
+           RcPingpongRxeWithoutGidFailsAtRtr SrqPingpong UcPingpong \
+           UcPingpongEvents64KiB; do
     skip "$c" "ibverbs-utils is not installed (tools/harness deps installs it)"
   done
   finish
@@ -217,6 +233,8 @@ check RcPingpongRxeGid pair c RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p
 # rdma_check_ah_attr): ibv_rc_pingpong without -g fails on both sides.
 EXPECT_FAIL=1 check RcPingpongRxeWithoutGidFailsAtRtr pair d RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p "$port" -n 10
 check SrqPingpong pair e -- ibv_srq_pingpong -p "$port" -n 100
+check UcPingpong pair u -- ibv_uc_pingpong -p "$port" -n 200
+check UcPingpongEvents64KiB pair v RPMA_HARNESS_PERSONALITY=rxe -- ibv_uc_pingpong -p "$port" -g 0 -e -s 65536 -n 50
 
 # --- perftest and qperf (their default TCP exchange; rdma_cm needs the
 # drop-in librdmacm, not built yet) --------------------------------------------

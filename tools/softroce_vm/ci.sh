@@ -32,7 +32,8 @@ pair_targets=(//examples:pairs.txt //rpma/dropin
   $(bazel query 'kind("cc_binary", //examples:all)' 2>/dev/null))
 # Plain programs (no gtest XML): a case each, passed when it exits 0. The
 # verbs program the drop-in libibverbs test runs on the fake, here on rxe.
-plain_targets=(//verbs_dropin:loopback_write_imm //verbs_dropin:hostile_verbs)
+plain_targets=(//verbs_dropin:loopback_write_imm //verbs_dropin:hostile_verbs
+  //verbs_dropin:uc_verbs)
 if ! bazel build "${targets[@]}" "${pair_targets[@]}" "${plain_targets[@]}" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   echo "softroce vm: 0 passed, 1 failed, 0 skipped (build failed)"

@@ -1,0 +1,278 @@
+// Unreliable Connected QPs (IBV_QPT_UC): the requester sends a message's
+// packets and completes the WR once they are out -- no ACK, no NAK, no
+// retry (IB spec 9.8.3) -- and the responder takes what it can and drops
+// what it cannot, silently. What rxe 6.1 does, case by case, is recorded by
+// verbs_dropin/testdata/uc_verbs.c (uc_verbs.rxe.txt); each rule below
+// names its case there.
+//
+// The responder's checks are the RC responder's (CheckRequest,
+// CheckWritePacket, ReceivePacket: fake_nic_responder.cc); only what
+// follows a failed check differs. The same DeliverUnreliable serves a
+// requester in this process (ExecuteUnreliable) and one in another process
+// (RespondToRemote, fake_nic_remote.cc).
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "nic/fake_nic.h"
+#include "nic/fake_nic_internal.h"
+#include "nic/fake_nic_fabric.h"
+#include "nic/fake_nic_user_memory.h"
+
+namespace rpma_harness {
+
+using fake_nic_internal::RecvWqe;
+using fake_nic_internal::RequestPacket;
+using fake_nic_internal::SendWqe;
+using fake_nic_internal::Sge;
+
+void FakeNic::ExecuteUnreliable(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  auto end_head = [&](ibv_wc_status status, const char* why,
+                      uint32_t byte_len) {
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    RecordExecuted(qp, wqe, status, why);
+    CompleteSend(qp, wqe, status, byte_len);
+    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+  };
+  // UC has no RDMA READ and no atomics (IB spec 9.8.3, table 38 opcodes).
+  // rxe takes them at ibv_post_send and fails them here: LOC_QP_OP_ERR,
+  // the QP to ERR (rxe_req.c: no opcode for the QP type; recorded,
+  // read-and-atomic).
+  if (head.opcode == IBV_WR_RDMA_READ ||
+      fake_nic_internal::IsAtomic(head.opcode)) {
+    end_head(IBV_WC_LOC_QP_OP_ERR, "UC has no RDMA READ or atomics", 0);
+    return;
+  }
+  // Toward another process: the packets go in one request frame, and the
+  // WR completes as it leaves (ExecuteRemote).
+  if (qp->link != 0) {
+    ExecuteRemote(qp);
+    return;
+  }
+  const uint64_t length = head.total_length();
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const uint32_t count = fake_nic_internal::PacketCount(length, mtu);
+  // rxe_req.c finish_packet reads each packet from the SGEs as it builds
+  // it: the packets before a bad source SGE go out, then the WR fails.
+  ibv_wc_status source_status = IBV_WC_SUCCESS;
+  const uint32_t sent =
+      FirstBadSourcePacket(qp, head, mtu, count, &source_status);
+  const uint64_t payload_len =
+      std::min<uint64_t>(length, uint64_t{sent} * mtu);
+  if (remote_payload_.size() < payload_len) remote_payload_.resize(payload_len);
+  if (payload_len > 0) {
+    TapSourceRead(qp, head, 0, payload_len, mtu);
+    const Sge inline_source{
+        reinterpret_cast<uintptr_t>(head.inline_data.data()),
+        static_cast<uint32_t>(head.inline_data.size()), 0};
+    uintptr_t fault = 0;
+    const bool gathered =
+        head.is_inline
+            ? fake_nic_internal::GatherAt(&inline_source, 1, 0,
+                                          remote_payload_.data(), payload_len,
+                                          &fault)
+            : fake_nic_internal::GatherAt(head.sges.begin(), head.sges.size(),
+                                          0, remote_payload_.data(),
+                                          payload_len, &fault);
+    if (!gathered) {
+      const std::string why =
+          fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
+      end_head(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
+      return;
+    }
+  }
+  if (sent > 0) {
+    DeliverUnreliable(qp->peer, head, length, mtu, sent,
+                      remote_payload_.data());
+  }
+  if (remote_payload_.size() > (size_t{4} << 20)) {
+    remote_payload_ = std::vector<uint8_t>();
+  }
+  if (sent < count) {
+    FailOnSourcePacket(qp, source_status, sent);
+    return;
+  }
+  // The packets are out: done, whatever the responder made of them
+  // (recorded: every requester completion of uc_verbs.rxe.txt is a
+  // success, its byte_len the message's).
+  CompleteUnreliableHead(qp);
+}
+
+void FakeNic::CompleteUnreliableHead(Qp* qp) {
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+  CompleteSend(qp, wqe, IBV_WC_SUCCESS,
+               static_cast<uint32_t>(wqe.total_length()));
+}
+
+void FakeNic::RespondUnreliably(Qp* responder,
+                                const fake_nic_internal::RequestFrame& r,
+                                const uint8_t* payload, size_t payload_len,
+                                fake_nic_internal::AnswerFrame* answer) {
+  // Whatever happens, nothing is owed the requester: it completed its WR
+  // when the frame left (ExecuteRemote).
+  answer->kind = fake_nic_internal::AnswerFrame::kAck;
+  answer->acked_packets = r.sent_packets;
+  // The request is input from another process: a UC opcode, an MTU IB
+  // allows, as many packets as the message has from the first, and their
+  // bytes. Anything else is dropped, as a malformed packet is.
+  const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
+      opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+    return;
+  }
+  if (r.mtu != 256 && r.mtu != 512 && r.mtu != 1024 && r.mtu != 2048 &&
+      r.mtu != 4096) {
+    return;
+  }
+  const uint32_t count = fake_nic_internal::PacketCount(r.length, r.mtu);
+  if (r.first_packet != 0 || r.sent_packets == 0 || r.sent_packets > count ||
+      payload_len !=
+          std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)) {
+    return;
+  }
+  SendWqe wqe;
+  wqe.wr_id = r.wr_id;
+  wqe.opcode = opcode;
+  wqe.imm_data = r.imm_data;
+  wqe.send_flags = r.send_flags;
+  wqe.rkey = r.rkey;
+  wqe.remote_addr = r.remote_addr;
+  DeliverUnreliable(responder, wqe, r.length, r.mtu, r.sent_packets, payload);
+}
+
+void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
+                                uint64_t length, uint32_t mtu,
+                                uint32_t sent_packets,
+                                const uint8_t* payload) {
+  const uint32_t count = fake_nic_internal::PacketCount(length, mtu);
+  auto dropped = [&](uint32_t index, const char* why) {
+    // Said in a packet trace (FakeNicConfig::trace_packets) only: nothing
+    // comes back to the requester.
+    if (config_.trace_packets) {
+      FakeNicEvent event;
+      event.kind = FakeNicEvent::Kind::kPacket;
+      event.qp_num = responder != nullptr ? responder->base.qp_num : 0;
+      event.wr_id = wqe.wr_id;
+      event.opcode = wqe.opcode;
+      event.text = std::string("UC responder dropped the message at packet ") +
+                   std::to_string(index) + ": " + why;
+      Record(std::move(event));
+    }
+    // rxe_resp.c check_op_seq: a message cut after its first packet leaves
+    // the responder expecting its middle, and it drops every later first
+    // packet (Personality::uc_cut_message_stalls_responder).
+    if (index > 0 && responder != nullptr &&
+        config_.personality.uc_cut_message_stalls_responder) {
+      responder->uc_stalled = true;
+    }
+  };
+  // Not RTR/RTS, gone, or the QP's access flags refuse the operation: the
+  // packets are dropped (rxe_recv.c check_type_state; recorded,
+  // send-to-init).
+  const char* refused = nullptr;
+  if (CheckRequest(responder, wqe.opcode, &refused) !=
+      RequestVerdict::kAccept) {
+    dropped(0, refused);
+    return;
+  }
+  if (responder->uc_stalled) {
+    dropped(0, "a message cut earlier left it expecting a middle packet");
+    return;
+  }
+  auto& rq = responder->ReceiveQueue();
+  const bool is_write = wqe.opcode == IBV_WR_RDMA_WRITE ||
+                        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (is_write) {
+    auto& resp = responder->responder;
+    for (uint32_t i = 0; i < sent_packets; ++i) {
+      const RequestPacket packet =
+          fake_nic_internal::MakeWritePacket(wqe.opcode, length, mtu, i);
+      // A bad rkey at the first packet, or no receive for the immediate at
+      // the last: that packet and the rest are dropped, the receive stays
+      // posted (recorded: write-imm-bad-rkey, write-imm-3k-no-recv).
+      const PacketAnswer verdict = CheckWritePacket(
+          responder, packet, wqe.rkey, wqe.remote_addr, length);
+      if (verdict != PacketAnswer::kAck) {
+        dropped(i, verdict == PacketAnswer::kRnrNak
+                       ? "no receive for the immediate data"
+                       : "rkey/PD/bounds/REMOTE_WRITE check failed");
+        return;
+      }
+      if (packet.length > 0) {
+        uintptr_t fault = 0;
+        if (!NicWrite(reinterpret_cast<void*>(resp.write_va + packet.offset),
+                      payload + packet.offset, packet.length, &fault)) {
+          dropped(i, "the responder's memory faulted");
+          return;
+        }
+      }
+      if (!packet.ends_message) continue;
+      if (config_.record_landings) {
+        FakeNicEvent landed;
+        landed.kind = FakeNicEvent::Kind::kLanded;
+        landed.qp_num = responder->dest_qp_num;  // the requester
+        landed.wr_id = wqe.wr_id;
+        landed.opcode = wqe.opcode;
+        landed.byte_len = length;
+        landed.remote_addr = wqe.remote_addr;
+        Record(std::move(landed));
+      }
+      if (packet.takes_receive) {
+        RecvWqe recv = std::move(rq.front());
+        rq.pop_front();
+        CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
+                        IBV_WC_RECV_RDMA_WITH_IMM,
+                        static_cast<uint32_t>(length));
+      }
+    }
+    if (sent_packets < count) dropped(sent_packets, "the requester stopped");
+    return;
+  }
+  // SEND / SEND_WITH_IMM. No receive: dropped whole (check_resource on the
+  // first packet; recorded, send-no-recv, send-3k-no-recv).
+  if (rq.empty()) {
+    dropped(0, "no receive posted");
+    return;
+  }
+  const RecvWqe& recv = rq.front();
+  uint64_t capacity = 0;
+  for (const Sge& sge : recv.sges) capacity += sge.length;
+  for (uint32_t i = 0; i < sent_packets; ++i) {
+    const RequestPacket packet =
+        fake_nic_internal::MakeSendPacket(wqe.opcode, length, mtu, i);
+    ibv_wc_status recv_status = IBV_WC_SUCCESS;
+    std::string why;
+    if (ReceivePacket(responder, recv, capacity, packet,
+                      payload + packet.offset, wqe.wr_id, &recv_status,
+                      &why) != IBV_WC_SUCCESS) {
+      // A receive too short, or a bad receive SGE: a malformed WQE, which
+      // rxe answers as on RC without the NAK -- the receive completes in
+      // error and the responder goes to ERR (rxe_resp.c
+      // RESPST_ERR_MALFORMED_WQE, class A for every QP type; recorded,
+      // send-too-long, send-3k-too-long).
+      RecvWqe taken = std::move(rq.front());
+      rq.pop_front();
+      CompleteReceive(responder, taken, wqe, recv_status, IBV_WC_RECV, 0);
+      SetQpState(responder, IBV_QPS_ERR, why.c_str());
+      return;
+    }
+  }
+  // A message cut by the requester leaves its receive in progress.
+  if (sent_packets < count) {
+    dropped(sent_packets, "the requester stopped");
+    return;
+  }
+  RecvWqe taken = std::move(rq.front());
+  rq.pop_front();
+  CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
+                  static_cast<uint32_t>(length));
+}
+
+}  // namespace rpma_harness

@@ -1,0 +1,364 @@
+/*
+ * uc_verbs.c: an ordinary libibverbs program that runs Unreliable
+ * Connected QPs through what a UC program meets -- the attributes
+ * ibv_modify_qp takes at each state, the opcodes ibv_post_send takes, a
+ * send and a write with immediate data that land, and the errors a UC
+ * responder does not answer (no receive, a bad rkey, a receive too short,
+ * a responder not yet RTR) -- and prints, one line a case, what each call
+ * answered and what each side's completion queue got.
+ *
+ * The same binary runs on rxe (tools/softroce_vm/ci.sh) and on the drop-in
+ * libibverbs.so.1 with the rxe personality (//verbs_dropin:dropin_verbs_test);
+ * verbs_dropin/testdata/uc_verbs.rxe.txt is what rxe printed, and both must
+ * print it again.
+ *
+ *   uc_verbs [device]
+ */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LEN 8192
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_port_attr port;
+static union ibv_gid gid;
+static int use_gid;
+static char *src, *dst, *rbuf;
+static struct ibv_mr *src_mr, *dst_mr, *rbuf_mr;
+
+static const char *errno_name(int e) {
+	switch (e) {
+	case 0: return "ok";
+	case EINVAL: return "EINVAL";
+	case ENOMEM: return "ENOMEM";
+	case EOPNOTSUPP: return "EOPNOTSUPP";
+	case ENOSYS: return "ENOSYS";
+	default: return "other";
+	}
+}
+
+static void said_rc(const char *name, int rc) {
+	printf("%s %s\n", name, errno_name(rc < 0 ? -rc : rc));
+}
+
+struct side {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+};
+
+static int new_side(struct side *s) {
+	struct ibv_qp_init_attr init;
+	s->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (s->cq == NULL) return -1;
+	memset(&init, 0, sizeof(init));
+	init.qp_type = IBV_QPT_UC;
+	init.send_cq = s->cq;
+	init.recv_cq = s->cq;
+	init.cap.max_send_wr = 8;
+	init.cap.max_recv_wr = 8;
+	init.cap.max_send_sge = 1;
+	init.cap.max_recv_sge = 1;
+	s->qp = ibv_create_qp(pd, &init);
+	return s->qp != NULL ? 0 : -1;
+}
+
+static int to_init(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+/* RTR as ibv_uc_pingpong moves it; `extra` adds attributes RC takes. */
+static int to_rtr(struct ibv_qp *qp, uint32_t dest, int extra) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.dlid = port.lid;
+	a.ah_attr.port_num = 1;
+	if (use_gid) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = gid;
+		a.ah_attr.grh.hop_limit = 1;
+	}
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
+				     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				     IBV_QP_RQ_PSN | extra);
+}
+
+static int to_rts(struct ibv_qp *qp, int extra) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | extra);
+}
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * Every completion `s` gets within `wait` seconds, one line each: status,
+ * opcode, wr_id and byte_len (a success), or "none".
+ */
+static void said_wcs(const char *name, struct side *s, double wait) {
+	struct ibv_wc wc;
+	int got = 0;
+	const double end = now() + wait;
+	while (now() < end) {
+		int n = ibv_poll_cq(s->cq, 1, &wc);
+		if (n < 0) {
+			printf("%s poll-error\n", name);
+			return;
+		}
+		if (n == 0) continue;
+		got++;
+		if (wc.status == IBV_WC_SUCCESS)
+			printf("%s %s opcode %d wr_id %llu byte_len %u\n", name,
+			       ibv_wc_status_str(wc.status), wc.opcode,
+			       (unsigned long long)wc.wr_id, wc.byte_len);
+		else
+			printf("%s %s wr_id %llu\n", name,
+			       ibv_wc_status_str(wc.status),
+			       (unsigned long long)wc.wr_id);
+	}
+	if (got == 0) printf("%s none\n", name);
+}
+
+static const char *state_name(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr init;
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init)) return "query-error";
+	switch (a.qp_state) {
+	case IBV_QPS_RESET: return "RESET";
+	case IBV_QPS_INIT: return "INIT";
+	case IBV_QPS_RTR: return "RTR";
+	case IBV_QPS_RTS: return "RTS";
+	case IBV_QPS_ERR: return "ERR";
+	default: return "other";
+	}
+}
+
+static int post_recv(struct side *s, uint64_t wr_id, uint32_t len) {
+	struct ibv_sge sge = {(uintptr_t)rbuf, len, rbuf_mr->lkey};
+	struct ibv_recv_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	return ibv_post_recv(s->qp, &wr, &bad);
+}
+
+static int post_send(struct side *s, enum ibv_wr_opcode op, uint64_t wr_id,
+		     uint32_t len, uint32_t rkey) {
+	struct ibv_sge sge = {(uintptr_t)src, len, src_mr->lkey};
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.imm_data = htonl(0x1234);
+	wr.wr.rdma.remote_addr = (uintptr_t)dst;
+	wr.wr.rdma.rkey = rkey;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = (uintptr_t)dst;
+		wr.wr.atomic.rkey = rkey;
+	}
+	return ibv_post_send(s->qp, &wr, &bad);
+}
+
+static void destroy_side(struct side *s) {
+	ibv_destroy_qp(s->qp);
+	ibv_destroy_cq(s->cq);
+}
+
+static void fill(char *p, size_t n, int seed);
+
+/*
+ * A fresh pair (the responder left in INIT when `responder_init`), one WR
+ * of `op` and `len` bytes with the rkey XORed by `rkey_xor`, a receive of
+ * `recv_len` bytes posted first when not 0; what each side got, the data,
+ * the states; then whether the responder still takes a 100-byte send.
+ */
+static void scenario(const char *name, int responder_init, enum ibv_wr_opcode op,
+		     uint32_t len, uint32_t rkey_xor, uint32_t recv_len) {
+	static int seed = 10;
+	struct side a, b;
+	char what[96];
+	if (new_side(&a) || new_side(&b)) {
+		printf("%s create %s\n", name, errno_name(errno));
+		return;
+	}
+	int rc = to_init(a.qp) || to_init(b.qp) ||
+		 to_rtr(a.qp, b.qp->qp_num, 0) || to_rts(a.qp, 0);
+	if (!responder_init)
+		rc = rc || to_rtr(b.qp, a.qp->qp_num, 0) || to_rts(b.qp, 0);
+	if (rc) {
+		printf("%s connect failed\n", name);
+		return;
+	}
+	fill(src, LEN, ++seed);
+	memset(dst, 0, LEN);
+	memset(rbuf, 0, LEN);
+	if (recv_len > 0) said_rc(name, post_recv(&b, 50, recv_len));
+	snprintf(what, sizeof(what), "%s post", name);
+	said_rc(what, post_send(&a, op, 51, len, dst_mr->rkey ^ rkey_xor));
+	snprintf(what, sizeof(what), "%s requester", name);
+	said_wcs(what, &a, 1);
+	snprintf(what, sizeof(what), "%s responder", name);
+	said_wcs(what, &b, 0.5);
+	const char *data = op == IBV_WR_SEND ? rbuf : dst;
+	uint32_t n = len < LEN ? len : LEN;
+	if (op == IBV_WR_SEND && recv_len < n) n = recv_len;
+	int landed = 0;
+	for (uint32_t i = 0; i < len && i < LEN; ++i) landed += data[i] == src[i];
+	printf("%s data %s (%d of %u bytes match)\n", name,
+	       n > 0 && memcmp(data, src, n) == 0 ? "landed" : "not landed",
+	       landed, len);
+	printf("%s states %s %s\n", name, state_name(a.qp), state_name(b.qp));
+	if (responder_init) {
+		destroy_side(&a);
+		destroy_side(&b);
+		return;
+	}
+	snprintf(what, sizeof(what), "%s then-send", name);
+	said_rc(what, post_recv(&b, 52, LEN) ||
+			      post_send(&a, IBV_WR_SEND, 53, 100, 0));
+	snprintf(what, sizeof(what), "%s then requester", name);
+	said_wcs(what, &a, 1);
+	snprintf(what, sizeof(what), "%s then responder", name);
+	said_wcs(what, &b, 0.5);
+	destroy_side(&a);
+	destroy_side(&b);
+}
+
+static void fill(char *p, size_t n, int seed) {
+	for (size_t i = 0; i < n; ++i) p[i] = (char)(i * 7 + seed);
+}
+
+int main(int argc, char *argv[]) {
+	int num = 0;
+	struct ibv_device **list = ibv_get_device_list(&num);
+	if (list == NULL || num == 0) {
+		fprintf(stderr, "uc_verbs: no RDMA device\n");
+		return 1;
+	}
+	struct ibv_device *dev = list[0];
+	for (int i = 0; argc > 1 && i < num; ++i)
+		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+			dev = list[i];
+	ctx = ibv_open_device(dev);
+	if (ctx == NULL || ibv_query_port(ctx, 1, &port)) return 1;
+	use_gid = port.link_layer == IBV_LINK_LAYER_ETHERNET;
+	if (use_gid && ibv_query_gid(ctx, 1, 0, &gid)) return 1;
+	pd = ibv_alloc_pd(ctx);
+	src = calloc(1, LEN);
+	dst = calloc(1, LEN);
+	rbuf = calloc(1, LEN);
+	if (pd == NULL || src == NULL || dst == NULL || rbuf == NULL) return 1;
+	src_mr = ibv_reg_mr(pd, src, LEN, IBV_ACCESS_LOCAL_WRITE);
+	dst_mr = ibv_reg_mr(pd, dst, LEN,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	rbuf_mr = ibv_reg_mr(pd, rbuf, LEN, IBV_ACCESS_LOCAL_WRITE);
+	if (src_mr == NULL || dst_mr == NULL || rbuf_mr == NULL) return 1;
+
+	/* Attributes and opcodes, on one pair. */
+	struct side a, b;
+	if (new_side(&a) || new_side(&b)) {
+		printf("create-uc-qp %s\n", errno_name(errno));
+		return 0;
+	}
+	printf("create-uc-qp ok\n");
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	if (ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qi) == 0)
+		printf("query-qp-type %s\n", qi.qp_type == IBV_QPT_UC ? "UC" : "other");
+	said_rc("init", to_init(a.qp) || to_init(b.qp));
+	said_rc("rtr-with-rc-attributes",
+		to_rtr(a.qp, b.qp->qp_num,
+		       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+	printf("state-after %s\n", state_name(a.qp));
+	said_rc("rtr", to_rtr(a.qp, b.qp->qp_num, 0));
+	said_rc("rtr-peer", to_rtr(b.qp, a.qp->qp_num, 0));
+	said_rc("rts-with-rc-attributes",
+		to_rts(a.qp, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC));
+	said_rc("rts", to_rts(a.qp, 0));
+	said_rc("rts-peer", to_rts(b.qp, 0));
+	said_rc("post-read", post_send(&a, IBV_WR_RDMA_READ, 1, 64, dst_mr->rkey));
+	said_rc("post-fetch-add",
+		post_send(&a, IBV_WR_ATOMIC_FETCH_AND_ADD, 2, 8, dst_mr->rkey));
+	said_wcs("read-and-atomic", &a, 1);
+	printf("states %s %s\n", state_name(a.qp), state_name(b.qp));
+	said_rc("post-recv", post_recv(&b, 3, LEN));
+	said_rc("send-after-err", post_send(&a, IBV_WR_SEND, 4, 100, 0));
+	said_wcs("send-after-err requester", &a, 1);
+	said_wcs("send-after-err responder", &b, 0.5);
+	destroy_side(&a);
+	destroy_side(&b);
+
+	/*
+	 * One fresh pair per case: the case, then whether the responder still
+	 * takes a send (a receive posted, 100 bytes sent).
+	 */
+	scenario("send", 0, IBV_WR_SEND, 100, 0, LEN);
+	scenario("write-imm", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 3000, 0, LEN);
+	scenario("write-imm-8k", 0, IBV_WR_RDMA_WRITE_WITH_IMM, LEN, 0, LEN);
+	scenario("write", 0, IBV_WR_RDMA_WRITE, 3000, 0, 0);
+	scenario("send-no-recv", 0, IBV_WR_SEND, 100, 0, 0);
+	scenario("send-3k-no-recv", 0, IBV_WR_SEND, 3000, 0, 0);
+	scenario("write-imm-no-recv", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 100, 0, 0);
+	scenario("write-imm-3k-no-recv", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 3000, 0, 0);
+	scenario("write-imm-bad-rkey", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 100, 0x5a5a,
+		 LEN);
+	scenario("write-3k-bad-rkey", 0, IBV_WR_RDMA_WRITE, 3000, 0x5a5a, 0);
+	scenario("send-too-long", 0, IBV_WR_SEND, 100, 0, 50);
+	scenario("send-3k-too-long", 0, IBV_WR_SEND, 3000, 0, 1500);
+	scenario("send-to-init", 1, IBV_WR_SEND, 100, 0, LEN);
+
+	/* To ERR: what is posted flushes. */
+	if (new_side(&a) || new_side(&b)) return 1;
+	said_rc("pair", to_init(a.qp) || to_init(b.qp) ||
+			    to_rtr(a.qp, b.qp->qp_num, 0) ||
+			    to_rtr(b.qp, a.qp->qp_num, 0) || to_rts(a.qp, 0) ||
+			    to_rts(b.qp, 0));
+	said_rc("post-recv", post_recv(&b, 40, LEN) || post_recv(&b, 41, LEN));
+	struct ibv_qp_attr e;
+	memset(&e, 0, sizeof(e));
+	e.qp_state = IBV_QPS_ERR;
+	said_rc("to-err", ibv_modify_qp(b.qp, &e, IBV_QP_STATE));
+	said_wcs("to-err responder", &b, 1);
+	destroy_side(&a);
+	destroy_side(&b);
+
+	ibv_dereg_mr(src_mr);
+	ibv_dereg_mr(dst_mr);
+	ibv_dereg_mr(rbuf_mr);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	return 0;
+}
