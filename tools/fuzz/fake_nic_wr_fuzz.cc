@@ -10,6 +10,9 @@
 //     (bytes outside the arenas are guard pages: touching them faults);
 //   - a refused post names one of the posted WRs as bad_wr;
 //   - every completion carries the wr_id of a WR that was accepted, once.
+// One program in eight (the NIC seed's low three bits all set) runs on an
+// Unreliable Connected pair (nic/fake_nic_unreliable.cc) made with
+// CreateVerbsQp and ModifyQp instead of rdma_cm's RC pair.
 // A broken invariant aborts (a crash for libFuzzer, a failure for the
 // corpus regression test).
 
@@ -68,6 +71,7 @@ class WrProgram {
   void Poll(int side);
   void Deregister();
   void CheckArenas();
+  void ConnectUc(const QpPairOptions& options);
 
   ByteReader* in_;
   std::unique_ptr<FakeNic> nic_;
@@ -263,8 +267,72 @@ void WrProgram::CheckArenas() {
   }
 }
 
+// Two UC QPs of this NIC, each naming the other, moved to RTS as a verbs
+// program moves them (the UC column of ibv_modify_qp(3)'s table).
+void WrProgram::ConnectUc(const QpPairOptions& options) {
+  ibv_pd* pds[2] = {fabric_->client_pd(), fabric_->server_pd()};
+  ibv_context* ctxs[2] = {fabric_->client_context(),
+                          fabric_->server_context()};
+  for (int side = 0; side < 2; ++side) {
+    ibv_qp_init_attr init;
+    std::memset(&init, 0, sizeof(init));
+    init.qp_type = IBV_QPT_UC;
+    sides_[side].cq = fabric_->NewCq(ctxs[side], options.cq_depth);
+    init.send_cq = sides_[side].cq;
+    init.recv_cq = sides_[side].cq;
+    init.cap.max_send_wr = options.max_send_wr;
+    init.cap.max_recv_wr = options.max_recv_wr;
+    init.cap.max_send_sge = options.max_send_sge;
+    init.cap.max_recv_sge = options.max_recv_sge;
+    init.cap.max_inline_data = options.max_inline_data;
+    init.sq_sig_all = options.sq_sig_all ? 1 : 0;
+    sides_[side].qp = nic_->CreateVerbsQp(pds[side], &init);
+    if (sides_[side].qp == nullptr) Violation("could not create a UC QP");
+  }
+  ibv_port_attr port;
+  ibv_gid_entry gid;
+  if (nic_->QueryPort(ctxs[0], 1, &port) != 0 ||
+      nic_->QueryGid(ctxs[0], 1, 0, &gid) != 0) {
+    Violation("could not query the port");
+  }
+  const int access = in_->U8() & (IBV_ACCESS_LOCAL_WRITE |
+                                  IBV_ACCESS_REMOTE_WRITE |
+                                  IBV_ACCESS_REMOTE_READ);
+  for (int side = 0; side < 2; ++side) {
+    ibv_qp* qp = sides_[side].qp;
+    ibv_qp_attr a;
+    std::memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = access;
+    int rc = nic_->ModifyQp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                IBV_QP_ACCESS_FLAGS);
+    std::memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = static_cast<ibv_mtu>(in_->Range(IBV_MTU_256, IBV_MTU_4096));
+    a.dest_qp_num = sides_[1 - side].qp->qp_num;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.dlid = port.lid;
+    if (port.link_layer == IBV_LINK_LAYER_ETHERNET) {
+      a.ah_attr.is_global = 1;
+      a.ah_attr.grh.dgid = gid.gid;
+      a.ah_attr.grh.hop_limit = 1;
+    }
+    rc = rc || nic_->ModifyQp(qp, &a,
+                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);
+    std::memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    rc = rc || nic_->ModifyQp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    if (rc != 0) Violation("could not move a UC QP to RTS");
+  }
+}
+
 void WrProgram::Run() {
-  nic_ = std::make_unique<FakeNic>(Config());
+  const FakeNicConfig config = Config();
+  const bool uc = (config.seed & 7) == 7;
+  nic_ = std::make_unique<FakeNic>(config);
   // The arenas stay mapped: a copy that faults (the fake turns it into a
   // "harness error" completion instead of a SIGSEGV) touched memory outside
   // every registered region.
@@ -288,25 +356,32 @@ void WrProgram::Run() {
   options.sq_sig_all = in_->Bool();
   options.cq_depth = static_cast<int>(in_->Range(1, 16));
   options.rnr_retry = static_cast<uint8_t>(in_->Range(0, 7));
-  QpPair* pair = fabric_->Connect(options);
-  if (pair == nullptr) Violation("could not connect a QP pair");
-  sides_[0].qp = pair->client.qp;
-  sides_[0].cq = pair->client.cq;
-  sides_[1].qp = pair->server.qp;
-  sides_[1].cq = pair->server.cq;
+  QpPair* pair = nullptr;
+  if (uc) {
+    ConnectUc(options);
+  } else {
+    pair = fabric_->Connect(options);
+    if (pair == nullptr) Violation("could not connect a QP pair");
+    sides_[0].qp = pair->client.qp;
+    sides_[0].cq = pair->client.cq;
+    sides_[1].qp = pair->server.qp;
+    sides_[1].cq = pair->server.cq;
+  }
   RegisterMrs(0);
   RegisterMrs(1);
 
-  // The connection's fate before any work: as is, lost, disconnected.
-  switch (in_->Range(0, 3)) {
-    case 1:
-      nic_->LoseConnection(pair->client.qp->qp_num);
-      break;
-    case 2:
-      nic_->Disconnect(pair->client.id);
-      break;
-    default:
-      break;
+  // The connection's fate before any work: as is, lost, disconnected (a UC
+  // pair has no connection: a QP moved to ERR or RESET instead).
+  const int64_t fate = in_->Range(0, 3);
+  if (uc && (fate == 1 || fate == 2)) {
+    ibv_qp_attr a;
+    std::memset(&a, 0, sizeof(a));
+    a.qp_state = fate == 1 ? IBV_QPS_ERR : IBV_QPS_RESET;
+    nic_->ModifyQp(sides_[in_->Range(0, 1)].qp, &a, IBV_QP_STATE);
+  } else if (fate == 1) {
+    nic_->LoseConnection(pair->client.qp->qp_num);
+  } else if (fate == 2) {
+    nic_->Disconnect(pair->client.id);
   }
 
   for (int action = 0; action < kMaxActions && !in_->empty(); ++action) {
@@ -342,6 +417,9 @@ void WrProgram::Run() {
   // Teardown with work outstanding must be clean too (ASan / LSan).
   for (Side& side : sides_) {
     for (ibv_mr* mr : side.mrs) nic_->DeregMr(mr);
+    if (uc && nic_->DestroyVerbsQp(side.qp) != 0) {
+      Violation("DestroyVerbsQp of a UC QP failed");
+    }
   }
   fabric_.reset();
   nic_.reset();
