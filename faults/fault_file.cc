@@ -423,7 +423,9 @@ bool ParseFaultFileText(const std::string& text, const std::string& file_name,
 
 bool ReadFaultFile(const std::string& path, FaultFile* file,
                    std::string* error) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the program until a writer comes
+  // (it is refused just below, as anything but a regular file is).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *error = path + ": cannot open the faults file: " + std::strerror(errno);
     return false;

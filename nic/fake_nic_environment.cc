@@ -3,12 +3,50 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace rpma_harness {
 
+namespace {
+
+// A variable that only means something beside another is never ignored
+// silently: said once per process when it is set and the other is not.
+void SayWhatDoesNotApply() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto set = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v != nullptr && *v != '\0';
+    };
+    const char* const needs_fabric[] = {
+        "RPMA_HARNESS_FABRIC_TRANSPORT", "RPMA_HARNESS_FABRIC_SEQUENCE",
+        "RPMA_HARNESS_FABRIC_SHARED", "RPMA_HARNESS_FABRIC_STATS"};
+    if (!set("RPMA_HARNESS_FABRIC")) {
+      for (const char* name : needs_fabric) {
+        if (set(name)) {
+          std::fprintf(stderr,
+                       "rpma-harness: %s is set but RPMA_HARNESS_FABRIC is "
+                       "not: it has no effect\n",
+                       name);
+        }
+      }
+    }
+    if (set("RPMA_HARNESS_SEED") && !set("RPMA_HARNESS_FAULTS")) {
+      std::fprintf(stderr,
+                   "rpma-harness: RPMA_HARNESS_SEED is set but "
+                   "RPMA_HARNESS_FAULTS is not: it has no effect (it seeds "
+                   "the faults file's probabilistic rules)\n");
+    }
+  });
+}
+
+}  // namespace
+
 bool FakeNicConfigFromEnvironment(FakeNicConfig* config, std::string* error) {
+  SayWhatDoesNotApply();
   // env RPMA_HARNESS_FABRIC=DIR: the default fake NIC joins the fabric rooted
   //   at DIR (created 0700 if missing), where other processes' NICs with the
   //   same DIR can connect to it (docs/two-processes.md).

@@ -36,14 +36,22 @@ class FakeNic::LogTap final : public NicTap {
 // sorts the same every run; else CLOCK_MONOTONIC in nanoseconds.
 class FakeNic::TraceFileTap final : public NicTap {
  public:
+  // O_NONBLOCK for the open only: a FIFO nobody reads is ENXIO at once
+  // instead of blocking the program; one somebody reads gets blocking
+  // writes, as a file does.
   TraceFileTap(const FakeNic* nic, const std::string& path)
       : nic_(nic),
-        fd_(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+        fd_(open(path.c_str(),
+                 O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK,
                  0600)) {
     if (fd_ < 0) {
-      fprintf(stderr, "fake_nic: cannot open trace file %s: %s\n",
-              path.c_str(), strerror(errno));
+      fprintf(stderr, "fake_nic: cannot open trace file %s: %s%s\n",
+              path.c_str(), strerror(errno),
+              errno == ENXIO ? " (a FIFO nobody reads)" : "");
+      return;
     }
+    const int flags = fcntl(fd_, F_GETFL);
+    if (flags >= 0) fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
   }
   ~TraceFileTap() override {
     if (fd_ >= 0) close(fd_);

@@ -516,6 +516,22 @@ TEST(HostileInputTest, FiftyMegabyteListIsRefusedWithoutReadingIt) {
   }
 }
 
+// A FIFO nobody writes, as the scenario or as --replay: read as empty at
+// once (opened without blocking), never a hang.
+TEST(HostileInputTest, AFifoNobodyWritesIsReadAsEmpty) {
+  const std::string fifo = TempDir() + "/nobody_writes.fifo";
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  Outcome o = RunScenarioBinary({fifo});
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_THAT(o.err, HasSubstr("the file is empty"));
+  o = RunScenarioBinary({WriteFile("fifo_replay.yaml", Minimal()), "--quiet",
+                         "--replay", fifo});
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+  EXPECT_THAT(o.out, HasSubstr("the recording ended after 0 events"));
+  unlink(fifo.c_str());
+}
+
 // ---- inputs that run, and whose outcome must mean something -------------
 
 TEST(RunOutcomeTest, AnOrdinaryScenarioExitsZero) {

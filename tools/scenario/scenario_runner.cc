@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <librpma.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -1135,9 +1136,18 @@ std::string FirstDivergence(const ScenarioResult& result,
   };
   // Streamed line by line with a bounded line: a recording of any length
   // (or /dev/zero) takes constant memory.
-  std::unique_ptr<FILE, int (*)(FILE*)> in(
-      std::fopen(recorded_path.c_str(), "re"), &std::fclose);
-  if (!in) return bad(std::string("cannot open: ") + std::strerror(errno));
+  // Opened without blocking (a FIFO without a writer would wait for ever),
+  // then read blocking, as ReadBoundedFile does.
+  const int fd =
+      open(recorded_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return bad(std::string("cannot open: ") + std::strerror(errno));
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  std::unique_ptr<FILE, int (*)(FILE*)> in(fdopen(fd, "r"), &std::fclose);
+  if (!in) {
+    close(fd);
+    return bad(std::string("cannot open: ") + std::strerror(errno));
+  }
   struct stat st;
   if (fstat(fileno(in.get()), &st) == 0 && S_ISDIR(st.st_mode)) {
     return bad("is a directory, not a trace");
