@@ -1066,6 +1066,10 @@ class FakeNic final : public VerbsBackend {
   // A receive was posted on `qp` (or its SRQ): a remote requester parked on
   // an RNR wait (rnr_retry 7) may go.
   void TellRemoteToRetry(Qp* qp);
+  // The head WR ends with `status` (recorded, completed; an error moves the
+  // QP to ERR).
+  void EndHeadWr(Qp* qp, ibv_wc_status status, const char* why,
+                 uint32_t byte_len = 0);
   // The head WR in flight to a dead peer ends (peer death).
   void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
   // The head WR's request went unanswered (the responder QP is gone, not

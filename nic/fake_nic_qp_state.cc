@@ -45,56 +45,39 @@ struct Transition {
   int optional = 0;
 };
 
-// One row of the RC column of qp_state_table. SQE is not reachable on RC
-// (ibv_modify_qp(3): a send error moves an RC QP to ERR; SQE is for UD/UC),
-// so no transition from or to it is valid here.
-Transition RcTransition(ibv_qp_state from, ibv_qp_state to) {
-  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
-    return {from != IBV_QPS_SQE, 0, 0};
-  }
-  switch (from) {
-    case IBV_QPS_RESET:
-      if (to == IBV_QPS_INIT) return {true, kInitRequired, 0};
-      break;
-    case IBV_QPS_INIT:
-      if (to == IBV_QPS_INIT) return {true, 0, kInitRequired};
-      if (to == IBV_QPS_RTR) {
-        return {true, kRtrRequired,
-                IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
-      }
-      break;
-    case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS) return {true, kRtsRequired, kRtsOptional};
-      break;
-    case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS) return {true, 0, kRtsOptional};
-      if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
-      break;
-    case IBV_QPS_SQD:
-      if (to == IBV_QPS_RTS) return {true, 0, kRtsOptional};
-      if (to == IBV_QPS_SQD) {
-        return {true, 0,
-                IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                    IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER |
-                    IBV_QP_PATH_MIG_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                    IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
-                    IBV_QP_MAX_DEST_RD_ATOMIC};
-      }
-      break;
-    default:
-      break;
-  }
-  return {};
-}
+// What a QP type's column of qp_state_table asks at the transitions that
+// differ between types.
+struct TypeColumn {
+  int rtr_required;  // INIT -> RTR
+  int rts_required;  // RTR -> RTS
+  int rts_optional;  // RTR/RTS/SQD -> RTS
+  int sqd_optional;  // SQD -> SQD
+};
 
-// The UC column of the same table: no read/atomic depths, no RNR or
-// transport timers (UC neither acknowledges nor retries). rxe refuses the
-// RC-only attributes at RTR and RTS with EINVAL (recorded:
-// verbs_dropin/testdata/uc_verbs.rxe.txt). SQE is not modelled: a UC send
-// error moves the QP to ERR, as on rxe.
-Transition UcTransition(ibv_qp_state from, ibv_qp_state to) {
-  constexpr int kUcRtsOptional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH |
-                                 IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
+// The RC column.
+constexpr TypeColumn kRcColumn = {
+    kRtrRequired, kRtsRequired, kRtsOptional,
+    IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+        IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE | IBV_QP_TIMEOUT |
+        IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
+        IBV_QP_MAX_DEST_RD_ATOMIC};
+
+// The UC column: no read/atomic depths, no RNR or transport timers (UC
+// neither acknowledges nor retries). rxe refuses the RC-only attributes at
+// RTR and RTS with EINVAL (recorded: verbs_dropin/testdata/uc_verbs.rxe.txt).
+constexpr TypeColumn kUcColumn = {
+    IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+    IBV_QP_SQ_PSN,
+    IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+        IBV_QP_PATH_MIG_STATE,
+    IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+        IBV_QP_PATH_MIG_STATE};
+
+// One row of a column of qp_state_table. SQE is not modelled (ibv_modify_qp(3):
+// a send error moves an RC QP to ERR; a UC one goes to ERR here too, as on
+// rxe), so no transition from or to it is valid.
+Transition QpTransition(const TypeColumn& c, ibv_qp_state from,
+                        ibv_qp_state to) {
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
     return {from != IBV_QPS_SQE, 0, 0};
   }
@@ -105,25 +88,20 @@ Transition UcTransition(ibv_qp_state from, ibv_qp_state to) {
     case IBV_QPS_INIT:
       if (to == IBV_QPS_INIT) return {true, 0, kInitRequired};
       if (to == IBV_QPS_RTR) {
-        return {true,
-                IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+        return {true, c.rtr_required,
                 IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
       }
       break;
     case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, kUcRtsOptional};
+      if (to == IBV_QPS_RTS) return {true, c.rts_required, c.rts_optional};
       break;
     case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS) return {true, 0, kUcRtsOptional};
+      if (to == IBV_QPS_RTS) return {true, 0, c.rts_optional};
       if (to == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
       break;
     case IBV_QPS_SQD:
-      if (to == IBV_QPS_RTS) return {true, 0, kUcRtsOptional};
-      if (to == IBV_QPS_SQD) {
-        return {true, 0,
-                IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                    IBV_QP_PKEY_INDEX | IBV_QP_PATH_MIG_STATE};
-      }
+      if (to == IBV_QPS_RTS) return {true, 0, c.rts_optional};
+      if (to == IBV_QPS_SQD) return {true, 0, c.sqd_optional};
       break;
     default:
       break;
@@ -157,9 +135,8 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   const ibv_qp_state next =
       (attr_mask & IBV_QP_STATE) ? attr.qp_state : current;
   if (next < IBV_QPS_RESET || next > IBV_QPS_ERR) return EINVAL;
-  const Transition t = qp->base.qp_type == IBV_QPT_UC
-                           ? UcTransition(current, next)
-                           : RcTransition(current, next);
+  const Transition t = QpTransition(
+      qp->base.qp_type == IBV_QPT_UC ? kUcColumn : kRcColumn, current, next);
   if (!t.valid) return EINVAL;
   const int given = attr_mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
   if ((given & t.required) != t.required) return EINVAL;

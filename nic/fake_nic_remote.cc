@@ -328,13 +328,19 @@ void FakeNic::OnLinkClosed(uint64_t link) {
 
 // ---- data path: the requester's half ----------------------------------------
 
-void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
-  if (qp->sq.empty() || !qp->sq.front().in_flight) return;
+void FakeNic::EndHeadWr(Qp* qp, ibv_wc_status status, const char* why,
+                        uint32_t byte_len) {
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
   RecordExecuted(qp, wqe, status, why);
-  CompleteSend(qp, wqe, status, 0);
-  SetQpState(qp, IBV_QPS_ERR, why);
+  CompleteSend(qp, wqe, status, byte_len);
+  // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR).
+  if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+}
+
+void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
+  if (qp->sq.empty() || !qp->sq.front().in_flight) return;
+  EndHeadWr(qp, status, why);
 }
 
 // The QP's peer process is gone (its CM id's link or a verbs QP's link
@@ -432,13 +438,6 @@ void FakeNic::FireTransportTimersLocked() {
 
 void FakeNic::ExecuteRemote(Qp* qp) {
   SendWqe& head = qp->sq.front();
-  auto fail = [&](ibv_wc_status status, const char* why) {
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    RecordExecuted(qp, wqe, status, why);
-    CompleteSend(qp, wqe, status, 0);
-    SetQpState(qp, IBV_QPS_ERR, why);
-  };
   const bool unreliable = qp->base.qp_type == IBV_QPT_UC;
   // A responder that is gone drops requests (fake_nic_data_path.cc); a UC
   // requester does not notice (fake_nic_unreliable.cc).
@@ -508,7 +507,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
       // IBV_WC_LOC_PROT_ERR, as in-process.
       const std::string why =
           fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
-      fail(IBV_WC_LOC_PROT_ERR, why.c_str());
+      EndHeadWr(qp, IBV_WC_LOC_PROT_ERR, why.c_str());
       return;
     }
   }
@@ -585,11 +584,7 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
   MarkMaybeReady(qp);
   auto end_with = [&](ibv_wc_status status, const char* why,
                       uint32_t byte_len) {
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    RecordExecuted(qp, wqe, status, why);
-    CompleteSend(qp, wqe, status, byte_len);
-    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+    EndHeadWr(qp, status, why, byte_len);
   };
   const bool carries_payload = fake_nic_internal::CarriesPayload(head.opcode);
   const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);

@@ -31,21 +31,13 @@ using fake_nic_internal::Sge;
 
 void FakeNic::ExecuteUnreliable(Qp* qp) {
   SendWqe& head = qp->sq.front();
-  auto end_head = [&](ibv_wc_status status, const char* why,
-                      uint32_t byte_len) {
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    RecordExecuted(qp, wqe, status, why);
-    CompleteSend(qp, wqe, status, byte_len);
-    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
-  };
   // UC has no RDMA READ and no atomics (IB spec 9.8.3, table 38 opcodes).
   // rxe takes them at ibv_post_send and fails them here: LOC_QP_OP_ERR,
   // the QP to ERR (rxe_req.c: no opcode for the QP type; recorded,
   // read-and-atomic).
   if (head.opcode == IBV_WR_RDMA_READ ||
       fake_nic_internal::IsAtomic(head.opcode)) {
-    end_head(IBV_WC_LOC_QP_OP_ERR, "UC has no RDMA READ or atomics", 0);
+    EndHeadWr(qp, IBV_WC_LOC_QP_OP_ERR, "UC has no RDMA READ or atomics");
     return;
   }
   // Toward another process: the packets go in one request frame, and the
@@ -82,7 +74,7 @@ void FakeNic::ExecuteUnreliable(Qp* qp) {
     if (!gathered) {
       const std::string why =
           fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
-      end_head(IBV_WC_LOC_PROT_ERR, why.c_str(), 0);
+      EndHeadWr(qp, IBV_WC_LOC_PROT_ERR, why.c_str());
       return;
     }
   }
@@ -104,11 +96,8 @@ void FakeNic::ExecuteUnreliable(Qp* qp) {
 }
 
 void FakeNic::CompleteUnreliableHead(Qp* qp) {
-  SendWqe wqe = std::move(qp->sq.front());
-  qp->sq.pop_front();
-  RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
-  CompleteSend(qp, wqe, IBV_WC_SUCCESS,
-               static_cast<uint32_t>(wqe.total_length()));
+  EndHeadWr(qp, IBV_WC_SUCCESS, "",
+            static_cast<uint32_t>(qp->sq.front().total_length()));
 }
 
 void FakeNic::RespondUnreliably(Qp* responder,

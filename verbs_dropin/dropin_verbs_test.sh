@@ -132,26 +132,21 @@ check FaultRuleReachesAVerbsProgram deny
 # keys and access flags, objects in use) answers, call by call, what it
 # answered on rxe (testdata/hostile_verbs.rxe.txt, recorded in the soft-RoCE
 # VM); nothing crashes.
-hostile_answers_as_rxe() {
+# answers_as_rxe PROGRAM RECORDING: PROGRAM on the rxe personality prints
+# RECORDING (what it printed on rxe) and exits 0.
+answers_as_rxe() {
   local out rc
-  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$hostile" 2>"$work/hostile.err")
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$1" 2>"$work/$(basename "$1").err")
   rc=$?
-  diff <(cat "$hostile_on_rxe") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
+  diff <(cat "$2") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
   [[ $rc == 0 ]]
 }
-check HostileVerbsProgramAnswersAsRxeDid hostile_answers_as_rxe
+check HostileVerbsProgramAnswersAsRxeDid answers_as_rxe "$hostile" "$hostile_on_rxe"
 
 # Unreliable Connected QPs (testdata/uc_verbs.c): the attributes, opcodes,
 # landed and dropped messages and QP states rxe printed
 # (testdata/uc_verbs.rxe.txt, recorded in the soft-RoCE VM).
-uc_answers_as_rxe() {
-  local out rc
-  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$uc_program" 2>"$work/uc.err")
-  rc=$?
-  diff <(cat "$uc_on_rxe") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
-  [[ $rc == 0 ]]
-}
-check UcVerbsProgramAnswersAsRxeDid uc_answers_as_rxe
+check UcVerbsProgramAnswersAsRxeDid answers_as_rxe "$uc_program" "$uc_on_rxe"
 backend_rdma_core() {
   local out
   out=$(on_fake RPMA_HARNESS_BACKEND=rdma-core -- "$loopback" 2>&1) && return 1
