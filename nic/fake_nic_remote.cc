@@ -70,6 +70,25 @@ bool ParseBody(const FrameView& frame, Body* body, const uint8_t** tail,
   return true;
 }
 
+// ibv_mtu's sizes: what a request frame's MTU may be.
+bool IsIbMtu(uint32_t mtu) {
+  return mtu == 256 || mtu == 512 || mtu == 1024 || mtu == 2048 ||
+         mtu == 4096;
+}
+
+// What the responder needs of the requester's WR (CompleteReceive's
+// opcode, immediate and flags; a UC write's rkey and address).
+fake_nic_internal::SendWqe RequestedWqe(const RequestFrame& r) {
+  fake_nic_internal::SendWqe wqe;
+  wqe.wr_id = r.wr_id;
+  wqe.opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  wqe.imm_data = r.imm_data;
+  wqe.send_flags = r.send_flags;
+  wqe.rkey = r.rkey;
+  wqe.remote_addr = r.remote_addr;
+  return wqe;
+}
+
 }  // namespace
 
 // ---- CM ---------------------------------------------------------------------
@@ -726,12 +745,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     case RequestVerdict::kAccept:
       break;
   }
-  // What CompleteReceive needs of the requester's WR.
-  SendWqe wqe;
-  wqe.wr_id = r.wr_id;
-  wqe.opcode = opcode;
-  wqe.imm_data = r.imm_data;
-  wqe.send_flags = r.send_flags;
+  const SendWqe wqe = RequestedWqe(r);
   const uint64_t length = r.length;
   const bool carries_payload = fake_nic_internal::CarriesPayload(opcode);
   // The request is input from another process: an MTU IB allows (ibv_mtu:
@@ -739,8 +753,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   // where it resumes, their bytes, and a write resumes past its first
   // packet only where this responder's RNR NAK left that same write.
   answer->acked_packets = r.first_packet;
-  if (r.mtu != 256 && r.mtu != 512 && r.mtu != 1024 && r.mtu != 2048 &&
-      r.mtu != 4096) {
+  if (!IsIbMtu(r.mtu)) {
     nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (path MTU)");
     return;
   }
@@ -918,6 +931,34 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       nak(IBV_WC_REM_INV_REQ_ERR, "opcode not executable");
       return;
   }
+}
+
+// A request frame from another process's UC QP (fake_nic_unreliable.cc).
+void FakeNic::RespondUnreliably(Qp* responder,
+                                const RequestFrame& r,
+                                const uint8_t* payload, size_t payload_len,
+                                AnswerFrame* answer) {
+  // Whatever happens, nothing is owed the requester: it completed its WR
+  // when the frame left (ExecuteRemote).
+  answer->kind = AnswerFrame::kAck;
+  answer->acked_packets = r.sent_packets;
+  // The request is input from another process: a UC opcode, an MTU IB
+  // allows, as many packets as the message has from the first, and their
+  // bytes. Anything else is dropped, as a malformed packet is.
+  const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
+      opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+    return;
+  }
+  if (!IsIbMtu(r.mtu)) return;
+  const uint32_t count = fake_nic_internal::PacketCount(r.length, r.mtu);
+  if (r.first_packet != 0 || r.sent_packets == 0 || r.sent_packets > count ||
+      payload_len !=
+          std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)) {
+    return;
+  }
+  DeliverUnreliable(responder, RequestedWqe(r), r.length, r.mtu,
+                    r.sent_packets, payload);
 }
 
 // The peer's requester parked on our RNR NAK (rnr_retry 7) retries now: a

@@ -9,7 +9,7 @@
 // CheckWritePacket, ReceivePacket: fake_nic_responder.cc); only what
 // follows a failed check differs. The same DeliverUnreliable serves a
 // requester in this process (ExecuteUnreliable) and one in another process
-// (RespondToRemote, fake_nic_remote.cc).
+// (RespondUnreliably, fake_nic_remote.cc).
 
 #include <infiniband/verbs.h>
 
@@ -19,7 +19,6 @@
 
 #include "nic/fake_nic.h"
 #include "nic/fake_nic_internal.h"
-#include "nic/fake_nic_fabric.h"
 #include "nic/fake_nic_user_memory.h"
 
 namespace rpma_harness {
@@ -98,42 +97,6 @@ void FakeNic::ExecuteUnreliable(Qp* qp) {
 void FakeNic::CompleteUnreliableHead(Qp* qp) {
   EndHeadWr(qp, IBV_WC_SUCCESS, "",
             static_cast<uint32_t>(qp->sq.front().total_length()));
-}
-
-void FakeNic::RespondUnreliably(Qp* responder,
-                                const fake_nic_internal::RequestFrame& r,
-                                const uint8_t* payload, size_t payload_len,
-                                fake_nic_internal::AnswerFrame* answer) {
-  // Whatever happens, nothing is owed the requester: it completed its WR
-  // when the frame left (ExecuteRemote).
-  answer->kind = fake_nic_internal::AnswerFrame::kAck;
-  answer->acked_packets = r.sent_packets;
-  // The request is input from another process: a UC opcode, an MTU IB
-  // allows, as many packets as the message has from the first, and their
-  // bytes. Anything else is dropped, as a malformed packet is.
-  const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
-  if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
-      opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
-    return;
-  }
-  if (r.mtu != 256 && r.mtu != 512 && r.mtu != 1024 && r.mtu != 2048 &&
-      r.mtu != 4096) {
-    return;
-  }
-  const uint32_t count = fake_nic_internal::PacketCount(r.length, r.mtu);
-  if (r.first_packet != 0 || r.sent_packets == 0 || r.sent_packets > count ||
-      payload_len !=
-          std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)) {
-    return;
-  }
-  SendWqe wqe;
-  wqe.wr_id = r.wr_id;
-  wqe.opcode = opcode;
-  wqe.imm_data = r.imm_data;
-  wqe.send_flags = r.send_flags;
-  wqe.rkey = r.rkey;
-  wqe.remote_addr = r.remote_addr;
-  DeliverUnreliable(responder, wqe, r.length, r.mtu, r.sent_packets, payload);
 }
 
 void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,

@@ -507,6 +507,26 @@ TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {
 // Nobody answers a request to a peer that is gone, and the requester gives
 // up only when its transport timer has run out retry_cnt + 1 times: with
 // timeout 12 (4.096 us * 2^12 = 16.8 ms) and retry_cnt 2, after 50 ms.
+// `a` (timeout 12: 16.8 ms a try; retry_cnt 2) writes to a peer that
+// answers nothing: the WR ends in RETRY_EXC_ERR, not before three timeouts
+// (a generous 40 ms are checked), and at least three have passed.
+void ExpectWriteGivenUpAfterThreeTimeouts(Side* a, uint64_t wr_id) {
+  const auto posted = std::chrono::steady_clock::now();
+  a->WriteWithImm(*a, wr_id);
+  ibv_wc wc;
+  while (std::chrono::steady_clock::now() - posted <
+         std::chrono::milliseconds(40)) {
+    ASSERT_EQ(a->nic->PollCq(a->cq, 1, &wc), 0)
+        << "completed too early: " << wc.status << " " << wc.wr_id;
+    usleep(1000);
+  }
+  wc = a->Poll();
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wc.wr_id, wr_id);
+  EXPECT_GE(std::chrono::steady_clock::now() - posted,
+            std::chrono::microseconds(3 * 4096 * 4096 / 1000));
+}
+
 TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunOut) {
   auto nic_a = NewNic();
   auto nic_b = NewNic();
@@ -518,20 +538,7 @@ TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunO
   ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
   b.reset();
   nic_b.reset();
-  const auto posted = std::chrono::steady_clock::now();
-  a->WriteWithImm(*a, 1);
-  ibv_wc wc;
-  // Not before 3 * 16.8 ms (a generous 40 ms are checked here).
-  while (std::chrono::steady_clock::now() - posted <
-         std::chrono::milliseconds(40)) {
-    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0)
-        << "completed too early: " << wc.status << " " << wc.wr_id;
-    usleep(1000);
-  }
-  wc = a->Poll();
-  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
-  EXPECT_GE(std::chrono::steady_clock::now() - posted,
-            std::chrono::microseconds(3 * 4096 * 4096 / 1000));
+  ExpectWriteGivenUpAfterThreeTimeouts(a.get(), 1);
   ibv_qp_attr attr;
   ibv_qp_init_attr init;
   ASSERT_EQ(nic_a->QueryQp(a->qp, &attr, IBV_QP_STATE, &init), 0);
@@ -556,20 +563,7 @@ TEST_F(FakeNicVerbsFabricTest, AQpDestroyedInALiveProcessIsGivenUpOnByTheTimer) 
   ASSERT_EQ(a->Poll().status, IBV_WC_SUCCESS);
   ASSERT_EQ(nic_b->DestroyVerbsQp(b->qp), 0);
   b->qp = nullptr;
-  const auto posted = std::chrono::steady_clock::now();
-  a->WriteWithImm(*a, 2);
-  ibv_wc wc;
-  while (std::chrono::steady_clock::now() - posted <
-         std::chrono::milliseconds(40)) {
-    ASSERT_EQ(nic_a->PollCq(a->cq, 1, &wc), 0)
-        << "completed too early: " << wc.status << " " << wc.wr_id;
-    usleep(1000);
-  }
-  wc = a->Poll();
-  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
-  EXPECT_EQ(wc.wr_id, 2u);
-  EXPECT_GE(std::chrono::steady_clock::now() - posted,
-            std::chrono::microseconds(3 * 4096 * 4096 / 1000));
+  ExpectWriteGivenUpAfterThreeTimeouts(a.get(), 2);
 }
 
 // A UC write with imm crosses to another process's NIC, and the requester
