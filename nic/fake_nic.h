@@ -1066,6 +1066,9 @@ class FakeNic final : public VerbsBackend {
   // A receive was posted on `qp` (or its SRQ): a remote requester parked on
   // an RNR wait (rnr_retry 7) may go.
   void TellRemoteToRetry(Qp* qp);
+  // The head WR's first `length` bytes into remote_payload_; false (the WR
+  // ended in LOC_PROT_ERR) when the requester's memory faulted.
+  bool GatherHeadPayload(Qp* qp, uint64_t length, uint32_t mtu);
   // The head WR ends with `status` (recorded, completed; an error moves the
   // QP to ERR).
   void EndHeadWr(Qp* qp, ibv_wc_status status, const char* why,

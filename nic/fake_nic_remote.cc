@@ -455,6 +455,31 @@ void FakeNic::FireTransportTimersLocked() {
   if (fired) WakeWaiters();
 }
 
+// Into the NIC's scratch buffer (under mu_), kept between WRs: no
+// allocation and no zero-filling of the message each time. The requester's
+// own memory faulting is ibv_poll_cq(3)'s IBV_WC_LOC_PROT_ERR, as in one
+// process.
+bool FakeNic::GatherHeadPayload(Qp* qp, uint64_t length, uint32_t mtu) {
+  if (remote_payload_.size() < length) remote_payload_.resize(length);
+  if (length == 0) return true;
+  SendWqe& head = qp->sq.front();
+  TapSourceRead(qp, head, 0, length, mtu);
+  const fake_nic_internal::Sge inline_source{
+      Address(head.inline_data.data()),
+      static_cast<uint32_t>(head.inline_data.size()), 0};
+  uintptr_t fault = 0;
+  const bool gathered =
+      head.is_inline ? GatherAt(&inline_source, 1, 0, remote_payload_.data(),
+                                length, &fault)
+                     : GatherAt(head.sges.begin(), head.sges.size(), 0,
+                                remote_payload_.data(), length, &fault);
+  if (gathered) return true;
+  const std::string why =
+      fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
+  EndHeadWr(qp, IBV_WC_LOC_PROT_ERR, why.c_str());
+  return false;
+}
+
 void FakeNic::ExecuteRemote(Qp* qp) {
   SendWqe& head = qp->sq.front();
   const bool unreliable = qp->base.qp_type == IBV_QPT_UC;
@@ -502,34 +527,12 @@ void FakeNic::ExecuteRemote(Qp* qp) {
       return;
     }
   }
-  // Gathered into the NIC's scratch buffer (under mu_), kept between WRs:
-  // no allocation and no zero-filling of the message each time.
   const size_t payload_len =
       carries_payload
           ? std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)
           : 0;
-  if (remote_payload_.size() < payload_len) remote_payload_.resize(payload_len);
+  if (!GatherHeadPayload(qp, payload_len, r.mtu)) return;
   uint8_t* const payload = remote_payload_.data();
-  if (payload_len > 0) {
-    TapSourceRead(qp, head, 0, payload_len, r.mtu);
-    const fake_nic_internal::Sge inline_source{
-        Address(head.inline_data.data()),
-        static_cast<uint32_t>(head.inline_data.size()), 0};
-    uintptr_t fault = 0;
-    const bool gathered =
-        head.is_inline
-            ? GatherAt(&inline_source, 1, 0, payload, payload_len, &fault)
-            : GatherAt(head.sges.begin(), head.sges.size(), 0, payload,
-                       payload_len, &fault);
-    if (!gathered) {
-      // The requester's own memory faulted: ibv_poll_cq(3)
-      // IBV_WC_LOC_PROT_ERR, as in-process.
-      const std::string why =
-          fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
-      EndHeadWr(qp, IBV_WC_LOC_PROT_ERR, why.c_str());
-      return;
-    }
-  }
   head.token = r.token;
   head.in_flight = true;
   head.waiting_for_receive = false;

@@ -55,28 +55,7 @@ void FakeNic::ExecuteUnreliable(Qp* qp) {
       FirstBadSourcePacket(qp, head, mtu, count, &source_status);
   const uint64_t payload_len =
       std::min<uint64_t>(length, uint64_t{sent} * mtu);
-  if (remote_payload_.size() < payload_len) remote_payload_.resize(payload_len);
-  if (payload_len > 0) {
-    TapSourceRead(qp, head, 0, payload_len, mtu);
-    const Sge inline_source{
-        reinterpret_cast<uintptr_t>(head.inline_data.data()),
-        static_cast<uint32_t>(head.inline_data.size()), 0};
-    uintptr_t fault = 0;
-    const bool gathered =
-        head.is_inline
-            ? fake_nic_internal::GatherAt(&inline_source, 1, 0,
-                                          remote_payload_.data(), payload_len,
-                                          &fault)
-            : fake_nic_internal::GatherAt(head.sges.begin(), head.sges.size(),
-                                          0, remote_payload_.data(),
-                                          payload_len, &fault);
-    if (!gathered) {
-      const std::string why =
-          fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
-      EndHeadWr(qp, IBV_WC_LOC_PROT_ERR, why.c_str());
-      return;
-    }
-  }
+  if (!GatherHeadPayload(qp, payload_len, mtu)) return;
   if (sent > 0) {
     DeliverUnreliable(qp->peer, head, length, mtu, sent,
                       remote_payload_.data());
