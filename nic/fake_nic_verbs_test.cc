@@ -445,6 +445,10 @@ class FakeNicVerbsFabricTest : public ::testing::Test {
     dir_ = dir;
   }
   void TearDown() override {
+    b_.reset();
+    a_.reset();
+    nic_b_.reset();
+    nic_a_.reset();
     const std::string cmd = "rm -rf " + dir_;
     ASSERT_EQ(system(cmd.c_str()), 0);
   }
@@ -455,7 +459,22 @@ class FakeNicVerbsFabricTest : public ::testing::Test {
     nic->StartBackgroundProgress();
     return nic;
   }
+  // Two NICs with a QP each, connected both ways; a's transport timer:
+  // timeout 12 (16.8 ms a try), retry_cnt 2.
+  void ConnectTimedPair() {
+    nic_a_ = NewNic();
+    nic_b_ = NewNic();
+    a_ = std::make_unique<Side>(nic_a_.get());
+    b_ = std::make_unique<Side>(nic_b_.get());
+    ASSERT_EQ(a_->Connect(b_->qp->qp_num, b_->Port().lid, nullptr,
+                          /*timeout=*/12, /*retry_cnt=*/2),
+              0);
+    ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
+  }
   std::string dir_;
+  // ConnectTimedPair's (sides before their NICs when destroyed).
+  std::unique_ptr<FakeNic> nic_a_, nic_b_;
+  std::unique_ptr<Side> a_, b_;
 };
 
 TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
@@ -528,20 +547,13 @@ void ExpectWriteGivenUpAfterThreeTimeouts(Side* a, uint64_t wr_id) {
 }
 
 TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunOut) {
-  auto nic_a = NewNic();
-  auto nic_b = NewNic();
-  auto a = std::make_unique<Side>(nic_a.get());
-  auto b = std::make_unique<Side>(nic_b.get());
-  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr, /*timeout=*/12,
-                       /*retry_cnt=*/2),
-            0);
-  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
-  b.reset();
-  nic_b.reset();
-  ExpectWriteGivenUpAfterThreeTimeouts(a.get(), 1);
+  ConnectTimedPair();
+  b_.reset();
+  nic_b_.reset();
+  ExpectWriteGivenUpAfterThreeTimeouts(a_.get(), 1);
   ibv_qp_attr attr;
   ibv_qp_init_attr init;
-  ASSERT_EQ(nic_a->QueryQp(a->qp, &attr, IBV_QP_STATE, &init), 0);
+  ASSERT_EQ(nic_a_->QueryQp(a_->qp, &attr, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
 }
 
@@ -550,20 +562,13 @@ TEST_F(FakeNicVerbsFabricTest, APeerThatIsGoneIsGivenUpOnWhenTimerAndRetriesRunO
 // at once (ibv_srq_pingpong's client destroys its QPs while the server's
 // last sends, which the server does not wait for, are in flight).
 TEST_F(FakeNicVerbsFabricTest, AQpDestroyedInALiveProcessIsGivenUpOnByTheTimer) {
-  auto nic_a = NewNic();
-  auto nic_b = NewNic();
-  auto a = std::make_unique<Side>(nic_a.get());
-  auto b = std::make_unique<Side>(nic_b.get());
-  ASSERT_EQ(a->Connect(b->qp->qp_num, b->Port().lid, nullptr, /*timeout=*/12,
-                       /*retry_cnt=*/2),
-            0);
-  ASSERT_EQ(b->Connect(a->qp->qp_num, a->Port().lid, nullptr), 0);
-  b->PostRecv(7);
-  a->WriteWithImm(*b, 1);
-  ASSERT_EQ(a->Poll().status, IBV_WC_SUCCESS);
-  ASSERT_EQ(nic_b->DestroyVerbsQp(b->qp), 0);
-  b->qp = nullptr;
-  ExpectWriteGivenUpAfterThreeTimeouts(a.get(), 2);
+  ConnectTimedPair();
+  b_->PostRecv(7);
+  a_->WriteWithImm(*b_, 1);
+  ASSERT_EQ(a_->Poll().status, IBV_WC_SUCCESS);
+  ASSERT_EQ(nic_b_->DestroyVerbsQp(b_->qp), 0);
+  b_->qp = nullptr;
+  ExpectWriteGivenUpAfterThreeTimeouts(a_.get(), 2);
 }
 
 // A UC write with imm crosses to another process's NIC, and the requester
