@@ -1066,6 +1066,12 @@ class FakeNic final : public VerbsBackend {
   // A receive was posted on `qp` (or its SRQ): a remote requester parked on
   // an RNR wait (rnr_retry 7) may go.
   void TellRemoteToRetry(Qp* qp);
+  // remote_payload_ given back when a large message grew it.
+  void ReleaseLargePayload();
+  // A write from another process landed at `responder` (a kLanded record,
+  // with FakeNicConfig::record_landings).
+  void RecordLanded(Qp* responder, const fake_nic_internal::SendWqe& wqe,
+                    uint64_t length);
   // The head WR's first `length` bytes into remote_payload_; false (the WR
   // ended in LOC_PROT_ERR) when the requester's memory faulted.
   bool GatherHeadPayload(Qp* qp, uint64_t length, uint32_t mtu);

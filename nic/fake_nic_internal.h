@@ -186,7 +186,8 @@ struct Sge {
 };
 
 // Copies `length` bytes of the gather list `src`, from message offset
-// `offset` on, into `dst` with GuardedCopy; false on a fault (*fault: the
+// `offset` on, into `dst` with GuardedCopy (memmove semantics: in loopback
+// a packet's source and target may overlap); false on a fault (*fault: the
 // address) or when the list ends first. The one gather of a message's
 // bytes: the write and send packet loops, a frame to another process, a
 // UC message. Inline: once per write on the data path.

@@ -76,6 +76,26 @@ bool IsIbMtu(uint32_t mtu) {
          mtu == 4096;
 }
 
+// What a request frame (input from another process) must hold whatever
+// its QP type: an MTU IB allows, as many packets as the message has and at
+// least one past where it resumes, and their bytes. The reason, or null.
+const char* MalformedRequest(const RequestFrame& r, size_t payload_len) {
+  if (!IsIbMtu(r.mtu)) return "malformed request (path MTU)";
+  const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
+  const bool carries_payload = fake_nic_internal::CarriesPayload(opcode);
+  const uint32_t count =
+      carries_payload ? fake_nic_internal::PacketCount(r.length, r.mtu) : 1;
+  if (r.sent_packets > count || r.sent_packets <= r.first_packet) {
+    return "malformed request (packet count)";
+  }
+  if (carries_payload &&
+      payload_len !=
+          std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)) {
+    return "malformed request (payload length)";
+  }
+  return nullptr;
+}
+
 // What the responder needs of the requester's WR (CompleteReceive's
 // opcode, immediate and flags; a UC write's rkey and address).
 fake_nic_internal::SendWqe RequestedWqe(const RequestFrame& r) {
@@ -417,8 +437,7 @@ bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
 
 void FakeNic::RequesterTimesOut(Qp* qp, const std::string& why) {
   if (qp->sq.empty() || RequesterWaitsForRetransmit(qp, why)) return;
-  qp->sq.front().in_flight = true;
-  FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, why.c_str());
+  EndHeadWr(qp, IBV_WC_RETRY_EXC_ERR, why.c_str());
 }
 
 void FakeNic::FireTransportTimersLocked() {
@@ -459,6 +478,13 @@ void FakeNic::FireTransportTimersLocked() {
 // allocation and no zero-filling of the message each time. The requester's
 // own memory faulting is ibv_poll_cq(3)'s IBV_WC_LOC_PROT_ERR, as in one
 // process.
+// A buffer grown for a large message is not kept for the NIC's life.
+void FakeNic::ReleaseLargePayload() {
+  if (remote_payload_.size() > (size_t{4} << 20)) {
+    remote_payload_ = std::vector<uint8_t>();
+  }
+}
+
 bool FakeNic::GatherHeadPayload(Qp* qp, uint64_t length, uint32_t mtu) {
   if (remote_payload_.size() < length) remote_payload_.resize(length);
   if (length == 0) return true;
@@ -539,10 +565,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   const bool sent =
       fabric_->Send(qp->link, fake_nic_internal::kFrameRequest, &r, sizeof(r),
                     payload_len > 0 ? payload : nullptr, payload_len);
-  // A buffer grown for a large message is not kept for the NIC's life.
-  if (remote_payload_.size() > (size_t{4} << 20)) {
-    remote_payload_ = std::vector<uint8_t>();
-  }
+  ReleaseLargePayload();
   if (!sent) qp->link_dead = true;
   if (unreliable) {
     // UC: the WR completes as its packets leave; no answer is awaited
@@ -689,7 +712,6 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
       // The responder dropped the request (not RTR, or its QP is gone):
       // nothing comes back on a real link, and the requester's transport
       // timer decides (RequesterWaitsForRetransmit).
-      head.in_flight = true;
       RequesterTimesOut(qp, a.why);
       return;
     default:
@@ -750,28 +772,18 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   }
   const SendWqe wqe = RequestedWqe(r);
   const uint64_t length = r.length;
-  const bool carries_payload = fake_nic_internal::CarriesPayload(opcode);
-  // The request is input from another process: an MTU IB allows (ibv_mtu:
-  // 256..4096), as many packets as the message has and at least one past
-  // where it resumes, their bytes, and a write resumes past its first
-  // packet only where this responder's RNR NAK left that same write.
+  // The request is input from another process (MalformedRequest), and a
+  // write resumes past its first packet only where this responder's RNR NAK
+  // left that same write.
   answer->acked_packets = r.first_packet;
-  if (!IsIbMtu(r.mtu)) {
-    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (path MTU)");
+  if (const char* malformed = MalformedRequest(r, payload_len)) {
+    nak(IBV_WC_REM_INV_REQ_ERR, malformed);
     return;
   }
   const uint32_t count =
-      carries_payload ? fake_nic_internal::PacketCount(length, r.mtu) : 1;
-  if (r.sent_packets > count || r.sent_packets <= r.first_packet) {
-    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (packet count)");
-    return;
-  }
-  if (carries_payload &&
-      payload_len !=
-          std::min<uint64_t>(length, uint64_t{r.sent_packets} * r.mtu)) {
-    nak(IBV_WC_REM_INV_REQ_ERR, "malformed request (payload length)");
-    return;
-  }
+      fake_nic_internal::CarriesPayload(opcode)
+          ? fake_nic_internal::PacketCount(length, r.mtu)
+          : 1;
   if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
                               r.wr_id != responder->resume_wr_id ||
                               length != responder->resume_length)) {
@@ -826,17 +838,8 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
                     "responder");
           return;
         }
-        if (packet.ends_message && config_.record_landings) {
-          // Before the receive completes: the bytes were there first.
-          FakeNicEvent landed;
-          landed.kind = FakeNicEvent::Kind::kLanded;
-          landed.qp_num = responder->dest_qp_num;  // the requester
-          landed.wr_id = r.wr_id;
-          landed.opcode = opcode;
-          landed.byte_len = length;
-          landed.remote_addr = r.remote_addr;
-          Record(std::move(landed));
-        }
+        // Before the receive completes: the bytes were there first.
+        if (packet.ends_message) RecordLanded(responder, wqe, length);
         if (packet.ends_message && took_receive) {
           CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
                           IBV_WC_RECV_RDMA_WITH_IMM,
@@ -936,6 +939,19 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   }
 }
 
+void FakeNic::RecordLanded(Qp* responder, const SendWqe& wqe,
+                           uint64_t length) {
+  if (!config_.record_landings) return;
+  FakeNicEvent landed;
+  landed.kind = FakeNicEvent::Kind::kLanded;
+  landed.qp_num = responder->dest_qp_num;  // the requester
+  landed.wr_id = wqe.wr_id;
+  landed.opcode = wqe.opcode;
+  landed.byte_len = length;
+  landed.remote_addr = wqe.remote_addr;
+  Record(std::move(landed));
+}
+
 // A request frame from another process's UC QP (fake_nic_unreliable.cc).
 void FakeNic::RespondUnreliably(Qp* responder,
                                 const RequestFrame& r,
@@ -945,19 +961,15 @@ void FakeNic::RespondUnreliably(Qp* responder,
   // when the frame left (ExecuteRemote).
   answer->kind = AnswerFrame::kAck;
   answer->acked_packets = r.sent_packets;
-  // The request is input from another process: a UC opcode, an MTU IB
-  // allows, as many packets as the message has from the first, and their
-  // bytes. Anything else is dropped, as a malformed packet is.
+  // The request is input from another process: a UC opcode, from the
+  // message's first packet (UC never resumes), and well formed
+  // (MalformedRequest). Anything else is dropped, as a malformed packet is.
   const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
   if (opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
     return;
   }
-  if (!IsIbMtu(r.mtu)) return;
-  const uint32_t count = fake_nic_internal::PacketCount(r.length, r.mtu);
-  if (r.first_packet != 0 || r.sent_packets == 0 || r.sent_packets > count ||
-      payload_len !=
-          std::min<uint64_t>(r.length, uint64_t{r.sent_packets} * r.mtu)) {
+  if (r.first_packet != 0 || MalformedRequest(r, payload_len) != nullptr) {
     return;
   }
   DeliverUnreliable(responder, RequestedWqe(r), r.length, r.mtu,

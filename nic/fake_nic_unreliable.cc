@@ -60,9 +60,7 @@ void FakeNic::ExecuteUnreliable(Qp* qp) {
     DeliverUnreliable(qp->peer, head, length, mtu, sent,
                       remote_payload_.data());
   }
-  if (remote_payload_.size() > (size_t{4} << 20)) {
-    remote_payload_ = std::vector<uint8_t>();
-  }
+  ReleaseLargePayload();
   if (sent < count) {
     FailOnSourcePacket(qp, source_status, sent);
     return;
@@ -145,16 +143,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
         }
       }
       if (!packet.ends_message) continue;
-      if (config_.record_landings) {
-        FakeNicEvent landed;
-        landed.kind = FakeNicEvent::Kind::kLanded;
-        landed.qp_num = responder->dest_qp_num;  // the requester
-        landed.wr_id = wqe.wr_id;
-        landed.opcode = wqe.opcode;
-        landed.byte_len = length;
-        landed.remote_addr = wqe.remote_addr;
-        Record(std::move(landed));
-      }
+      RecordLanded(responder, wqe, length);
       if (packet.takes_receive) {
         RecvWqe recv = std::move(rq.front());
         rq.pop_front();

@@ -76,16 +76,15 @@ struct Side {
                                 IBV_QP_ACCESS_FLAGS),
               0);
   }
-  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid,
-              uint8_t timeout = 14, uint8_t retry_cnt = 7) {
-    Init();
+  // RTR's attributes common to RC and UC: the peer's QP number and
+  // address (dlid, or dgid with a GRH when not null).
+  static ibv_qp_attr RtrAttr(uint32_t dest_qp_num, uint16_t dlid,
+                             const ibv_gid* dgid) {
     ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
     a.dest_qp_num = dest_qp_num;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
     a.ah_attr.port_num = 1;
     a.ah_attr.dlid = dlid;
     if (dgid != nullptr) {
@@ -93,6 +92,14 @@ struct Side {
       a.ah_attr.grh.dgid = *dgid;
       a.ah_attr.grh.hop_limit = 1;
     }
+    return a;
+  }
+  int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid,
+              uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+    Init();
+    ibv_qp_attr a = RtrAttr(dest_qp_num, dlid, dgid);
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
     const int rtr = nic->ModifyQp(
         qp, &a,
         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
@@ -115,13 +122,7 @@ struct Side {
   // are EINVAL, as on rxe).
   int ConnectUc(uint32_t dest_qp_num, uint16_t dlid) {
     Init();
-    ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
-    a.dest_qp_num = dest_qp_num;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.dlid = dlid;
+    ibv_qp_attr a = RtrAttr(dest_qp_num, dlid, nullptr);
     int rc = nic->ModifyQp(qp, &a,
                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                                IBV_QP_DEST_QPN | IBV_QP_RQ_PSN);

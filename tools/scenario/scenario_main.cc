@@ -75,8 +75,8 @@ std::string UserPath(const std::string& path) {
 // An input file must exist, be readable and not be a directory; checked
 // before the run so that a typo is a usage error, not a failed replay.
 bool CheckReadable(const std::string& option, const std::string& path) {
-  // O_NONBLOCK: a FIFO without a writer must not block here.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd =
+      rpma_harness::OpenForReading(path);  // a FIFO nobody writes: no wait
   if (fd < 0) {
     std::fprintf(stderr, "scenario: %s %s: cannot open: %s\n", option.c_str(),
                  path.c_str(), std::strerror(errno));

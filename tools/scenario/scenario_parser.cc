@@ -624,18 +624,21 @@ bool ParseScenarioText(const std::string& text, const std::string& file_name,
   return true;
 }
 
+int OpenForReading(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
 bool ReadBoundedFile(const std::string& path, size_t max_bytes,
                      const char* what, std::string* text, std::string* error) {
-  // Opened without blocking (a FIFO without a writer would wait for ever),
-  // then read blocking: a pipe with a writer (`<(...)`) is read to its end,
-  // a FIFO nobody writes reads as empty.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = OpenForReading(path);
   if (fd < 0) {
     *error = path + ": cannot open: " + std::strerror(errno);
     return false;
   }
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     close(fd);

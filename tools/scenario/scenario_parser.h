@@ -40,6 +40,11 @@ bool ParseScenarioFile(const std::string& path, Scenario* scenario,
 
 // ParseUnsignedNumber, ParseProbability: faults/fault_rule_text.h.
 
+// open(path) for reading without blocking on a FIFO nobody writes, then
+// back to blocking reads: a pipe with a writer (`<(...)`) is read to its
+// end, a FIFO nobody writes reads as empty. The fd, or -1 with errno.
+int OpenForReading(const std::string& path);
+
 // Reads the whole of `path` if it is at most `max_bytes`; false with
 // "path: message" for a missing, unreadable or larger file or a directory
 // (`what` names the expected kind of file, e.g. "a scenario file").

@@ -1136,13 +1136,8 @@ std::string FirstDivergence(const ScenarioResult& result,
   };
   // Streamed line by line with a bounded line: a recording of any length
   // (or /dev/zero) takes constant memory.
-  // Opened without blocking (a FIFO without a writer would wait for ever),
-  // then read blocking, as ReadBoundedFile does.
-  const int fd =
-      open(recorded_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = OpenForReading(recorded_path);
   if (fd < 0) return bad(std::string("cannot open: ") + std::strerror(errno));
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   std::unique_ptr<FILE, int (*)(FILE*)> in(fdopen(fd, "r"), &std::fclose);
   if (!in) {
     close(fd);
