@@ -1,4 +1,6 @@
-// Readable strings for error codes and connection events.
+// Readable strings for error codes and connection events: the texts
+// librpma itself returns (librpma 1.2, checked by tests/api_abuse_test.sh
+// against Debian's librpma.so.0), since a program may print or compare them.
 
 #include "rpma/librpma.h"
 
@@ -11,7 +13,7 @@ extern "C" const char* rpma_err_2str(int ret) {
     case RPMA_E_NOSUPP:
       return "Not supported";
     case RPMA_E_PROVIDER:
-      return "Provider error occurred (see the log for the provider's errno)";
+      return "Provider error occurred";
     case RPMA_E_NOMEM:
       return "Out of memory";
     case RPMA_E_INVAL:
@@ -27,7 +29,7 @@ extern "C" const char* rpma_err_2str(int ret) {
     case RPMA_E_NOT_SHARED_CHNL:
       return "Completion channel is not shared";
     default:
-      return "Unknown error code";
+      return "Unknown error";
   }
 }
 
@@ -47,5 +49,5 @@ extern "C" const char* rpma_utils_conn_event_2str(
     case RPMA_CONN_UNREACHABLE:
       return "Connection unreachable";
   }
-  return "Unknown connection event";
+  return "Unsupported connection event";
 }
