@@ -6,7 +6,8 @@
 #
 #   dropin_verbs_test.sh LIBIBVERBS_SO LOOPBACK_PROGRAM PAIRS_TXT A_DEBIAN_PAIR
 #                        HOSTILE_PROGRAM HOSTILE_ON_RXE_TXT UC_PROGRAM
-#                        UC_ON_RXE_TXT
+#                        UC_ON_RXE_TXT DEBIAN_API_ABUSE API_ABUSE_LIBRPMA12_RXE_TXT
+#                        API_ABUSE_DIFFERENCES_TXT API_ABUSE_COMPARE_PY
 #
 # A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
 # (.../pairs/01-connection/pair); its directory's parent holds them all.
@@ -24,6 +25,10 @@ hostile=$(realpath "$5")
 hostile_on_rxe=$(realpath "$6")
 uc_program=$(realpath "$7")
 uc_on_rxe=$(realpath "$8")
+debian_abuse=$(realpath "$9")
+abuse_on_rxe=$(realpath "${10}")
+abuse_differences=$(realpath "${11}")
+abuse_compare=$(realpath "${12}")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -362,6 +367,19 @@ while read -r dir p nclients rest; do
   }
   check "DebiansLibrpma${name}PairOnTheDropinVerbs" debian_librpma_pair
 done <"$pairs_txt"
+
+# Debian's librpma 1.2 under abuse (tests/api_abuse.c) on the drop-in
+# verbs, answer for answer as it did on rxe, except where
+# tests/testdata/api_abuse.differences.txt says why not.
+debian_librpma_abused() {
+  on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$debian_abuse" 127.0.0.1 7700 \
+    >"$work/abuse.txt" 2>"$work/abuse.err"
+  local rc=$?
+  [[ $rc == 0 ]] || { echo "exit $rc"; tail -5 "$work/abuse.err"; tail -5 "$work/abuse.txt"; return 1; }
+  ! grep "is not modelled" "$work/abuse.err" || return 1
+  python3 "$abuse_compare" dropin-vs-rxe "$work/abuse.txt" "$abuse_on_rxe" "$abuse_differences"
+}
+check DebiansLibrpmaAbusedAnswersAsOnRxe debian_librpma_abused
 
 # perftest's -R mode is not stable enough for CI (issue 22): its server
 # listens only after the TCP exchange, so under load the client's first

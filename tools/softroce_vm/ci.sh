@@ -33,7 +33,7 @@ pair_targets=(//examples:pairs.txt //rpma/dropin
 # Plain programs (no gtest XML): a case each, passed when it exits 0. The
 # verbs program the drop-in libibverbs test runs on the fake, here on rxe.
 plain_targets=(//verbs_dropin:loopback_write_imm //verbs_dropin:hostile_verbs
-  //verbs_dropin:uc_verbs)
+  //verbs_dropin:uc_verbs //tests:api_abuse //rpma/dropin:debian_built/api_abuse)
 if ! bazel build "${targets[@]}" "${pair_targets[@]}" "${plain_targets[@]}" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
   echo "softroce vm: 0 passed, 1 failed, 0 skipped (build failed)"
@@ -50,6 +50,10 @@ for t in "${plain_targets[@]}"; do
   path="${t#//}"
   plain+=("$bin/${path/://}")
 done
+# Debian's librpma under abuse: the same program name as ours, so a copy
+# with its own name (run.sh keys a program's output by its file name).
+cp "$bin/rpma/dropin/debian_built/api_abuse" "$out/api_abuse_librpma12"
+plain[${#plain[@]}-1]=$out/api_abuse_librpma12
 
 # pairs.txt lines are "<dir> <port> <nclients> <args>"; run.sh wants the two
 # binaries after the client count.
@@ -131,6 +135,28 @@ for rec in uc_verbs:verbs_dropin/testdata/uc_verbs.rxe.txt; do
     passed=$((passed + 1))
   else
     echo "softroce vm: $name on rxe no longer prints $file:" >&2
+    cat "$out/$name.diff" >&2
+    failed=$((failed + 1))
+  fi
+done
+
+# The librpma API under abuse (tests/api_abuse.c), ours on the rdma-core
+# backend and Debian's librpma 1.2: live rxe must answer every case as
+# recorded (the host's api_abuse_test and dropin_verbs_test hold the fake
+# to the same files).
+for rec in api_abuse:tests/testdata/api_abuse.rxe.txt \
+  api_abuse_librpma12:tests/testdata/api_abuse.librpma12.rxe.txt; do
+  name=${rec%%:*}
+  file=${rec#*:}
+  tr -d '\r' <"$out/vm/console.log" |
+    awk -v n="$name" '$0 ~ ("running " n "$") {f=1; next} $0 ~ (n " exited") {f=0} f' |
+    grep -a '^abuse ' >"$out/$name.txt"
+  if [ "${RECORD:-0}" = 1 ]; then
+    { grep '^#' "$file"; cat "$out/$name.txt"; } >"$out/new.txt" && mv "$out/new.txt" "$file"
+  elif diff <(grep '^abuse ' "$file") "$out/$name.txt" >"$out/$name.diff"; then
+    passed=$((passed + 1))
+  else
+    echo "softroce vm: $name on rxe no longer answers as $file says:" >&2
     cat "$out/$name.diff" >&2
     failed=$((failed + 1))
   fi
