@@ -1220,6 +1220,7 @@ class FakeNic final : public VerbsBackend {
   std::map<const void*, std::unique_ptr<Srq>> srqs_;
   std::vector<Qp*> qp_order_;             // creation order (DebugString)
   std::vector<Qp*> qp_slots_;             // by Qp::slot; nullptr once destroyed
+  std::vector<size_t> free_qp_slots_;     // destroyed QPs' slots, taken again
   std::vector<uint64_t> marked_;          // one bit per slot
   std::vector<uint64_t> marked_summary_;  // one bit per non-zero marked_ word
   // How many bits of marked_ are set, and a slot whose bit was set last or

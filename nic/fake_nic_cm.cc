@@ -725,7 +725,22 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
   qp->base.send_cq = init_attr->send_cq;
   qp->base.recv_cq = init_attr->recv_cq;
   next_handle_++;  // handed out as before, so later handles stay the same
-  qp->base.handle = static_cast<uint32_t>(qp_slots_.size());  // see FindQp
+  // A destroyed QP's slot is taken again, as a CQ's is (see cq_slots_):
+  // the slot tables stay as large as the most QPs alive at once, not as
+  // the QPs ever made (a program that connects again and again grew them
+  // by 16 bytes a connection; found by tools/chaos/soak.sh).
+  size_t slot;
+  if (free_qp_slots_.empty()) {
+    slot = qp_slots_.size();
+    qp_slots_.push_back(nullptr);
+    qps_.emplace_back();
+    marked_.resize(qp_slots_.size() / 64 + 1, 0);
+    marked_summary_.resize(marked_.size() / 64 + 1, 0);
+  } else {
+    slot = free_qp_slots_.back();
+    free_qp_slots_.pop_back();
+  }
+  qp->base.handle = static_cast<uint32_t>(slot);  // see FindQp
   qp->base.qp_num = NewQpNum();
   qp->base.state = IBV_QPS_RESET;
   qp->base.qp_type = init_attr->qp_type;
@@ -733,11 +748,9 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
   Qp* raw = qp.get();
   qps_by_num_[raw->base.qp_num] = raw;
   qp_order_.push_back(raw);
-  raw->slot = qp_slots_.size();
-  qp_slots_.push_back(raw);
-  marked_.resize(qp_slots_.size() / 64 + 1, 0);
-  marked_summary_.resize(marked_.size() / 64 + 1, 0);
-  qps_.push_back(std::move(qp));  // at raw->slot, as in qp_slots_
+  raw->slot = slot;
+  qp_slots_[slot] = raw;
+  qps_[slot] = std::move(qp);  // at raw->slot, as in qp_slots_
   p->num_users++;
   send_cq->num_qps++;
   recv_cq->num_qps++;
@@ -795,9 +808,11 @@ void FakeNic::DestroyQpLocked(Qp* qp) {
     c->base.qp = nullptr;
   }
   // Retired, not freed (see FakeNic::cq_slots_).
-  std::unique_ptr<Qp>& owned = qps_[qp->slot];
+  const size_t slot = qp->slot;
+  std::unique_ptr<Qp>& owned = qps_[slot];
   *owned = Qp();  // its rings and buffers released now
   retired_qps_.push_back(std::move(owned));
+  free_qp_slots_.push_back(slot);
 }
 
 // ---- the handshake ----------------------------------------------------------
