@@ -27,6 +27,11 @@
  *   6  LEAK: fds, memfds, threads or heap not back to the baseline taken
  *      after the first connection's teardown
  * Each process ends with one line "chaos_node: <role> ops N conns N exit N".
+ *
+ * For the soak (soak.sh): CHAOS_PROGRESS set prints "chaos_node: <role>
+ * progress ops N conns N" at most once a second as operations complete,
+ * and CHAOS_STOPFILE ends a client (done) before its next round once the
+ * file exists.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -65,6 +70,20 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* One operation completed and checked; the soak's progress line. */
+static void count_op(void) {
+  static double last = 0;
+  static int progress = -1;
+  g_ops++;
+  if (progress < 0) progress = getenv("CHAOS_PROGRESS") != NULL;
+  if (!progress) return;
+  const double now = now_s();
+  if (now - last < 1) return;
+  last = now;
+  printf("chaos_node: %s progress ops %ld conns %ld\n", g_role, g_ops,
+         g_conns);
 }
 
 static double wait_limit_s(void) {
@@ -128,7 +147,10 @@ static struct resources snapshot(void) {
   r.fds = count_dir("/proc/self/fd", 0);
   r.memfds = count_dir("/proc/self/fd", 1);
   r.threads = count_dir("/proc/self/task", 0) + 1;
-  r.heap = mallinfo2().uordblks;
+  /* In use in the arenas and in blocks of their own (mmapped: a large
+   * table that keeps growing lives there, not in uordblks). */
+  const struct mallinfo2 m = mallinfo2();
+  r.heap = m.uordblks + m.hblkhd;
   list_fds(r.fd_list, sizeof(r.fd_list));
   return r;
 }
@@ -305,7 +327,7 @@ static int serve_one(struct rpma_ep *ep, struct rpma_conn_cfg *cfg,
         code = kLostBytes;
         break;
       }
-      g_ops++;
+      count_op();
       /* Checked: the client may write this chunk again. */
       if (rpma_send(conn, ack_mr, 0, 8, RPMA_F_COMPLETION_ALWAYS, NULL))
         break;
@@ -320,7 +342,7 @@ static int serve_one(struct rpma_ep *ep, struct rpma_conn_cfg *cfg,
         code = kLostBytes;
         break;
       }
-      g_ops++;
+      count_op();
     } else {
       continue;
     }
@@ -539,7 +561,7 @@ static int one_round(struct rpma_peer *peer, const char *addr,
               chunk);
       code = kLostBytes;
     }
-    if (code == kDone) g_ops++;
+    if (code == kDone) count_op();
   }
 out:
   if (remote != NULL) (void)rpma_mr_remote_delete(&remote);
@@ -554,7 +576,9 @@ static int client(const char *addr, const char *port, uint32_t seed,
   g_rand = seed;
   struct resources base;
   int code = kDone;
+  const char *stopfile = getenv("CHAOS_STOPFILE");
   for (int round = 0; round < rounds && code == kDone; ++round) {
+    if (stopfile != NULL && access(stopfile, F_OK) == 0) break;
     struct rpma_peer *peer = NULL;
     struct rpma_mr_local *src_mr = NULL, *dst_mr = NULL, *ack_mr = NULL;
     char *src = example_malloc(CHUNK);
