@@ -21,12 +21,13 @@
 #                          both sides, connections made after kills
 #
 #   chaos.sh NODE [--seed S] [--seconds T] [--servers N] [--clients M]
-#            [--transport shm|socket]
+#            [--transport shm|socket] [--fabric DIR]
 #
 # The seed fixes which process each chaos event hits and when (in wall-clock
 # time); the interleaving inside the processes is the machine's. Defaults:
-# seed 1, 12 seconds, 2 servers, 4 clients. The long mode (README) is
-# `tools/harness chaos --seconds 600`.
+# seed 1, 12 seconds, 2 servers, 4 clients, a fabric directory of its own
+# (--fabric: another's, as soak.sh shares its fabric with the chaos). The
+# long mode (README) is `tools/harness chaos --seconds 600`.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [[ -f tools/testing/sh_cases.sh ]]; then
@@ -38,7 +39,7 @@ sh_cases_suite FabricChaos
 
 node=$(realpath "$1")
 shift
-seed=1 seconds=12 servers=2 clients=4 transport=shm
+seed=1 seconds=12 servers=2 clients=4 transport=shm fabric=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --seed) seed=$2; shift 2 ;;
@@ -46,13 +47,14 @@ while [[ $# -gt 0 ]]; do
     --servers) servers=$2; shift 2 ;;
     --clients) clients=$2; shift 2 ;;
     --transport) transport=$2; shift 2 ;;
+    --fabric) fabric=$2; shift 2 ;;
     *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 RANDOM=$seed
 
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/chaos.XXXXXX")
-export RPMA_HARNESS_FABRIC=$work/fabric
+export RPMA_HARNESS_FABRIC=${fabric:-$work/fabric}
 export RPMA_HARNESS_FABRIC_TRANSPORT=$transport
 export CHAOS_WAIT_S=${CHAOS_WAIT_S:-20}
 stopfile=$work/stop
