@@ -15,10 +15,17 @@
  * waits for before its next operation), then 8 chunks the server filled at start with
  * example_fill(SEED + chunk), which the client reads back and checks. Sends
  * carry [seed][example_fill(seed)]. Flushes (visibility) follow writes.
+ * A burst fills the fabric's rings: two writes of 3 MiB each (a
+ * shared-memory ring holds 2 MiB, and a QP has one request on the wire at a
+ * time, so a message must be larger than the ring to fill it) into the
+ * region's burst area, posted at once, the second with immediate data
+ * BURST_MARK << 24 | seed; the server checks both slots (slot k:
+ * example_fill(seed + k)) when it completes.
  *
  * Every wait has a deadline (CHAOS_WAIT_S, default 20 s, beyond the longest
  * stop chaos.sh makes): missing it is a hang. Exit codes:
- *   0  done (the server: STOPFILE appeared; resources back to baseline)
+ *   0  done (the server: STOPFILE appeared, or sequenced: the fabric went
+ *      quiet; resources back to baseline)
  *   2  usage
  *   3  HANG: a completion or an event did not come within the deadline
  *   4  the peer was lost (an error completion, a refused or broken
@@ -36,6 +43,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
 #include <stdio.h>
@@ -48,16 +56,43 @@
 
 #define CHUNK 4096
 #define CHUNKS 8
-#define REGION (2 * CHUNKS * CHUNK)
 #define READ_AREA (CHUNKS * CHUNK)
+#define BURST_AREA (2 * CHUNKS * CHUNK)
+#define BURST_SLOT (3 << 20)
+#define BURST_SLOTS 2
+#define REGION (BURST_AREA + BURST_SLOTS * BURST_SLOT)
+#define BURST_MARK CHUNKS /* imm >> 24 of a burst's last write */
 #define MSG 256
 #define RECVS 4
 
 enum { kDone = 0, kUsage = 2, kHang = 3, kPeerLost = 4, kLostBytes = 5,
-       kLeak = 6 };
+       kLeak = 6,
+       kQuiet = 100 /* sequenced: no request, and none can come (no exit) */ };
 
 static const char *g_role = "?";
 static long g_ops = 0, g_conns = 0;
+
+/*
+ * Sequenced (RPMA_HARNESS_FABRIC_SEQUENCE set: chaos.sh --sequenced runs
+ * the nodes under the launcher's Sequencer): every NIC step of every
+ * process happens in the order the seed decides, and only while every
+ * process waits in a call the fake controls. So no wall clock here: events
+ * are waited for with a blocking rpma_conn_next_event (not poll(2), which
+ * the Sequencer cannot see), completions with empty polls (each a
+ * releasable wait), and a hang is the Sequencer's deadlock report instead
+ * of a deadline. The server polls its endpoint without blocking and ends
+ * (done) the first time such a poll comes back empty: the Sequencer
+ * releases an empty poll only when no process has a step left to run, so
+ * no client can ever connect again.
+ */
+static int sequenced(void) {
+  static int s = -1;
+  if (s < 0) {
+    const char *v = getenv("RPMA_HARNESS_FABRIC_SEQUENCE");
+    s = v != NULL && *v != '\0';
+  }
+  return s;
+}
 
 static int finish(int code) {
   printf("chaos_node: %s ops %ld conns %ld exit %d\n", g_role, g_ops, g_conns,
@@ -156,12 +191,32 @@ static struct resources snapshot(void) {
 }
 
 /*
- * Back to the baseline: no more fds, memfds or threads than then (a link to
- * a process that was killed may still have been open then, and closed
- * since; a thread that served a link may take a moment to go, so this
- * looks for up to 2 s) and a heap no more than CHAOS_HEAP_SLACK bytes
- * larger (default 256 KiB: allocators keep some slack; a leak per
- * connection over the rounds of a long run grows past it).
+ * The baseline: a snapshot once the process's fds, memfds and threads stop
+ * changing (two snapshots 10 ms apart agree; at most 2 s). A finished
+ * connection's link is closed by the fabric thread a moment after
+ * rpma_conn_delete returns, and with it go the bytes it had queued.
+ */
+static struct resources settled_snapshot(void) {
+  struct resources then = snapshot();
+  for (int i = 0; i < 200; ++i) {
+    usleep(10000);
+    const struct resources now = snapshot();
+    if (now.fds == then.fds && now.memfds == then.memfds &&
+        now.threads == then.threads)
+      return now;
+    then = now;
+  }
+  return then;
+}
+
+/*
+ * Back to the baseline: no more fds, memfds or threads than then and a heap
+ * no more than CHAOS_HEAP_SLACK bytes larger (default 256 KiB: allocators
+ * keep some slack; a leak per connection over the rounds of a long run
+ * grows past it). A link to a process that was killed may still have been
+ * open then, and closed since; the last connection's link (and the bytes
+ * it queued) and a thread that served a link may take a moment to go, so
+ * this looks for up to 2 s.
  */
 static int check_baseline(const struct resources *base) {
   const char *v = getenv("CHAOS_HEAP_SLACK");
@@ -169,7 +224,7 @@ static int check_baseline(const struct resources *base) {
   struct resources now = snapshot();
   for (int i = 0; i < 200; ++i) {
     if (now.fds <= base->fds && now.memfds <= base->memfds &&
-        now.threads <= base->threads)
+        now.threads <= base->threads && now.heap <= base->heap + slack)
       break;
     usleep(10000);
     now = snapshot();
@@ -204,6 +259,7 @@ static int next_wc(struct rpma_cq *cq, struct ibv_wc *wc) {
               rpma_err_2str(ret));
       return -1;
     }
+    if (sequenced()) continue; /* each empty poll is a releasable wait */
     if (now_s() > deadline) return 0;
     usleep(50);
   }
@@ -215,6 +271,7 @@ static int next_wc(struct rpma_cq *cq, struct ibv_wc *wc) {
  */
 static int next_event(struct rpma_conn *conn, double limit,
                       enum rpma_conn_event *event) {
+  if (sequenced()) return rpma_conn_next_event(conn, event) == 0 ? 1 : -1;
   int fd = -1;
   if (rpma_conn_get_event_fd(conn, &fd)) return -1;
   struct pollfd p = {fd, POLLIN, 0};
@@ -263,7 +320,9 @@ static int serve_one(struct rpma_ep *ep, struct rpma_conn_cfg *cfg,
                      struct rpma_mr_local *ack_mr, const char *pdata_buf,
                      size_t pdata_len) {
   struct rpma_conn_req *req = NULL;
-  if (rpma_ep_next_conn_req(ep, cfg, &req)) return kPeerLost;
+  const int got = rpma_ep_next_conn_req(ep, cfg, &req);
+  if (got == RPMA_E_NO_EVENT && sequenced()) return kQuiet;
+  if (got) return kPeerLost;
   for (int i = 0; i < RECVS; ++i) {
     if (rpma_conn_req_recv(req, recv_mr, (size_t)i * MSG, MSG,
                            (void *)(uintptr_t)i)) {
@@ -316,10 +375,20 @@ static int serve_one(struct rpma_ep *ep, struct rpma_conn_cfg *cfg,
     if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
       const uint32_t imm = ntohl(wc.imm_data);
       const uint32_t chunk = imm >> 24;
-      if (chunk >= CHUNKS || wc.byte_len != CHUNK ||
-          example_verify("chaos_node: server (write with imm)",
-                         region + (size_t)chunk * CHUNK, CHUNK,
-                         imm & 0xffffff)) {
+      int bad;
+      if (chunk == BURST_MARK) {
+        bad = wc.byte_len != BURST_SLOT;
+        for (uint32_t k = 0; k < BURST_SLOTS && !bad; ++k)
+          bad = example_verify("chaos_node: server (burst)",
+                               region + BURST_AREA + (size_t)k * BURST_SLOT,
+                               BURST_SLOT, ((imm & 0xffffff) + k) & 0xffffff);
+      } else {
+        bad = chunk >= CHUNKS || wc.byte_len != CHUNK ||
+              example_verify("chaos_node: server (write with imm)",
+                             region + (size_t)chunk * CHUNK, CHUNK,
+                             imm & 0xffffff);
+      }
+      if (bad) {
         fprintf(stderr,
                 "chaos_node: server LOST BYTES: write with imm 0x%x, %u "
                 "bytes\n",
@@ -399,17 +468,19 @@ static int server(const char *addr, const char *port, uint32_t seed,
   (void)rpma_ep_get_fd(ep, &ep_fd);
   struct resources base;
   int have_base = 0, code = kDone;
-  while (access(stopfile, F_OK) != 0) {
+  if (sequenced()) (void)fcntl(ep_fd, F_SETFL, O_NONBLOCK);
+  while (sequenced() || access(stopfile, F_OK) != 0) {
     struct pollfd p = {ep_fd, POLLIN, 0};
-    if (poll(&p, 1, 100) != 1) continue;
+    if (!sequenced() && poll(&p, 1, 100) != 1) continue;
     const int r = serve_one(ep, cfg, region, recv_mr, recvs, ack_mr, pdata,
                             desc_size + 4);
+    if (r == kQuiet) break;
     if (r == kHang || r == kLostBytes) {
       code = r;
       break;
     }
     if (!have_base) {
-      base = snapshot();
+      base = settled_snapshot();
       have_base = 1;
     }
   }
@@ -466,15 +537,20 @@ static int complete(struct rpma_cq *cq, enum ibv_wc_opcode opcode, int ack) {
 
 static int one_round(struct rpma_peer *peer, const char *addr,
                      const char *port, int ops, char *src, char *dst,
-                     struct rpma_mr_local *src_mr, struct rpma_mr_local *dst_mr,
-                     struct rpma_mr_local *ack_mr) {
+                     char *burst, struct rpma_mr_local *src_mr,
+                     struct rpma_mr_local *dst_mr,
+                     struct rpma_mr_local *burst_mr,
+                     struct rpma_mr_local *ack_mr, int burst_first) {
   struct rpma_conn_cfg *cfg = NULL;
   struct rpma_conn_req *req = NULL;
   struct rpma_conn *conn = NULL;
   struct rpma_mr_remote *remote = NULL;
   int code = kDone;
+  /* A burst's writes in flight at once, and their error completions. */
   if (rpma_conn_cfg_new(&cfg)) return kPeerLost;
-  if (rpma_conn_req_new(peer, addr, port, cfg, &req)) {
+  if (rpma_conn_cfg_set_sq_size(cfg, BURST_SLOTS + 4) ||
+      rpma_conn_cfg_set_cq_size(cfg, 2 * BURST_SLOTS + 8) ||
+      rpma_conn_req_new(peer, addr, port, cfg, &req)) {
     (void)rpma_conn_cfg_delete(&cfg);
     return kPeerLost;
   }
@@ -510,7 +586,8 @@ static int one_round(struct rpma_peer *peer, const char *addr,
   struct rpma_cq *cq = NULL;
   (void)rpma_conn_get_cq(conn, &cq);
   for (int i = 0; i < ops && code == kDone; ++i) {
-    const uint32_t pick = next_rand() % 4;
+    const uint32_t r = next_rand() % 9;
+    const uint32_t pick = r == 8 || (i == 0 && burst_first) ? 4 : r % 4;
     const uint32_t chunk = next_rand() % CHUNKS;
     const uint32_t seed = next_rand() & 0xffffff;
     int ret = 0;
@@ -535,6 +612,20 @@ static int one_round(struct rpma_peer *peer, const char *addr,
                         RPMA_F_COMPLETION_ALWAYS, NULL);
         want = IBV_WC_RDMA_READ;
         break;
+      case 4: /* a burst (fills the rings), checked by the server */
+        for (uint32_t k = 0; k < BURST_SLOTS && !ret; ++k) {
+          const size_t at = (size_t)k * BURST_SLOT;
+          example_fill(burst + at, BURST_SLOT, (seed + k) & 0xffffff);
+          if (k + 1 < BURST_SLOTS)
+            ret = rpma_write(conn, remote, BURST_AREA + at, burst_mr, at,
+                             BURST_SLOT, RPMA_F_COMPLETION_ON_ERROR, NULL);
+          else
+            ret = rpma_write_with_imm(conn, remote, BURST_AREA + at, burst_mr,
+                                      at, BURST_SLOT, RPMA_F_COMPLETION_ALWAYS,
+                                      BURST_MARK << 24 | seed, NULL);
+        }
+        want = IBV_WC_RDMA_WRITE;
+        break;
       default: /* a write, then its flush to visibility */
         example_fill(src, CHUNK, seed);
         ret = rpma_write(conn, remote, (size_t)chunk * CHUNK, src_mr, 0, CHUNK,
@@ -550,8 +641,8 @@ static int one_round(struct rpma_peer *peer, const char *addr,
       code = kPeerLost;
       break;
     }
-    code = complete(cq, want, pick == 0);
-    if (code == kDone && pick == 0 &&
+    code = complete(cq, want, pick == 0 || pick == 4);
+    if (code == kDone && (pick == 0 || pick == 4) &&
         rpma_recv(conn, ack_mr, 0, 8, NULL) != 0)
       code = kPeerLost;
     if (code == kDone && pick == 2 &&
@@ -580,21 +671,27 @@ static int client(const char *addr, const char *port, uint32_t seed,
   for (int round = 0; round < rounds && code == kDone; ++round) {
     if (stopfile != NULL && access(stopfile, F_OK) == 0) break;
     struct rpma_peer *peer = NULL;
-    struct rpma_mr_local *src_mr = NULL, *dst_mr = NULL, *ack_mr = NULL;
+    struct rpma_mr_local *src_mr = NULL, *dst_mr = NULL, *ack_mr = NULL,
+                         *burst_mr = NULL;
     char *src = example_malloc(CHUNK);
     char *dst = example_malloc(CHUNK);
     char *ack = example_malloc(8);
-    if (src == NULL || dst == NULL || ack == NULL) return finish(1);
+    char *burst = example_malloc(BURST_SLOTS * BURST_SLOT);
+    if (src == NULL || dst == NULL || ack == NULL || burst == NULL)
+      return finish(1);
     if (example_peer_new(addr, RPMA_UTIL_IBV_CONTEXT_REMOTE, &peer) ||
         rpma_mr_reg(peer, src, CHUNK,
                     RPMA_MR_USAGE_WRITE_SRC | RPMA_MR_USAGE_SEND, &src_mr) ||
         rpma_mr_reg(peer, dst, CHUNK, RPMA_MR_USAGE_READ_DST, &dst_mr) ||
-        rpma_mr_reg(peer, ack, 8, RPMA_MR_USAGE_RECV, &ack_mr)) {
+        rpma_mr_reg(peer, ack, 8, RPMA_MR_USAGE_RECV, &ack_mr) ||
+        rpma_mr_reg(peer, burst, BURST_SLOTS * BURST_SLOT,
+                    RPMA_MR_USAGE_WRITE_SRC, &burst_mr)) {
       code = kPeerLost;
     } else {
-      code = one_round(peer, addr, port, ops, src, dst, src_mr, dst_mr,
-                       ack_mr);
+      code = one_round(peer, addr, port, ops, src, dst, burst, src_mr, dst_mr,
+                       burst_mr, ack_mr, round == 0);
     }
+    (void)rpma_mr_dereg(&burst_mr);
     (void)rpma_mr_dereg(&ack_mr);
     (void)rpma_mr_dereg(&dst_mr);
     (void)rpma_mr_dereg(&src_mr);
@@ -602,7 +699,11 @@ static int client(const char *addr, const char *port, uint32_t seed,
     free(src);
     free(dst);
     free(ack);
-    if (round == 0) base = snapshot();
+    free(burst);
+    /* The baseline: after a first round that began with a burst, so that
+     * the NIC's payload scratch buffer, which keeps up to 4 MiB once a
+     * message grew it (FakeNic::ReleaseLargePayload), is at its size. */
+    if (round == 0) base = settled_snapshot();
   }
   if (code == kDone && rounds > 1 && check_baseline(&base)) code = kLeak;
   return finish(code);

@@ -6,6 +6,7 @@
 #   sh_cases_suite Dropin
 #   check NAME COMMAND...     # a case: passes when COMMAND exits 0
 #   skip NAME WHY             # a case that cannot run here (counted skipped)
+#   sh_cases_any_failed       # true once a case has failed
 #   finish                    # writes the XML; exits 1 if any case failed
 
 _sh_cases=()  # "name|state|message": state 1 pass, 0 fail, s skipped
@@ -29,6 +30,12 @@ check() {
 skip() {
   _sh_cases+=("$1|s|$2")
   echo "SKIP $1: $2"
+}
+
+sh_cases_any_failed() {
+  local c
+  for c in "${_sh_cases[@]}"; do [[ $c == *"|0|"* ]] && return 0; done
+  return 1
 }
 
 _sh_escape() { sed 's/&/\&amp;/g; s/</\&lt;/g; s/>/\&gt;/g; s/"/\&quot;/g'; }
