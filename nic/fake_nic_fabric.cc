@@ -652,10 +652,25 @@ int Fabric::DialPath(const std::string& addr, uint16_t port, bool wildcard,
       return address.error();
     }
     const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return errno;
+    if (fd < 0) {
+      const int err = errno;
+      fprintf(stderr, "fake_nic fabric: cannot dial %s: socket: %s\n",
+              path.c_str(), strerror(err));
+      return err;
+    }
     if (connect(fd, address.addr(), address.len()) != 0) {
-      last = errno;
+      const int err = errno;
       close(fd);
+      // No file: nobody listens there. ECONNREFUSED: a listener's file
+      // whose process is gone (or no socket at all). Both are the
+      // REJECTED a connect to a port nobody listens on gets; anything else
+      // is not, and is said (the connect still gets REJECTED).
+      if (err != ENOENT && err != ECONNREFUSED) {
+        fprintf(stderr, "fake_nic fabric: cannot dial %s: %s\n", path.c_str(),
+                strerror(err));
+      }
+      // The address's own listener's answer wins over the wildcard's.
+      if (last == ECONNREFUSED || last == ENOENT) last = err;
       continue;
     }
     // The listener must be this user's (or the shared group's) process:

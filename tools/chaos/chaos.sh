@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # chaos.sh: the fabric chaos test. Servers and clients (chaos_node), each
 # its own process on one fake-NIC fabric directory, run writes with
-# immediate data, sends, reads and flushes round after round, while a
-# seeded driver SIGKILLs and SIGSTOPs / SIGCONTs them at random points and
-# restarts what it killed. Then it checks, as cases:
+# immediate data, sends, reads, flushes and 3 MiB bursts (which fill the
+# shared-memory rings) round after round, while a seeded driver, at random
+# points, SIGKILLs or SIGSEGVs them (and restarts them), SIGSTOPs and
+# SIGCONTs them, asks them to exit(3) mid-frame (SIGUSR1), fills the fabric
+# directory with junk and sends stray clients at it, or removes the
+# directory. Then it checks, as cases:
 #
 #   NoHang                 every process ended by itself (or by our kill)
 #                          within its deadline; none reported a hang
 #   NoLostBytes            no success completion promised bytes that were not
-#                          there (write with imm and send checked by the
-#                          server, read checked by the client)
+#                          there (write with imm, burst and send checked by
+#                          the server, read checked by the client)
 #   SurvivorsSeeCleanErrors every process not killed by us exited 0 (done)
 #                          or 4 (its peer was lost: an error completion or
-#                          a refused connection), never by a signal or
-#                          another code
+#                          a refused connection) -- or 7 when we asked it
+#                          to exit mid-frame -- never by a signal or another
+#                          code
 #   ResourcesBackToBaseline every process that finished checked its fds,
 #                          memfds, threads and heap against the baseline
 #                          after its first connection (exit 6 otherwise)
 #   OperationsHappened     the run did real work: operations completed on
 #                          both sides, connections made after kills
+#   StraysRefusedByJunk    every stray client sent at a junk listener name
+#                          was refused (exit 4)
+#   RingsFilled            (shm) frames did find a ring full
 #
 #   chaos.sh NODE [--seed S] [--seconds T] [--servers N] [--clients M]
 #            [--transport shm|socket] [--fabric DIR]
@@ -89,7 +96,8 @@ addr=192.168.0.1
 base_port=$((7400 + RANDOM % 400))
 
 declare -A pid_of role_of killed_by_us log_of
-started=0 kills=0 stops=0 restarts=0
+started=0 kills=0 segvs=0 exits_asked=0 exits_mid_frame=0 stops=0 restarts=0
+ulimit -c 0
 results=()  # "name role rc killed"
 
 start() {  # start NAME ROLE ARGS...
@@ -261,15 +269,25 @@ run_wall_clock() {
     pid=${pid_of[$victim]}
     case $((RANDOM % 16)) in
       [0-5])
+        # Mostly SIGKILL; 1 in 3 SIGSEGV (the same end for the peers, by
+        # another signal; no core: ulimit -c 0 above).
         killed_by_us[$victim]=1
-        kill -KILL "$pid" 2>/dev/null && kills=$((kills + 1))
+        if ((RANDOM % 3 == 0)); then
+          kill -SEGV "$pid" 2>/dev/null && segvs=$((segvs + 1))
+        else
+          kill -KILL "$pid" 2>/dev/null && kills=$((kills + 1))
+        fi
         ;;
       [6-9])
         kill -STOP "$pid" 2>/dev/null && stops=$((stops + 1))
         sleep "0.$((1 + RANDOM % 8))"
         kill -CONT "$pid" 2>/dev/null
         ;;
-      1[0-2]) ;;  # a quiet moment
+      10)  # exit(3) at its next post, mid-frame (chaos_node: exit code 7)
+        killed_by_us[$victim]=2
+        kill -USR1 "$pid" 2>/dev/null && exits_asked=$((exits_asked + 1))
+        ;;
+      1[12]) ;;  # a quiet moment
       1[34]) junk_and_stray ;;
       15) remove_fabric ;;
     esac
@@ -318,7 +336,8 @@ summary() {
   else
     echo "seed $seed, ${seconds}s, $servers servers, $clients clients, transport $transport:"
   fi
-  echo "  $started processes started, $kills SIGKILLs, $stops SIGSTOP/SIGCONTs, $restarts restarts"
+  echo "  $started processes started, $kills SIGKILLs, $segvs SIGSEGVs, $stops SIGSTOP/SIGCONTs, $restarts restarts"
+  echo "  $exits_asked asked to exit mid-frame (SIGUSR1), $exits_mid_frame of them did (the others ended first)"
   [[ -n $launcher ]] ||
     echo "  fabric directory: removed $removals times; junk put in $junk times, $strays stray clients sent at it ($strays_refused refused)"
   echo "  operations completed: $ops_client by clients, $ops_server received by servers; $conns connections"
@@ -337,7 +356,10 @@ for r in "${results[@]}"; do
   # The counts are the process's so far: its last line has them all.
   full=$(sed -n 's/.* \([0-9]*\) frames found the ring full.*/\1/p' "$log" | tail -1)
   ring_full=$((ring_full + ${full:-0}))
-  if ((killed)) && [[ $rc == 137 ]]; then continue; fi
+  if ((killed == 1)) && [[ $rc == 137 || $rc == 139 ]]; then continue; fi
+  # (138: SIGUSR1 came before main() set its handler: a kill, in effect)
+  if ((killed == 2)) && [[ $rc == 138 ]]; then continue; fi
+  if ((killed == 2)) && [[ $rc == 7 ]]; then exits_mid_frame=$((exits_mid_frame + 1)); continue; fi
   if [[ $role == stray ]]; then
     if [[ $rc == 4 ]]; then strays_refused=$((strays_refused + 1)); else bad_stray+=("$name exit $rc ($log)"); fi
     continue

@@ -33,7 +33,12 @@
  *   5  LOST BYTES: a success completion promised bytes that are not there
  *   6  LEAK: fds, memfds, threads or heap not back to the baseline taken
  *      after the first connection's teardown
- * Each process ends with one line "chaos_node: <role> ops N conns N exit N".
+ *   7  asked to exit (SIGUSR1): exit(3) at the next post, with that
+ *      operation on the wire (a burst's 3 MiB frame half sent), without
+ *      disconnecting: the static destructors run while the NIC's threads
+ *      work, and the peer sees the link end mid-frame
+ * Each process ends with one line "chaos_node: <role> ops N conns N exit N"
+ * (but for 7, which ends at once).
  *
  * For the soak (soak.sh): CHAOS_PROGRESS set prints "chaos_node: <role>
  * progress ops N conns N" at most once a second as operations complete,
@@ -46,6 +51,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,11 +72,24 @@
 #define RECVS 4
 
 enum { kDone = 0, kUsage = 2, kHang = 3, kPeerLost = 4, kLostBytes = 5,
-       kLeak = 6,
+       kLeak = 6, kExitedMidFrame = 7,
        kQuiet = 100 /* sequenced: no request, and none can come (no exit) */ };
 
 static const char *g_role = "?";
 static long g_ops = 0, g_conns = 0;
+
+/* SIGUSR1: exit at the next post (exit code 7). */
+static volatile sig_atomic_t g_exit_asked = 0;
+static void ask_exit(int sig) {
+  (void)sig;
+  g_exit_asked = 1;
+}
+/* Right after a post: the operation is on its way. */
+static void exit_if_asked(void) {
+  if (!g_exit_asked) return;
+  printf("chaos_node: %s exits mid-frame\n", g_role);
+  exit(kExitedMidFrame);
+}
 
 /*
  * Sequenced (RPMA_HARNESS_FABRIC_SEQUENCE set: chaos.sh --sequenced runs
@@ -275,8 +294,12 @@ static int next_event(struct rpma_conn *conn, double limit,
   int fd = -1;
   if (rpma_conn_get_event_fd(conn, &fd)) return -1;
   struct pollfd p = {fd, POLLIN, 0};
-  const int ms = (int)(limit * 1000);
-  const int r = poll(&p, 1, ms);
+  const double deadline = now_s() + limit;
+  int r;
+  do { /* a signal (SIGUSR1, SIGCONT) ends poll(2) early: poll on */
+    const double left = deadline - now_s();
+    r = poll(&p, 1, left > 0 ? (int)(left * 1000) : 0);
+  } while (r < 0 && errno == EINTR);
   if (r == 0) return 0;
   if (r < 0) return -1;
   return rpma_conn_next_event(conn, event) == 0 ? 1 : -1;
@@ -400,6 +423,7 @@ static int serve_one(struct rpma_ep *ep, struct rpma_conn_cfg *cfg,
       /* Checked: the client may write this chunk again. */
       if (rpma_send(conn, ack_mr, 0, 8, RPMA_F_COMPLETION_ALWAYS, NULL))
         break;
+      exit_if_asked();
     } else if (wc.opcode == IBV_WC_RECV) {
       uint32_t seed = 0;
       memcpy(&seed, recvs + slot * MSG, 4);
@@ -641,6 +665,7 @@ static int one_round(struct rpma_peer *peer, const char *addr,
       code = kPeerLost;
       break;
     }
+    exit_if_asked();
     code = complete(cq, want, pick == 0 || pick == 4);
     if (code == kDone && (pick == 0 || pick == 4) &&
         rpma_recv(conn, ack_mr, 0, 8, NULL) != 0)
@@ -711,6 +736,7 @@ static int client(const char *addr, const char *port, uint32_t seed,
 
 int main(int argc, char *argv[]) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGUSR1, ask_exit);
   if (argc == 6 && strcmp(argv[1], "server") == 0)
     return server(argv[2], argv[3], (uint32_t)strtoul(argv[4], NULL, 0),
                   argv[5]);

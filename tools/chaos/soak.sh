@@ -75,27 +75,45 @@ chaos_pid=$!
 
 # Example pairs, one after another.
 (
-  port=7350 runs=0 failed=0
+  port=7350 runs=0 failed=0 longest_ms=0
   while [[ ! -e $outdir/stop-examples ]]; do
     port=$((7350 + (runs % 40)))
-    "$ex_server" "$addr" "$port" >"$outdir/example_server.log" 2>&1 &
+    rm -f "$outdir/example_server.trace" "$outdir/example_client.trace"
+    RPMA_HARNESS_TRACE=$outdir/example_server.trace \
+      "$ex_server" "$addr" "$port" >"$outdir/example_server.log" 2>&1 &
     s=$!
-    for _ in $(seq 200); do
-      grep -q listening "$outdir/example_server.log" 2>/dev/null && break
+    # The client starts once the server says it listens (up to 60 s: under
+    # the soak's load a start can be slow; how slow is kept).
+    t0=$(date +%s%N) listening=0
+    while (( $(date +%s%N) - t0 < 60000000000 )); do
+      grep -q listening "$outdir/example_server.log" 2>/dev/null && { listening=1; break; }
       sleep 0.01
     done
-    timeout 60 "$ex_client" "$addr" "$port" 0xcafe0001 written-with-imm >>"$outdir/examples.log" 2>&1
+    waited_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    ((waited_ms > longest_ms)) && longest_ms=$waited_ms
+    ((listening)) || echo "soak: example server on port $port not listening after ${waited_ms} ms" >>"$outdir/examples.log"
+    RPMA_HARNESS_TRACE=$outdir/example_client.trace \
+      timeout 60 "$ex_client" "$addr" "$port" 0xcafe0001 written-with-imm >>"$outdir/examples.log" 2>&1
     c=$?
+    if ((c != 0)); then  # what the client's NIC saw, and what the directory held
+      keep=$outdir/example-failure-$((runs + 1))
+      mkdir -p "$keep"
+      cp "$outdir/example_client.trace" "$keep/" 2>/dev/null
+      ls -la "$RPMA_HARNESS_FABRIC" >"$keep/fabric-ls.txt" 2>&1
+      echo "server waited for: ${waited_ms} ms (listening: $listening)" >"$keep/wait.txt"
+    fi
     # A server whose client failed may wait for ever: 10 s, then it goes.
     for _ in $(seq 1000); do kill -0 "$s" 2>/dev/null || break; sleep 0.01; done
     kill -KILL "$s" 2>/dev/null
     wait "$s"
     sv=$?
+    [[ -n ${keep:-} ]] && cp "$outdir/example_server.trace" "$outdir/example_server.log" "$keep/" 2>/dev/null
+    keep=""
     ((c == 0)) || echo "soak: example pair run $((runs + 1)) on port $port failed (client exit $c)" >>"$outdir/examples.log"
     cat "$outdir/example_server.log" >>"$outdir/examples.log"
     runs=$((runs + 1))
     ((c == 0 && sv == 0)) || failed=$((failed + 1))
-    echo "$runs $failed" >"$outdir/examples.count"
+    echo "$runs $failed $longest_ms" >"$outdir/examples.count"
   done
 ) &
 examples_pid=$!
@@ -144,9 +162,9 @@ soak_pair_clean() {
   [[ $client_rc == 0 && $server_rc == 0 ]]
 }
 examples_passed() {
-  local runs failed
-  read -r runs failed <"$outdir/examples.count"
-  echo "$runs example pair runs, $failed failed"
+  local runs failed longest
+  read -r runs failed longest <"$outdir/examples.count"
+  echo "$runs example pair runs, $failed failed; the slowest server took $longest ms to listen"
   [[ $runs -gt 0 && $failed == 0 ]]
 }
 chaos_clean() {
