@@ -62,6 +62,7 @@ TEST(FuzzCorpusTest, MrDescriptor) {
 TEST(FuzzCorpusTest, RpmaApi) { Replay("rpma_api", FuzzRpmaApi); }
 
 TEST(FuzzCorpusTest, FaultFile) { Replay("fault_file", FuzzFaultFile); }
+TEST(FuzzCorpusTest, ReplayTrace) { Replay("replay_trace", FuzzReplayTrace); }
 
 TEST(FuzzCorpusTest, CrashJournal) {
   Replay("crash_journal", FuzzCrashJournal);

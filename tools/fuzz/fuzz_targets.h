@@ -26,6 +26,8 @@ int FuzzScenarioParser(const uint8_t* data, size_t size);
 // fault_file_fuzz.cc: text through ParseFaultFileText (RPMA_HARNESS_FAULTS).
 int FuzzFaultFile(const uint8_t* data, size_t size);
 int FuzzCrashJournal(const uint8_t* data, size_t size);
+// replay_trace_fuzz.cc: bytes as a `--replay` recording (FirstDivergence).
+int FuzzReplayTrace(const uint8_t* data, size_t size);
 
 }  // namespace rpma_harness
 

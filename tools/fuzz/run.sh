@@ -46,6 +46,7 @@ declare -A LIMITS=(
   [scenario_parser]="-rss_limit_mb=512 -malloc_limit_mb=64 -max_len=70000"
   [fault_file]="-rss_limit_mb=512 -max_len=70000"
   [crash_journal]="-rss_limit_mb=512 -max_len=20000"
+  [replay_trace]="-rss_limit_mb=512 -max_len=140000"
 )
 declare -A TARGET_ASAN=(
   [scenario_parser]="quarantine_size_mb=16"
@@ -59,8 +60,11 @@ declare -A SOURCES=(
 )
 if [ -f tools/scenario/scenario_parser.cc ]; then
   ENTRY[scenario_parser]=FuzzScenarioParser
+  ENTRY[replay_trace]=FuzzReplayTrace
   SOURCES[scenario_parser]="tools/fuzz/scenario_parser_fuzz.cc tools/scenario/scenario_parser.cc tools/scenario/scenario_budget.cc tools/scenario/scenario_runner.cc crash/crash_check.cc crash/persistence_model.cc"
   LIBS[scenario_parser]="-lyaml-cpp"
+  SOURCES[replay_trace]="tools/fuzz/replay_trace_fuzz.cc tools/scenario/scenario_parser.cc tools/scenario/scenario_budget.cc tools/scenario/scenario_runner.cc crash/crash_check.cc crash/persistence_model.cc"
+  LIBS[replay_trace]="-lyaml-cpp"
 fi
 
 # What every target links: the fake NIC, the rpma layer, the backends.
