@@ -451,7 +451,8 @@ Fabric::~Fabric() {
   if (node_lock_fd_ >= 0) close(node_lock_fd_);  // the number is free again
   // env RPMA_HARNESS_FABRIC_STATS=1|0: 1: at the end of each fabric, print
   //   the shared-memory transport's counts (doorbells, who handled the
-  //   frames); 0 or empty: not. Any other value is reported, not printed.
+  //   frames) and say every failed dial with what its name was then; 0 or
+  //   empty: not. Any other value is reported, not printed.
   const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
   if (stats != nullptr && *stats != '\0' && strcmp(stats, "0") != 0 &&
       strcmp(stats, "1") != 0) {
@@ -665,9 +666,18 @@ int Fabric::DialPath(const std::string& addr, uint16_t port, bool wildcard,
       // whose process is gone (or no socket at all). Both are the
       // REJECTED a connect to a port nobody listens on gets; anything else
       // is not, and is said (the connect still gets REJECTED).
-      if (err != ENOENT && err != ECONNREFUSED) {
-        fprintf(stderr, "fake_nic fabric: cannot dial %s: %s\n", path.c_str(),
-                strerror(err));
+      // With RPMA_HARNESS_FABRIC_STATS=1 every failed dial is said, with
+      // what the name was then (for a refusal that should not be).
+      const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
+      const bool verbose = stats != nullptr && strcmp(stats, "1") == 0;
+      if ((err != ENOENT && err != ECONNREFUSED) || verbose) {
+        struct stat st;
+        const bool there = lstat(path.c_str(), &st) == 0;
+        fprintf(stderr, "fake_nic fabric: cannot dial %s: %s (%s)\n",
+                path.c_str(), strerror(err),
+                !there                 ? "no such name now"
+                : S_ISSOCK(st.st_mode) ? "a socket is there now"
+                                       : "something else is there now");
       }
       // The address's own listener's answer wins over the wildcard's.
       if (last == ECONNREFUSED || last == ENOENT) last = err;

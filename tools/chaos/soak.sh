@@ -56,7 +56,9 @@ export CHAOS_WAIT_S=${CHAOS_WAIT_S:-20}
 addr=192.168.0.1
 soak_port=7300
 
-# The soak pair.
+# The soak pair (an --out directory may hold an earlier run's logs).
+rm -f "$outdir/soak_server.log" "$outdir/soak_client.log" "$outdir/stop-server" \
+  "$outdir/stop-client" "$outdir/stop-examples"
 CHAOS_PROGRESS=1 "$node" server "$addr" "$soak_port" 4242 "$outdir/stop-server" \
   >"$outdir/soak_server.log" 2>&1 &
 server_pid=$!
@@ -78,7 +80,12 @@ chaos_pid=$!
   port=7350 runs=0 failed=0 longest_ms=0
   while [[ ! -e $outdir/stop-examples ]]; do
     port=$((7350 + (runs % 40)))
-    rm -f "$outdir/example_server.trace" "$outdir/example_client.trace"
+    # The log goes before the server starts: the shell truncates it only in
+    # the forked child, and a grep that runs first would find the last
+    # run's "listening" line and start the client before this server
+    # listens (that was the "refused by a listening server" of earlier
+    # soaks: REJECTED status 8, no such name yet).
+    rm -f "$outdir/example_server.trace" "$outdir/example_client.trace" "$outdir/example_server.log"
     RPMA_HARNESS_TRACE=$outdir/example_server.trace \
       "$ex_server" "$addr" "$port" >"$outdir/example_server.log" 2>&1 &
     s=$!
@@ -86,13 +93,13 @@ chaos_pid=$!
     # the soak's load a start can be slow; how slow is kept).
     t0=$(date +%s%N) listening=0
     while (( $(date +%s%N) - t0 < 60000000000 )); do
-      grep -q listening "$outdir/example_server.log" 2>/dev/null && { listening=1; break; }
+      grep -q "listening on $addr:$port" "$outdir/example_server.log" 2>/dev/null && { listening=1; break; }
       sleep 0.01
     done
     waited_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     ((waited_ms > longest_ms)) && longest_ms=$waited_ms
     ((listening)) || echo "soak: example server on port $port not listening after ${waited_ms} ms" >>"$outdir/examples.log"
-    RPMA_HARNESS_TRACE=$outdir/example_client.trace \
+    RPMA_HARNESS_TRACE=$outdir/example_client.trace RPMA_HARNESS_FABRIC_STATS=1 \
       timeout 60 "$ex_client" "$addr" "$port" 0xcafe0001 written-with-imm >>"$outdir/examples.log" 2>&1
     c=$?
     if ((c != 0)); then  # what the client's NIC saw, and what the directory held
