@@ -2,6 +2,7 @@
 // librpma itself returns (librpma 1.2, checked by tests/api_abuse_test.sh
 // against Debian's librpma.so.0), since a program may print or compare them.
 
+#include "rpma/internal.h"
 #include "rpma/librpma.h"
 
 extern "C" const char* rpma_err_2str(int ret) {
@@ -35,7 +36,9 @@ extern "C" const char* rpma_err_2str(int ret) {
 
 extern "C" const char* rpma_utils_conn_event_2str(
     enum rpma_conn_event conn_event) {
-  switch (conn_event) {
+  // Any int from a C caller: read as an int, never loaded as the enum
+  // (internal.h EnumAsInt; found by the rpma_api fuzzer under UBSan).
+  switch (rpma_harness::internal::EnumAsInt(conn_event)) {
     case RPMA_CONN_UNDEFINED:
       return "Undefined connection event";
     case RPMA_CONN_ESTABLISHED:
