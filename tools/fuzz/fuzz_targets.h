@@ -18,8 +18,9 @@ int FuzzFakeNicWr(const uint8_t* data, size_t size);
 // rpma_mr_remote_from_descriptor, and a write through a decoded descriptor.
 int FuzzMrDescriptor(const uint8_t* data, size_t size);
 // Random librpma 1.3 call sequences (read, flush, atomic write, SRQs, peer
-// configurations, completion channels, MR advice, logging) on a connected
-// rpma pair.
+// configurations, completion channels, MR advice, logging, the getters,
+// requests deleted and rejected: every function of librpma.h) on a
+// connected rpma pair.
 int FuzzRpmaApi(const uint8_t* data, size_t size);
 // Arbitrary text through the scenario parser (tools/scenario).
 int FuzzScenarioParser(const uint8_t* data, size_t size);
