@@ -445,6 +445,15 @@ void Fabric::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+// RPMA_HARNESS_FABRIC_STATS=1 (see ~Fabric): the counts at the end, and
+// every failed dial said.
+bool FabricStatsOn() {
+  const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
+  return stats != nullptr && strcmp(stats, "1") == 0;
+}
+}  // namespace
+
 Fabric::~Fabric() {
   Stop();
   if (node_ != 0) Unpublish("node", static_cast<uint16_t>(node_));
@@ -461,7 +470,7 @@ Fabric::~Fabric() {
             "the counts) or 0; not printing them\n",
             stats);
   }
-  if (stats != nullptr && strcmp(stats, "1") == 0) {
+  if (FabricStatsOn()) {
     fprintf(stderr,
             "fake_nic fabric stats (pid %d): %llu doorbells sent (%llu of "
             "them for room), %llu frames found the ring full, %llu filler "
@@ -668,9 +677,7 @@ int Fabric::DialPath(const std::string& addr, uint16_t port, bool wildcard,
       // is not, and is said (the connect still gets REJECTED).
       // With RPMA_HARNESS_FABRIC_STATS=1 every failed dial is said, with
       // what the name was then (for a refusal that should not be).
-      const char* stats = getenv("RPMA_HARNESS_FABRIC_STATS");
-      const bool verbose = stats != nullptr && strcmp(stats, "1") == 0;
-      if ((err != ENOENT && err != ECONNREFUSED) || verbose) {
+      if ((err != ENOENT && err != ECONNREFUSED) || FabricStatsOn()) {
         struct stat st;
         const bool there = lstat(path.c_str(), &st) == 0;
         fprintf(stderr, "fake_nic fabric: cannot dial %s: %s (%s)\n",

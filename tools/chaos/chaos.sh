@@ -59,7 +59,7 @@ sh_cases_suite FabricChaos
 
 node=$(realpath "$1")
 shift
-seed=1 seconds=12 servers=2 clients=4 transport=shm fabric="" launcher="" runs=10
+seed=1 seconds=12 servers=2 clients=4 transport=shm fabric="" runs=10
 sequenced=0 launcher_path=""
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -319,11 +319,10 @@ run_wall_clock() {
     kill -KILL "${pid_of[$name]}" 2>/dev/null
     reap "$name"
   done
-
 }
 
 hung=()
-if [[ -n $launcher ]]; then
+if ((sequenced)); then
   run_sequenced
 else
   run_wall_clock
@@ -331,14 +330,14 @@ fi
 
 ops_client=0 ops_server=0 conns=0 clean=0 peer_lost=0 ring_full=0
 summary() {
-  if [[ -n $launcher ]]; then
+  if ((sequenced)); then
     echo "sequenced, seeds $seed..$((seed + runs - 1)) (each run twice), 1 server, $clients clients:"
   else
     echo "seed $seed, ${seconds}s, $servers servers, $clients clients, transport $transport:"
   fi
   echo "  $started processes started, $kills SIGKILLs, $segvs SIGSEGVs, $stops SIGSTOP/SIGCONTs, $restarts restarts"
   echo "  $exits_asked asked to exit mid-frame (SIGUSR1), $exits_mid_frame of them did (the others ended first)"
-  [[ -n $launcher ]] ||
+  ((sequenced)) ||
     echo "  fabric directory: removed $removals times; junk put in $junk times, $strays stray clients sent at it ($strays_refused refused)"
   echo "  operations completed: $ops_client by clients, $ops_server received by servers; $conns connections"
   echo "  ended: $clean done, $peer_lost with their peer lost (exit 4); $ring_full frames found a ring full"
@@ -399,7 +398,7 @@ did_work() {
     echo "too little happened to judge"; return 1; }
 }
 check OperationsHappened did_work
-if [[ -z $launcher ]]; then
+if ((!sequenced)); then
   strays_ok() { show "strays not refused" "${bad_stray[@]}"; }
   if ((strays > 0)); then
     check StraysRefusedByJunk strays_ok
@@ -407,18 +406,18 @@ if [[ -z $launcher ]]; then
     skip StraysRefusedByJunk "the seed sent no stray client in ${seconds}s"
   fi
 fi
-if [[ -z $launcher && $transport == shm ]]; then
+if ((!sequenced)) && [[ $transport == shm ]]; then
   rings_full() {
     ((ring_full > 0)) || { echo "no frame found a ring full: the bursts did not fill one"; return 1; }
   }
   check RingsFilled rings_full
 fi
-if [[ -n $launcher ]]; then
+if ((sequenced)); then
   check ReplaysFromItsSeed show "not replayed" "${replay_diffs[@]}"
 fi
 if sh_cases_any_failed; then
   echo "kept for a look: $work"
-  if [[ -n $launcher ]]; then
+  if ((sequenced)); then
     echo "a failing seed S replays alone (and twice): tools/harness chaos --sequenced --seed S --runs 1 --clients $clients"
     cat "$work/plans"
   fi

@@ -23,7 +23,8 @@
  * example_fill(seed + k)) when it completes.
  *
  * Every wait has a deadline (CHAOS_WAIT_S, default 20 s, beyond the longest
- * stop chaos.sh makes): missing it is a hang. Exit codes:
+ * stop chaos.sh makes): missing it is a hang -- but when sequenced (below),
+ * where the Sequencer's deadlock report is the hang. Exit codes:
  *   0  done (the server: STOPFILE appeared, or sequenced: the fabric went
  *      quiet; resources back to baseline)
  *   2  usage
