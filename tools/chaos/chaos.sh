@@ -98,7 +98,10 @@ base_port=$((7400 + RANDOM % 400))
 declare -A pid_of role_of killed_by_us log_of
 started=0 kills=0 segvs=0 exits_asked=0 exits_mid_frame=0 stops=0 restarts=0
 ulimit -c 0
-results=()  # "name role rc killed"
+# A SIGSEGV we send is a death, not a bug for ASan to report (it would
+# abort with 134 instead of dying by the signal, 139).
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0
+results=()  # "name role rc killed log" (killed: the ends our signals explain)
 
 start() {  # start NAME ROLE ARGS...
   local name=$1 role=$2
@@ -108,7 +111,7 @@ start() {  # start NAME ROLE ARGS...
   pid_of[$name]=$!
   role_of[$name]=$role
   log_of[$name]=$log
-  killed_by_us[$name]=0
+  killed_by_us[$name]=-  # the exit statuses our signals explain (",137,...")
   started=$((started + 1))
 }
 server_args() { echo "$addr $((base_port + $1)) $((1000 + $1)) $stopfile"; }
@@ -171,10 +174,10 @@ run_sequenced() {
         local log=$work/seq$s.$label.log
         grep -F "[$label] " "$out" | sed "s/^\[$label\] //" >"$log"
         line=$(grep -F "launcher: ok $label (" "$out" || grep -F "launcher: FAIL $label:" "$out")
-        local code=255 killed=0
+        local code=255 killed=-
         case $line in
           *"(exit code "*) code=$(sed 's/.*(exit code \([0-9]*\)).*/\1/' <<<"$line") ;;
-          *"killed by signal 9"*) code=137 killed=1 ;;
+          *"killed by signal 9"*) code=137 killed=,137 ;;
           *deadlocked* | *hung*) code=3 ;;  # counted under NoHang
         esac
         results+=("$label ${label%%[0-9]*} $code $killed $log")
@@ -201,7 +204,9 @@ junk_and_stray() {
     1) mkfifo "$path" ;;
     2) mkdir "$path" ;;
     3) ln -s /dev/zero "$path" ;;
-    4) python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$path" ;;
+    4) # bound by its name in the directory: sun_path holds 108 bytes
+      (cd "$dir" && python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+        "l-$addr-$port") ;;
   esac
   for ((k = 0; k < 100; ++k)); do echo junk >"$dir/junk-$junk-$k"; done
   junk=$((junk + 1))
@@ -221,7 +226,7 @@ remove_fabric() {
   local name
   for name in "${!pid_of[@]}"; do
     [[ ${role_of[$name]} == server ]] || continue
-    killed_by_us[$name]=1
+    killed_by_us[$name]+=,137
     kill -KILL "${pid_of[$name]}" 2>/dev/null && kills=$((kills + 1))
   done
 }
@@ -271,10 +276,11 @@ run_wall_clock() {
       [0-5])
         # Mostly SIGKILL; 1 in 3 SIGSEGV (the same end for the peers, by
         # another signal; no core: ulimit -c 0 above).
-        killed_by_us[$victim]=1
         if ((RANDOM % 3 == 0)); then
+          killed_by_us[$victim]+=,139
           kill -SEGV "$pid" 2>/dev/null && segvs=$((segvs + 1))
         else
+          killed_by_us[$victim]+=,137
           kill -KILL "$pid" 2>/dev/null && kills=$((kills + 1))
         fi
         ;;
@@ -284,7 +290,8 @@ run_wall_clock() {
         kill -CONT "$pid" 2>/dev/null
         ;;
       10)  # exit(3) at its next post, mid-frame (chaos_node: exit code 7)
-        killed_by_us[$victim]=2
+        # 138: SIGUSR1 came before main() set its handler (a kill, in effect).
+        killed_by_us[$victim]+=,7,138
         kill -USR1 "$pid" 2>/dev/null && exits_asked=$((exits_asked + 1))
         ;;
       1[12]) ;;  # a quiet moment
@@ -355,10 +362,12 @@ for r in "${results[@]}"; do
   # The counts are the process's so far: its last line has them all.
   full=$(sed -n 's/.* \([0-9]*\) frames found the ring full.*/\1/p' "$log" | tail -1)
   ring_full=$((ring_full + ${full:-0}))
-  if ((killed == 1)) && [[ $rc == 137 || $rc == 139 ]]; then continue; fi
-  # (138: SIGUSR1 came before main() set its handler: a kill, in effect)
-  if ((killed == 2)) && [[ $rc == 138 ]]; then continue; fi
-  if ((killed == 2)) && [[ $rc == 7 ]]; then exits_mid_frame=$((exits_mid_frame + 1)); continue; fi
+  # An end one of our signals explains: the signal's death, or exit 7 asked
+  # for by SIGUSR1.
+  if [[ $killed, == *",$rc,"* ]]; then
+    [[ $rc == 7 ]] && exits_mid_frame=$((exits_mid_frame + 1))
+    continue
+  fi
   if [[ $role == stray ]]; then
     if [[ $rc == 4 ]]; then strays_refused=$((strays_refused + 1)); else bad_stray+=("$name exit $rc ($log)"); fi
     continue
