@@ -39,7 +39,8 @@ constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
 uint64_t TotalOps() {
   // env RPMA_HARNESS_STRESS_OPS=N: the harness's own test: the operations
-  //   //tests:concurrency_test runs (default 10000; CI's stress stage 1000000).
+  //   //tests:concurrency_test runs (default 10000; CI's stress stage 1000000);
+  //   //tests:api_threads_test runs N / 10000 times its rounds.
   const char* env = std::getenv("RPMA_HARNESS_STRESS_OPS");
   if (env == nullptr || *env == '\0') return 10000;
   // Not a number must not mean "0 operations, passed".
