@@ -48,12 +48,15 @@ done
 plain=()
 for t in "${plain_targets[@]}"; do
   path="${t#//}"
-  plain+=("$bin/${path/://}")
+  if [[ $t == //rpma/dropin:debian_built/api_abuse ]]; then
+    # Debian's librpma under abuse: the same program name as ours, so a
+    # copy with its own name (run.sh keys a program's output by its name).
+    cp "$bin/${path/://}" "$out/api_abuse_librpma12"
+    plain+=("$out/api_abuse_librpma12")
+  else
+    plain+=("$bin/${path/://}")
+  fi
 done
-# Debian's librpma under abuse: the same program name as ours, so a copy
-# with its own name (run.sh keys a program's output by its file name).
-cp "$bin/rpma/dropin/debian_built/api_abuse" "$out/api_abuse_librpma12"
-plain[${#plain[@]}-1]=$out/api_abuse_librpma12
 
 # pairs.txt lines are "<dir> <port> <nclients> <args>"; run.sh wants the two
 # binaries after the client count.
