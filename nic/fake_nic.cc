@@ -17,6 +17,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -654,6 +655,49 @@ int FakeNic::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
   return 0;
 }
 
+namespace {
+// read(2) of an eventfd is restarted after a handler installed with
+// SA_RESTART and fails with EINTR after one without (signal(7)); poll(2)
+// fails with EINTR after either. Which signal came is not known here, so a
+// wait in poll ends as the read would have when some caught signal's
+// handler lacks SA_RESTART (qperf's SIGALRM), and goes on otherwise. The
+// fault signals are not counted: raised by a thread's own instruction they
+// never interrupt its wait (the fake's own SIGSEGV/SIGBUS handlers,
+// fake_nic_user_memory.cc, have no SA_RESTART). A program that catches one
+// signal with SA_RESTART and another without sees EINTR for both here where
+// libibverbs would restart after the first (docs/fidelity.md).
+bool SomeHandlerInterruptsRead() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE ||
+        sig == SIGTRAP || sig == SIGSYS) {
+      continue;
+    }
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) != 0) continue;
+    if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
+    if ((sa.sa_flags & SA_RESTART) == 0) return true;
+  }
+  return false;
+}
+
+// Waits in poll(2) on `fds`: own_fd first, then the rings' sockets. Returns
+// as read(2) of own_fd does once own_fd is readable (having read it into
+// *count); 0 with *doorbell set when a ring's socket became readable first
+// (nothing read); -1 with errno as read(2) would fail.
+ssize_t WaitOnFds(std::vector<pollfd>* fds, int own_fd, uint64_t* count,
+                  bool* doorbell) {
+  for (;;) {
+    if (poll(fds->data(), fds->size(), -1) < 0) {
+      if (errno == EINTR && !SomeHandlerInterruptsRead()) continue;
+      return -1;
+    }
+    if ((*fds)[0].revents != 0) return read(own_fd, count, sizeof(*count));
+    *doorbell = true;
+    return 0;
+  }
+}
+}  // namespace
+
 int FakeNic::WaitForCqEvent(std::unique_lock<std::mutex>& lock,
                             ibv_comp_channel* channel, CompChannel** ch) {
   // Each thread waits on an eventfd of its own, which the channel signals
@@ -664,13 +708,32 @@ int FakeNic::WaitForCqEvent(std::unique_lock<std::mutex>& lock,
     errno = ENOMEM;
     return -1;
   }
+  // Across processes the waiter also watches the rings' doorbells
+  // (Fabric::RingSockets) and drains a ring itself when one rings, until a
+  // doorbell brought it nothing: then the fabric thread hands frames over
+  // as before (it reads the doorbells; watching again would spin on one
+  // it has not read yet).
+  bool watch_rings = fabric_ != nullptr;
+  std::vector<pollfd> watched;
   while ((*ch)->pending.empty()) {
     if (StepLocked()) continue;  // the ready work first, as BlockUntil does
     if (fabric_ != nullptr) fabric_->BlockingWaitBegins();
     (*ch)->waiter_fds.push_back(own_fd);
+    watched.assign(1, pollfd{own_fd, POLLIN, 0});
+    if (watch_rings) fabric_->RingSockets(&watched);
     lock.unlock();
     uint64_t count = 0;
-    const ssize_t n = read(own_fd, &count, sizeof(count));
+    ssize_t n = 0;
+    bool doorbell = false;
+    if (watched.size() == 1) {
+      n = read(own_fd, &count, sizeof(count));
+    } else {
+      n = WaitOnFds(&watched, own_fd, &count, &doorbell);
+      // The frames the doorbell announced, handled here (lock order: a
+      // ring's drain lock before mu_); the completion they make signals
+      // own_fd, still registered, and is taken below.
+      if (doorbell) fabric_->DrainInline(/*polling=*/false);
+    }
     const int saved = errno;
     lock.lock();
     *ch = FindIn(comp_channels_, channel);
@@ -680,6 +743,15 @@ int FakeNic::WaitForCqEvent(std::unique_lock<std::mutex>& lock,
     }
     auto& fds = (*ch)->waiter_fds;
     fds.erase(std::find(fds.begin(), fds.end(), own_fd));
+    if (doorbell) {
+      // A signal that came with or after the drain is for an event this
+      // wait takes (pending is checked next); a stale one would end the
+      // next wait at once.
+      pollfd p = {own_fd, POLLIN, 0};
+      if (poll(&p, 1, 0) == 1) (void)!read(own_fd, &count, sizeof(count));
+      if ((*ch)->pending.empty()) watch_rings = false;
+      continue;
+    }
     if (n != static_cast<ssize_t>(sizeof(count))) {
       // Drop a signal that came after the interruption, so the next wait
       // does not return at once for an event already taken.

@@ -987,11 +987,13 @@ void Fabric::PublishDeferred() {
   if (AllFlushedLocked()) flushed_cv_.notify_all();
 }
 
-void Fabric::DrainInline() {
+void Fabric::DrainInline(bool polling) {
   if (shm_links_.load(std::memory_order_relaxed) == 0 || seq_fd_ >= 0) return;
   // Not an atomic increment: a lost one among racing pollers still moves it.
-  inline_polls_.store(inline_polls_.load(std::memory_order_relaxed) + 1,
-                      std::memory_order_relaxed);
+  if (polling) {
+    inline_polls_.store(inline_polls_.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+  }
   // The links with data, taken out of the leaf lock (each drain takes the
   // NIC's mutex); a few on the stack, the rest on the heap.
   constexpr size_t kOnStack = 4;
@@ -1020,6 +1022,14 @@ void Fabric::DrainInline() {
     std::vector<Frame> frames;
     const size_t n = HandOver(shm->id, shm.get(), &frames);
     g_shm_stats.frames_inline.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+void Fabric::RingSockets(std::vector<pollfd>* fds) {
+  if (shm_links_.load(std::memory_order_relaxed) == 0 || seq_fd_ >= 0) return;
+  std::lock_guard<std::mutex> lock(shm_mu_);
+  for (const std::shared_ptr<ShmLink>& shm : shm_list_) {
+    fds->push_back({shm->fd, POLLIN, 0});
   }
 }
 

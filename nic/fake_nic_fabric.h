@@ -51,6 +51,8 @@
 #ifndef RPMA_HARNESS_NIC_FAKE_NIC_FABRIC_H_
 #define RPMA_HARNESS_NIC_FAKE_NIC_FABRIC_H_
 
+#include <poll.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -263,8 +265,11 @@ class Fabric {
   // thread, so a busy-polling program sees a peer's request without a
   // thread hand-off. A ring another thread drains is skipped (try-lock).
   // Lock order: a link's drain lock, then the NIC's mutex, then mu_.
-  // A no-op when sequenced or on the socket transport.
-  void DrainInline();
+  // A no-op when sequenced or on the socket transport. `polling`: the
+  // caller polls (the fabric thread then leaves the rings to it for a
+  // window); false for a blocked waiter woken by a doorbell (RingSockets),
+  // which goes back to sleep.
+  void DrainInline(bool polling = true);
   // From an application thread about to block in the NIC (an event wait;
   // the NIC's mutex may be held: this takes no lock). While the
   // application polls, the fabric thread leaves the rings to the poller and
@@ -275,6 +280,17 @@ class Fabric {
   // poll(2) on a channel's fd itself is not seen: its frames wait one
   // window at most.
   void BlockingWaitBegins();
+  // For a thread about to block for a completion (FakeNic::WaitForCqEvent,
+  // after BlockingWaitBegins): appends the sockets of the shared-memory
+  // links, each as a pollfd for POLLIN. A doorbell on one -- the peer
+  // published a frame while this process slept -- wakes that thread too,
+  // and it drains the rings itself (DrainInline) instead of waiting for the
+  // fabric thread to hand the frame over: one thread hand-off less per
+  // frame. The fabric thread still reads the doorbell (the thread only
+  // polls the socket), so nothing it counts on is taken from it; a socket
+  // closed or reused meanwhile only wakes the thread once for nothing. None
+  // when sequenced or on the socket transport.
+  void RingSockets(std::vector<struct pollfd>* fds);
   // Whether new Links dial with shared-memory rings (the transport knob).
   bool uses_shm() const { return use_shm_; }
 

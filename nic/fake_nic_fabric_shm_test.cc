@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -20,10 +21,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -264,6 +267,95 @@ TEST_F(FabricShmTest, ManySmallFramesReachAConsumerThatSleeps) {
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
     ASSERT_EQ(wc.wr_id, i);
   }
+  child.GoOn();
+  EXPECT_EQ(child.Wait(), 0);
+}
+
+// A thread blocked in GetCqEvent on a program's own NIC (background
+// progress, no block timeout: the rpma_cq_wait and ibv_get_cq_event way)
+// also watches the rings' doorbells and drains a ring itself
+// (Fabric::RingSockets). Its wait keeps read(2)'s signal rules
+// (signal(7)): a handler installed with SA_RESTART does not end it, and
+// the send that comes later does; one without SA_RESTART ends it with
+// EINTR (qperf stops its tests with SIGALRM this way).
+void OnSignal(int) {}
+
+void Catch(int sig, bool restart) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSignal;
+  sa.sa_flags = restart ? SA_RESTART : 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
+}
+
+TEST_F(FabricShmTest, ABlockedCqWaitKeepsReadsSignalRulesWhileWatchingRings) {
+  Child child = ForkServer(65536, 0, [&](Side& s, int in, int) {
+    WaitGoOn(in);  // the client waits, and a SA_RESTART signal came
+    CHILD_CHECK(s.PostSend(IBV_WR_SEND, 1, 0, 8, 0, 0) == 0);
+    ibv_wc wc;
+    CHILD_CHECK(s.Poll(&wc));
+    CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+    WaitGoOn(in);
+  });
+  FakeNicConfig config = FabricConfig(dir_, Personality::Spec());
+  config.background_block_timeout_ms = 0;  // a program's own NIC
+  Side client(config, 65536);
+  client.with_comp_channel = true;
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(Connect(child, client, &info));
+  ASSERT_NE(client.comp_channel, nullptr);
+  ASSERT_EQ(client.PostRecv(7, 0, 64), 0);
+
+  struct Wait {
+    int ret = 0;
+    int err = 0;
+    std::atomic<bool> done{false};
+  };
+  // Blocks in GetCqEvent on its own thread; `kick` sends SIGUSR2 to it
+  // until it returns or `for_ms` ran out.
+  auto block = [&client](Wait* w) {
+    return std::thread([&client, w] {
+      ibv_cq* cq = nullptr;
+      void* context = nullptr;
+      w->ret = client.nic->GetCqEvent(client.comp_channel, &cq, &context);
+      w->err = errno;
+      if (w->ret == 0) client.nic->AckCqEvents(cq, 1);
+      w->done = true;
+    });
+  };
+  auto kick = [](std::thread& t, Wait* w, int for_ms) {
+    for (int i = 0; i < for_ms / 5 && !w->done; ++i) {
+      pthread_kill(t.native_handle(), SIGUSR2);
+      usleep(5000);
+    }
+  };
+
+  // SA_RESTART: signals do not end the wait; the server's send does.
+  Catch(SIGUSR2, /*restart=*/true);
+  ASSERT_EQ(client.nic->ReqNotifyCq(client.cq, 0), 0);
+  Wait restarted;
+  std::thread t1 = block(&restarted);
+  kick(t1, &restarted, 200);
+  EXPECT_FALSE(restarted.done) << "a SA_RESTART signal ended the wait";
+  child.GoOn();
+  t1.join();
+  EXPECT_EQ(restarted.ret, 0) << strerror(restarted.err);
+  ibv_wc wc;
+  ASSERT_TRUE(client.Poll(&wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 7u);
+
+  // No SA_RESTART: the wait ends with EINTR.
+  Catch(SIGUSR2, /*restart=*/false);
+  ASSERT_EQ(client.nic->ReqNotifyCq(client.cq, 0), 0);
+  Wait interrupted;
+  std::thread t2 = block(&interrupted);
+  kick(t2, &interrupted, 5000);
+  t2.join();
+  EXPECT_EQ(interrupted.ret, -1);
+  EXPECT_EQ(interrupted.err, EINTR);
+  signal(SIGUSR2, SIG_DFL);
   child.GoOn();
   EXPECT_EQ(child.Wait(), 0);
 }
