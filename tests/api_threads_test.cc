@@ -76,6 +76,7 @@
 #include "nic/nic_tap.h"
 #include "rpma/harness.h"
 #include "tests/guarded_buffer.h"
+#include "tests/stress_ops.h"
 
 namespace rpma_harness {
 namespace {
@@ -89,19 +90,8 @@ constexpr std::chrono::seconds kHangBound{10};
 // RPMA_HARNESS_STRESS_OPS=N (documented at //tests:concurrency_test): the
 // rounds of every case times N / 10 000 (at least 1).
 int Scale() {
-  static const int scale = [] {
-    const char* env = std::getenv("RPMA_HARNESS_STRESS_OPS");
-    if (env == nullptr || *env == '\0') return 1;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(env, &end, 10);
-    if (errno != 0 || *end != '\0' || n == 0 || env[0] == '-') {
-      ADD_FAILURE() << "RPMA_HARNESS_STRESS_OPS='" << env
-                    << "': expected a whole number of operations, at least 1";
-      return 1;
-    }
-    return static_cast<int>(std::max<unsigned long long>(1, n / 10000));
-  }();
+  static const int scale =
+      static_cast<int>(std::max<uint64_t>(1, StressOps(10000) / 10000));
   return scale;
 }
 
@@ -138,18 +128,23 @@ bool Readable(int fd) {
   return ready > 0;
 }
 
-// The next completion of `cq`: polled, and between polls rpma_cq_wait once
-// the CQ's fd is readable (rpma_cq_get_fd(3)). None for kHangBound fails
-// (status IBV_WC_GENERAL_ERR).
-ibv_wc WaitWc(rpma_cq* cq) {
+// The next completion of `cq`: polled, and between polls rpma_cq_wait.
+// `bounded`: only once the CQ's fd is readable (rpma_cq_get_fd(3)), and
+// none for kHangBound fails (status IBV_WC_GENERAL_ERR); otherwise blocking
+// in rpma_cq_wait unbounded, as a program would (the case under test is
+// that something wakes it).
+ibv_wc NextWc(rpma_cq* cq, bool bounded) {
   ibv_wc wc{};
   int got = 0;
   while (rpma_cq_get_wc(cq, 1, &wc, &got) == RPMA_E_NO_COMPLETION) {
-    int fd = -1;
-    int ret = rpma_cq_get_fd(cq, &fd);
-    if (ret == 0 && !Readable(fd)) {
-      ADD_FAILURE() << "no completion for " << kHangBound.count() << " s";
-      ret = RPMA_E_UNKNOWN;
+    int ret = 0;
+    if (bounded) {
+      int fd = -1;
+      ret = rpma_cq_get_fd(cq, &fd);
+      if (ret == 0 && !Readable(fd)) {
+        ADD_FAILURE() << "no completion for " << kHangBound.count() << " s";
+        ret = RPMA_E_UNKNOWN;
+      }
     }
     if (ret == 0) ret = rpma_cq_wait(cq);
     if (ret != 0) {
@@ -160,21 +155,19 @@ ibv_wc WaitWc(rpma_cq* cq) {
   }
   return wc;
 }
+ibv_wc WaitWc(rpma_cq* cq) { return NextWc(cq, /*bounded=*/true); }
+ibv_wc BlockInCqWait(rpma_cq* cq) { return NextWc(cq, /*bounded=*/false); }
 
-// The next completion of `cq`, blocking in rpma_cq_wait (unbounded, as a
-// program would: the case under test is that something wakes it).
-ibv_wc BlockInCqWait(rpma_cq* cq) {
-  ibv_wc wc{};
-  int got = 0;
-  while (rpma_cq_get_wc(cq, 1, &wc, &got) == RPMA_E_NO_COMPLETION) {
-    const int ret = rpma_cq_wait(cq);
-    if (ret != 0) {
-      ADD_FAILURE() << "rpma_cq_wait: " << rpma_err_2str(ret);
-      wc.status = IBV_WC_GENERAL_ERR;
-      return wc;
-    }
+// A server poll's result: the receive of a write with imm; anything else
+// fails the test.
+bool ImmArrived(int ret, const ibv_wc& wc) {
+  if (ret == 0 && wc.status == IBV_WC_SUCCESS &&
+      wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    return true;
   }
-  return wc;
+  ADD_FAILURE() << "server: ret " << ret << " status "
+                << ibv_wc_status_str(wc.status) << " opcode " << wc.opcode;
+  return false;
 }
 
 // rpma_conn_next_event in the calling thread.
@@ -805,11 +798,7 @@ TEST_P(ApiThreadsTest, TwoThreadsPostOnOneConnAndTwoPollItsCq) {
         std::this_thread::yield();
         continue;
       }
-      if (ret != 0 || wc.status != IBV_WC_SUCCESS ||
-          wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
-        ADD_FAILURE() << "server: ret " << ret << " status "
-                      << ibv_wc_status_str(wc.status) << " opcode "
-                      << wc.opcode;
+      if (!ImmArrived(ret, wc)) {
         failed = true;
         return;
       }
@@ -1065,11 +1054,7 @@ void RunDeregRound(FakeNic* nic, int strike, ibv_wc_status bad_key_status,
         std::this_thread::yield();
         continue;
       }
-      if (ret != 0 || wc.status != IBV_WC_SUCCESS ||
-          wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
-        ADD_FAILURE() << "server: ret " << ret << " status "
-                      << ibv_wc_status_str(wc.status) << " opcode "
-                      << wc.opcode;
+      if (!ImmArrived(ret, wc)) {
         failed = true;
         return;
       }

@@ -28,6 +28,7 @@
 
 #include "nic/fake_nic.h"
 #include "tests/connected_qps.h"
+#include "tests/stress_ops.h"
 
 namespace rpma_harness {
 namespace {
@@ -41,18 +42,7 @@ uint64_t TotalOps() {
   // env RPMA_HARNESS_STRESS_OPS=N: the harness's own test: the operations
   //   //tests:concurrency_test runs (default 10000; CI's stress stage 1000000);
   //   //tests:api_threads_test runs N / 10000 times its rounds.
-  const char* env = std::getenv("RPMA_HARNESS_STRESS_OPS");
-  if (env == nullptr || *env == '\0') return 10000;
-  // Not a number must not mean "0 operations, passed".
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long n = std::strtoull(env, &end, 10);
-  if (errno != 0 || *end != '\0' || n == 0 || env[0] == '-') {
-    ADD_FAILURE() << "RPMA_HARNESS_STRESS_OPS='" << env
-                  << "': expected a whole number of operations, at least 1";
-    return 10000;
-  }
-  return n;
+  return StressOps(10000);
 }
 
 uint64_t Mix(uint64_t x) {
