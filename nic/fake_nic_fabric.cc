@@ -552,14 +552,41 @@ void Fabric::Wake() {
   (void)n;
 }
 
+// Every listen checks the directory again under the rules joining applied
+// (fake_nic_fabric_trust.h): one swapped for a symbolic link or opened to
+// others since is refused, and one removed since this NIC joined (a /tmp
+// cleaner; the chaos test's remove_fabric) is made again, 0700 -- "created
+// if missing" holds for a listen at any time. A removal racing the listen
+// itself is retried twice.
 int Fabric::Publish(const std::string& addr, uint16_t port) {
+  int err = ENOENT;
+  for (int attempt = 0; attempt < 3 && err == ENOENT; ++attempt) {
+    FabricTrust trust = trust_;  // the fabric thread reads trust_
+    std::string why;
+    if (const int refused = CheckFabricDirectory(dir_, &trust, &why)) {
+      fprintf(stderr, "fake_nic fabric: refusing %s: %s\n", dir_.c_str(),
+              why.c_str());
+      return refused;
+    }
+    err = PublishIn(addr, port);
+  }
+  if (err == ENOENT) {
+    fprintf(stderr, "fake_nic fabric: cannot listen in %s: %s\n", dir_.c_str(),
+            strerror(err));
+  }
+  return err;
+}
+
+int Fabric::PublishIn(const std::string& addr, uint16_t port) {
   const std::string path = ListenerPath(dir_, addr, port);
   // A path of any length (unix_address.h: longer than sun_path, it is
   // reached through its directory).
   const UnixAddress address(path);
   if (address.error() != 0) {
-    fprintf(stderr, "fake_nic fabric: cannot address %s: %s\n", path.c_str(),
-            strerror(address.error()));
+    if (address.error() != ENOENT) {  // ENOENT: Publish makes the directory
+      fprintf(stderr, "fake_nic fabric: cannot address %s: %s\n", path.c_str(),
+              strerror(address.error()));
+    }
     return address.error();
   }
   // A file already there: a live listener answers a connect (the port is

@@ -240,6 +240,8 @@ class Fabric {
   // Publishes the listener <addr>:<port>. EADDRINUSE when a live process
   // listens there already. The directory may be of any length (a longer
   // path than sun_path holds is bound through the directory: unix_address.h).
+  // The directory is checked again under the joining rules (a removed one
+  // is made again; one that now breaks a rule refuses the listen).
   int Publish(const std::string& addr, uint16_t port);
   void Unpublish(const std::string& addr, uint16_t port);
   // Connects to the listener at addr:port (or the wildcard one on port).
@@ -395,6 +397,8 @@ class Fabric {
   // one round trip of seven). Changed under mu_ then shm_mu_.
   std::mutex shm_mu_;
   std::vector<std::shared_ptr<ShmLink>> shm_list_;  // guarded by shm_mu_
+  // Publish's one attempt in the directory as it is (ENOENT: it is gone).
+  int PublishIn(const std::string& addr, uint16_t port);
   void AddShmLocked(std::shared_ptr<ShmLink> shm);  // REQUIRES mu_
   void RemoveShmLocked(const ShmLink* shm);         // REQUIRES mu_
   const OnFrame on_frame_;

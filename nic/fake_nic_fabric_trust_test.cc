@@ -224,5 +224,43 @@ TEST_F(FabricTrustTest, ANicGivenARefusedDirectoryStaysOffTheFabric) {
   EXPECT_TRUE(Empty(target));
 }
 
+// The directory removed after the NIC joined (a /tmp cleaner): a listen
+// makes it again, 0700, and publishes; the same directory replaced by a
+// symbolic link is refused as at joining, and nothing lands where it
+// points.
+TEST_F(FabricTrustTest, AListenAfterTheDirectoryWasRemovedMakesItAgain) {
+  const std::string dir = base_ + "/fabric";
+  FakeNicConfig config;
+  config.fabric_dir = dir;
+  FakeNic nic(config);
+  const std::string rm = "rm -rf '" + dir + "'";
+  ASSERT_EQ(system(rm.c_str()), 0);
+  auto listen = [&nic](const char* port) {
+    rdma_event_channel* channel = nic.CreateEventChannel();
+    rdma_cm_id* id = nullptr;
+    if (channel == nullptr || nic.CreateId(channel, &id, nullptr) != 0 ||
+        nic.BindAddr(id, "127.0.0.1", port) != 0) {
+      return -2;
+    }
+    return nic.Listen(id, 4);
+  };
+  EXPECT_EQ(listen("7301"), 0);
+  struct stat st;
+  ASSERT_EQ(lstat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(access((dir + "/l-127.0.0.1-7301").c_str(), F_OK), 0);
+
+  ASSERT_EQ(system(rm.c_str()), 0);
+  const std::string target = base_ + "/target";
+  ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(target.c_str(), dir.c_str()), 0);
+  testing::internal::CaptureStderr();
+  EXPECT_NE(listen("7302"), 0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("is a symbolic link"), std::string::npos) << err;
+  EXPECT_TRUE(Empty(target));
+}
+
 }  // namespace
 }  // namespace rpma_harness

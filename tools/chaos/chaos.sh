@@ -383,7 +383,7 @@ for r in "${results[@]}"; do
 done
 bad_hang+=("${hung[@]}")
 
-show() {  # show WHAT ITEMS...: fails with the items and their logs' tails
+show() {  # show WHAT ITEMS...: fails with the items and their logs' ends
   local what=$1
   shift
   (($# == 0)) && return 0
@@ -392,7 +392,15 @@ show() {  # show WHAT ITEMS...: fails with the items and their logs' tails
   for item in "$@"; do
     echo "  $item"
     log=$(sed -n 's/.*(\(.*\)).*/\1/p' <<<"$item")
-    [[ -n $log && -f $log ]] && tail -5 "$log" | sed 's/^/    /'
+    [[ -n $log && -f $log ]] || continue
+    # The process's own words, then a sanitizer's report whole (its last
+    # lines alone name no allocation), or else the log's last lines.
+    grep '^chaos_node: ' "$log" | tail -5 | sed 's/^/    /'
+    if grep -q '^==[0-9]*==ERROR: ' "$log"; then
+      sed -n '/^==[0-9]*==ERROR: /,$p' "$log" | head -60 | sed 's/^/    /'
+    else
+      tail -5 "$log" | sed 's/^/    /'
+    fi
   done
   return 1
 }
@@ -425,6 +433,13 @@ if ((sequenced)); then
   check ReplaysFromItsSeed show "not replayed" "${replay_diffs[@]}"
 fi
 if sh_cases_any_failed; then
+  # Bazel removes TEST_TMPDIR after the test: the evidence goes to the
+  # test's outputs (bazel-testlogs/.../test.outputs/outputs.zip).
+  if [[ -n ${TEST_UNDECLARED_OUTPUTS_DIR:-} ]]; then
+    kept=$TEST_UNDECLARED_OUTPUTS_DIR/$(basename "$work")
+    mkdir -p "$kept" && find "$work" -maxdepth 1 -type f -exec cp {} "$kept/" \; &&
+      work=$kept
+  fi
   echo "kept for a look: $work"
   if ((sequenced)); then
     echo "a failing seed S replays alone (and twice): tools/harness chaos --sequenced --seed S --runs 1 --clients $clients"
