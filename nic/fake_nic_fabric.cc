@@ -520,14 +520,19 @@ void Fabric::StartThread() {
   thread_ = std::thread([this] { Run(); });
 }
 
-int Fabric::Prepare() {
-  trust_ = FabricTrustFromEnvironment();
+int Fabric::CheckDirectory(FabricTrust* trust) const {
   std::string why;
-  if (const int err = CheckFabricDirectory(dir_, &trust_, &why)) {
+  const int err = CheckFabricDirectory(dir_, trust, &why);
+  if (err != 0) {
     fprintf(stderr, "fake_nic fabric: refusing %s: %s\n", dir_.c_str(),
             why.c_str());
-    return err;
   }
+  return err;
+}
+
+int Fabric::Prepare() {
+  trust_ = FabricTrustFromEnvironment();
+  if (const int err = CheckDirectory(&trust_)) return err;
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return errno;
   return 0;
@@ -562,12 +567,7 @@ int Fabric::Publish(const std::string& addr, uint16_t port) {
   int err = ENOENT;
   for (int attempt = 0; attempt < 3 && err == ENOENT; ++attempt) {
     FabricTrust trust = trust_;  // the fabric thread reads trust_
-    std::string why;
-    if (const int refused = CheckFabricDirectory(dir_, &trust, &why)) {
-      fprintf(stderr, "fake_nic fabric: refusing %s: %s\n", dir_.c_str(),
-              why.c_str());
-      return refused;
-    }
+    if (const int refused = CheckDirectory(&trust)) return refused;
     err = PublishIn(addr, port);
   }
   if (err == ENOENT) {
@@ -1015,7 +1015,7 @@ void Fabric::PublishDeferred() {
 }
 
 void Fabric::DrainInline(bool polling) {
-  if (shm_links_.load(std::memory_order_relaxed) == 0 || seq_fd_ >= 0) return;
+  if (!RingsInUse()) return;
   // Not an atomic increment: a lost one among racing pollers still moves it.
   if (polling) {
     inline_polls_.store(inline_polls_.load(std::memory_order_relaxed) + 1,
@@ -1053,7 +1053,7 @@ void Fabric::DrainInline(bool polling) {
 }
 
 void Fabric::RingSockets(std::vector<pollfd>* fds) {
-  if (shm_links_.load(std::memory_order_relaxed) == 0 || seq_fd_ >= 0) return;
+  if (!RingsInUse()) return;
   std::lock_guard<std::mutex> lock(shm_mu_);
   for (const std::shared_ptr<ShmLink>& shm : shm_list_) {
     fds->push_back({shm->fd, POLLIN, 0});

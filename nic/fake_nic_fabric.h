@@ -397,6 +397,14 @@ class Fabric {
   // one round trip of seven). Changed under mu_ then shm_mu_.
   std::mutex shm_mu_;
   std::vector<std::shared_ptr<ShmLink>> shm_list_;  // guarded by shm_mu_
+  // CheckFabricDirectory on dir_, saying on stderr why a refusal refuses.
+  int CheckDirectory(FabricTrust* trust) const;
+  // Whether application threads may take frames from the rings (DrainInline,
+  // RingSockets): there are shared-memory links, and no Sequencer orders
+  // the frames.
+  bool RingsInUse() const {
+    return shm_links_.load(std::memory_order_relaxed) != 0 && seq_fd_ < 0;
+  }
   // Publish's one attempt in the directory as it is (ENOENT: it is gone).
   int PublishIn(const std::string& addr, uint16_t port);
   void AddShmLocked(std::shared_ptr<ShmLink> shm);  // REQUIRES mu_
