@@ -355,7 +355,9 @@ void FaultInjector::ApplySideEffect(const FaultRule& rule, const CallInfo& info,
 
 int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // Rules see each WR of a chain; the first that fails stops the chain there
-  // and the WRs before it are posted, as a provider does.
+  // and the WRs before it are posted, as a provider does -- unless the chain
+  // goes whole or not at all (kSendWholeChain: ibv_wr_complete(3)).
+  const bool whole = wr != nullptr && (wr->send_flags & kSendWholeChain) != 0;
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     CallInfo info(FaultCall::kPostSend);
     info.qp_num = qp->qp_num;
@@ -371,7 +373,7 @@ int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       continue;
     }
     int ret = 0;
-    if (w != wr) {
+    if (w != wr && !whole) {
       // Post the WRs before the failing one.
       ibv_send_wr* prev = wr;
       while (prev->next != w) prev = prev->next;
@@ -381,7 +383,7 @@ int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       if (ret != 0) return ret;
     }
     Note(*rule, info, "fails with " + std::string(std::strerror(rule->error)));
-    *bad_wr = w;
+    *bad_wr = whole ? wr : w;
     return Sign(rule->error);
   }
   return target()->PostSend(qp, wr, bad_wr);

@@ -65,9 +65,14 @@ namespace {
 bool FdIsNonBlocking(int fd) { return (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0; }
 
 FakeNic* NicOf(ibv_context* context) {
-  static_assert(std::is_standard_layout<fake_nic_internal::DeviceContext>(),
-                "DeviceContext must start with its ibv_context");
-  return reinterpret_cast<fake_nic_internal::DeviceContext*>(context)->nic;
+  using fake_nic_internal::DeviceContext;
+  static_assert(std::is_standard_layout<DeviceContext>(),
+                "DeviceContext's context is found by its offset");
+  constexpr size_t kOffset =
+      offsetof(DeviceContext, ext) + offsetof(verbs_context, context);
+  return reinterpret_cast<DeviceContext*>(reinterpret_cast<char*>(context) -
+                                          kOffset)
+      ->nic;
 }
 
 int TrampolinePostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -123,15 +128,19 @@ FakeNic::FakeNic(FakeNicConfig config)
              dc.name.c_str());
     device->device.node_type = IBV_NODE_CA;
     device->device.transport_type = IBV_TRANSPORT_IB;
-    device->context.base.device = &device->device;
-    device->context.base.cmd_fd = -1;
-    device->context.base.async_fd = -1;
-    device->context.base.num_comp_vectors = 1;
-    device->context.base.ops.post_send = TrampolinePostSend;
-    device->context.base.ops.post_recv = TrampolinePostRecv;
-    device->context.base.ops.poll_cq = TrampolinePollCq;
-    device->context.base.ops.req_notify_cq = TrampolineReqNotifyCq;
-    device->context.base.ops.post_srq_recv = TrampolinePostSrqRecv;
+    ibv_context* ctx = device->context.context();
+    ctx->device = &device->device;
+    ctx->cmd_fd = -1;
+    ctx->async_fd = -1;
+    ctx->num_comp_vectors = 1;
+    ctx->ops.post_send = TrampolinePostSend;
+    ctx->ops.post_recv = TrampolinePostRecv;
+    ctx->ops.poll_cq = TrampolinePollCq;
+    ctx->ops.req_notify_cq = TrampolineReqNotifyCq;
+    ctx->ops.post_srq_recv = TrampolinePostSrqRecv;
+    // An extended context with no extended op yet (see DeviceContext).
+    ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+    device->context.ext.sz = sizeof(verbs_context);
     device->context.nic = this;
     device->config = dc;
     devices_.push_back(std::move(device));
@@ -225,7 +234,7 @@ uint32_t FakeNic::NewQpNum() {
 
 FakeNic::Device* FakeNic::FindDevice(ibv_context* ctx) {
   for (auto& device : devices_) {
-    if (&device->context.base == ctx) return device.get();
+    if (device->context.context() == ctx) return device.get();
   }
   return nullptr;
 }
@@ -340,7 +349,7 @@ int FakeNic::GetContextByAddress(const char* addr, bool local,
     errno = ENODEV;
     return -1;
   }
-  *ctx = &device->context.base;
+  *ctx = device->context.context();
   return 0;
 }
 
@@ -529,7 +538,7 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
   // ibv_create_cq(3): cqe in [1, max_cqe], comp_vector < num_comp_vectors.
   if (device == nullptr || (channel != nullptr && ch == nullptr) || cqe < 1 ||
       cqe > config_.caps->max_cqe || comp_vector < 0 ||
-      comp_vector >= device->context.base.num_comp_vectors) {
+      comp_vector >= device->context.context()->num_comp_vectors) {
     errno = EINVAL;
     return nullptr;
   }
@@ -552,6 +561,7 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
     free_cq_slots_.pop_back();
     cq_slots_[cq->slot] = cq.get();
   }
+  memset(&cq->ex, 0, sizeof(cq->ex));  // a retired CQ's too
   cq->device = device;
   cq->channel = ch;
   cq->depth = RealDepth(cqe);

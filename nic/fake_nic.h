@@ -732,6 +732,9 @@ class FakeNic final : public VerbsBackend {
   CmId* FindId(rdma_cm_id* id);
   EventChannel* FindEventChannel(rdma_event_channel* channel);
   int PostErrno(int errno_value) const;
+  // The checks of one send WR at post (fake_nic_data_path.cc).
+  int SendWrRefusal(const Qp& q, const ibv_send_wr& w,
+                    uint64_t* length, const char** why) const;
   int RealDepth(int requested) const;
 
   bool StepLocked();

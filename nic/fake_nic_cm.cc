@@ -441,7 +441,7 @@ void FakeNic::ReleaseId(CmId* c) {
 void FakeNic::SetLocalAddress(CmId* id, Device* device, const std::string& addr,
                               uint16_t port) {
   id->device = device;
-  id->base.verbs = &device->context.base;
+  id->base.verbs = device->context.context();
   id->base.port_num = 1;
   id->local_addr = addr;
   id->local_port = port;
@@ -688,7 +688,7 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
     qp = std::move(retired_qps_.front());
     retired_qps_.pop_front();
   }
-  memset(&qp->base, 0, sizeof(qp->base));
+  memset(&qp->ex, 0, sizeof(qp->ex));
   qp->device = device;
   qp->pd = p;
   qp->send_cq = send_cq;
@@ -719,7 +719,7 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
   }
   init_attr->cap = qp->cap;
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
-  qp->base.context = &device->context.base;
+  qp->base.context = device->context.context();
   qp->base.qp_context = init_attr->qp_context;
   qp->base.pd = &p->base;
   qp->base.send_cq = init_attr->send_cq;

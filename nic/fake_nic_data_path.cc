@@ -142,6 +142,65 @@ CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
 
 // ---- data path: posting -----------------------------------------------------
 
+// The checks ibv_post_send(3) makes of one WR before it takes a send queue
+// slot: 0, or the errno and *why. *length: the WR's byte count.
+int FakeNic::SendWrRefusal(const Qp& q, const ibv_send_wr& w,
+                           uint64_t* length, const char** why) const {
+  const ibv_wr_opcode op = w.opcode;
+  const auto& refused = config_.personality.opcodes_refused_at_post;
+  if (std::find(refused.begin(), refused.end(), op) != refused.end()) {
+    *why = "opcode not supported by this personality";
+    return EINVAL;
+  }
+  switch (op) {
+    // The RC column of the opcode table in ibv_post_send(3).
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      break;
+    case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
+    case IBV_WR_SEND_WITH_INV:
+      // Valid on RC, but memory windows are not modelled.
+      *why = "opcode not modelled by the fake";
+      return EOPNOTSUPP;
+    default:
+      *why = "opcode not valid on an RC QP";
+      return EINVAL;
+  }
+  if (w.num_sge < 0 || w.num_sge > static_cast<int>(q.cap.max_send_sge) ||
+      (w.num_sge > 0 && w.sg_list == nullptr)) {
+    *why = "num_sge above max_send_sge";
+    return EINVAL;
+  }
+  *length = 0;
+  for (int i = 0; i < w.num_sge; ++i) *length += w.sg_list[i].length;
+  if ((w.send_flags & IBV_SEND_INLINE) != 0) {
+    // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
+    // copied now, so the lkey is not checked and the buffer may be reused.
+    if ((op == IBV_WR_RDMA_READ || IsAtomic(op)) &&
+        !config_.personality.inline_read_fails_at_completion) {
+      *why = "inline on a read/atomic";
+      return EINVAL;
+    }
+    if (*length > q.cap.max_inline_data) {
+      *why = "inline data above max_inline_data";
+      return EINVAL;
+    }
+  }
+  // Atomics operate on one 64-bit quantity (ibv_post_send(3): the local
+  // SGE receives the original 8-byte value).
+  if (IsAtomic(op) && (w.num_sge != 1 || *length != 8)) {
+    *why = "atomic needs one 8-byte SGE";
+    return EINVAL;
+  }
+  return 0;
+}
+
 int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   auto lock = LockHot();
   Qp* q = FindQp(qp);
@@ -179,55 +238,36 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       q->base.state != IBV_QPS_SQD) {
     return refuse(wr, EINVAL, "qp not in RTS");
   }
-  const auto& refused = config_.personality.opcodes_refused_at_post;
+  // ibv_wr_complete(3): "the entire posting will be aborted" on a failure.
+  // A chain marked kSendWholeChain is checked WR by WR, and against the
+  // room left in the send queue, before any of it takes a slot; refused,
+  // none of it was posted (*bad_wr is its head).
+  const bool whole = wr != nullptr && (wr->send_flags & kSendWholeChain) != 0;
+  if (whole) {
+    size_t count = 0;
+    for (ibv_send_wr* w = wr; w != nullptr; w = w->next, ++count) {
+      const char* why = nullptr;
+      uint64_t length = 0;
+      if (const int err = SendWrRefusal(*q, *w, &length, &why)) {
+        const int rc = refuse(w, err, why);
+        *bad_wr = wr;
+        return rc;
+      }
+    }
+    if (q->sq.size() + count > q->cap.max_send_wr) {
+      return refuse(wr, ENOMEM, "send queue full");
+    }
+  }
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     const ibv_wr_opcode op = w->opcode;
-    if (std::find(refused.begin(), refused.end(), op) != refused.end()) {
-      return refuse(w, EINVAL, "opcode not supported by this personality");
-    }
-    switch (op) {
-      // The RC column of the opcode table in ibv_post_send(3).
-      case IBV_WR_SEND:
-      case IBV_WR_SEND_WITH_IMM:
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-      case IBV_WR_RDMA_READ:
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        break;
-      case IBV_WR_LOCAL_INV:
-      case IBV_WR_BIND_MW:
-      case IBV_WR_SEND_WITH_INV:
-        // Valid on RC, but memory windows are not modelled.
-        return refuse(w, EOPNOTSUPP, "opcode not modelled by the fake");
-      default:
-        return refuse(w, EINVAL, "opcode not valid on an RC QP");
-    }
-    if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_send_sge) ||
-        (w->num_sge > 0 && w->sg_list == nullptr)) {
-      return refuse(w, EINVAL, "num_sge above max_send_sge");
-    }
     // Every check reads the WR itself, so that a WR that passes them is
     // built once, in place in its send queue slot (Ring::emplace_back).
+    const char* why = nullptr;
     uint64_t length = 0;
-    for (int i = 0; i < w->num_sge; ++i) length += w->sg_list[i].length;
+    if (const int err = SendWrRefusal(*q, *w, &length, &why)) {
+      return refuse(w, err, why);
+    }
     const bool is_inline = (w->send_flags & IBV_SEND_INLINE) != 0;
-    if (is_inline) {
-      // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
-      // copied now, so the lkey is not checked and the buffer may be reused.
-      if ((op == IBV_WR_RDMA_READ || IsAtomic(op)) &&
-          !config_.personality.inline_read_fails_at_completion) {
-        return refuse(w, EINVAL, "inline on a read/atomic");
-      }
-      if (length > q->cap.max_inline_data) {
-        return refuse(w, EINVAL, "inline data above max_inline_data");
-      }
-    }
-    // Atomics operate on one 64-bit quantity (ibv_post_send(3): the local
-    // SGE receives the original 8-byte value).
-    if (IsAtomic(op) && (w->num_sge != 1 || length != 8)) {
-      return refuse(w, EINVAL, "atomic needs one 8-byte SGE");
-    }
     // rxe_verbs.c post_one_send: a full send queue is ENOMEM. A slot is
     // taken until the NIC executes (or flushes) the WR.
     if (q->sq.size() >= q->cap.max_send_wr) {
@@ -236,7 +276,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     SendWqe& wqe = q->sq.emplace_back();
     wqe.wr_id = w->wr_id;
     wqe.opcode = op;
-    wqe.send_flags = w->send_flags;
+    wqe.send_flags = w->send_flags & ~kSendWholeChain;
     wqe.imm_data = w->imm_data;
     wqe.sges.assign(w->sg_list, w->num_sge);
     if (is_inline) {

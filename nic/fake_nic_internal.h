@@ -114,14 +114,21 @@ class Ring {
   uint32_t size_ = 0;
 };
 
-// The context handed out, with a way back to its FakeNic: the data-path ops
-// in base.ops (post_send, post_recv, poll_cq, req_notify_cq) are trampolines,
-// so rdma-core's inline ibv_post_send() & co. on fake objects reach the fake
-// instead of a null pointer. A standard-layout struct is
-// pointer-interconvertible with its first member.
+// The context handed out is ext.context, with a way back to its FakeNic:
+// the data-path ops in its ops (post_send, post_recv, poll_cq,
+// req_notify_cq) are trampolines, so rdma-core's inline ibv_post_send() &
+// co. on fake objects reach the fake instead of a null pointer. It is the
+// last member of an rdma-core verbs_context, marked extended (verbs.h
+// verbs_get_ctx: abi_compat, sz), as a provider's is: the extended verbs
+// inline in <infiniband/verbs.h> (ibv_create_qp_ex, ibv_create_cq_ex,
+// ibv_query_device_ex, ...) look for their op in front of the context. The
+// NIC fills none of those ops, so each answers EOPNOTSUPP or takes its
+// legacy path until a library fills them (the drop-in libibverbs.so.1,
+// verbs_dropin/ibverbs_ex.cc).
 struct DeviceContext {
-  ibv_context base;
+  verbs_context ext;
   FakeNic* nic;
+  ibv_context* context() { return &ext.context; }
 };
 
 struct Device {
@@ -162,11 +169,19 @@ struct CompChannel {
 };
 
 // Members in the order a completion and a poll touch them: the ring and
-// its flags in the cache line after base's first (which holds base.handle),
+// its flags in a cache line of their own (base's first holds base.handle),
 // the rest after them.
+//
+// base is in a union with ibv_cq_ex, as a provider's CQ is (rdma-core
+// verbs_cq): a CQ made through ibv_create_cq_ex(3) is that same object
+// seen as an ibv_cq_ex (ibv_cq_ex_to_cq is a cast), and the NIC leaves its
+// extended members to the library that hands it out. They start zeroed.
 struct Cq {
-  ibv_cq base;
-  Ring<ibv_wc> entries;
+  union {
+    ibv_cq base;
+    ibv_cq_ex ex;
+  };
+  alignas(64) Ring<ibv_wc> entries;
   int depth = 0;
   bool armed = false;
   bool armed_solicited_only = false;
@@ -451,19 +466,29 @@ struct Srq {
   std::vector<Qp*> qps;  // attached QPs
 };
 
-// Members in two groups. Hot (right after base, whose first cache line
-// holds handle, qp_num and state; its mutex and cond, which the fake never
-// uses, fill the next two): what a post, a write's execution and its
-// completions read -- the CQs, the PD, the peer, the rings, the caps, the
-// scheduler slot, the link test, the responder state -- in the 160 bytes
-// after base. Cold (after them): the ibv_modify_qp(3) record, the retry
+// Members in two groups. Hot (right after base and its extension, whose
+// first cache line holds handle, qp_num and state; base's mutex and cond,
+// which the fake never uses, and the extended API's members fill the next
+// four): what a post, a write's execution and its completions read -- the
+// CQs, the PD, the peer, the rings, the caps, the scheduler slot, the link
+// test, the responder state -- in the 160 bytes after ex. Cold (after them): the ibv_modify_qp(3) record, the retry
 // counts and RNR timer (read on RNR and error paths), the cross-process
 // resume state, the stranded receives and the requester-index model. A 10
 // 000-QP run touches each QP's lines once per operation, so the fewer the
 // better (before this order a write touched six or seven lines of its QP).
+//
+// base is in a union with ibv_qp_ex, as a provider's QP is (rdma-core
+// verbs_qp): ibv_qp_to_qp_ex(3) of a QP made through ibv_create_qp_ex with
+// send_ops_flags is that same object, whose qp_base is the QP. The NIC
+// leaves the extended members (wr_id, wr_flags, the wr_* functions) to the
+// library that hands it out (verbs_dropin/ibverbs_ex.cc); they start
+// zeroed. The hot members follow the whole union.
 struct Qp {
-  ibv_qp base;
-  // ---- hot: bytes 160-319 (static_assert below)
+  union {
+    ibv_qp base;
+    ibv_qp_ex ex;
+  };
+  // ---- hot: the 160 bytes after ex (static_assert below)
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Pd* pd = nullptr;
@@ -535,7 +560,7 @@ struct Qp {
 };
 // The hot members end where base's third cache line after it does (a new
 // hot member goes in their group, a cold one after sq_prod).
-static_assert(offsetof(Qp, sq_prod) <= sizeof(ibv_qp) + 160,
+static_assert(offsetof(Qp, sq_prod) <= sizeof(ibv_qp_ex) + 160,
               "the hot members of Qp outgrew their cache lines");
 
 struct EventChannel {

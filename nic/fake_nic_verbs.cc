@@ -55,7 +55,7 @@ int FakeNic::ListDevices(std::vector<ibv_context*>* contexts) {
   if (contexts == nullptr) return EINVAL;
   std::lock_guard<std::mutex> lock(mu_);
   contexts->clear();
-  for (auto& device : devices_) contexts->push_back(&device->context.base);
+  for (auto& device : devices_) contexts->push_back(device->context.context());
   return 0;
 }
 

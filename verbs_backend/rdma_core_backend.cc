@@ -107,6 +107,10 @@ int RdmaCoreBackend::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 
 int RdmaCoreBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                               ibv_send_wr** bad_wr) {
+  if (wr != nullptr && (wr->send_flags & kSendWholeChain) != 0) {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return EOPNOTSUPP;  // see kSendWholeChain
+  }
   return ibv_post_send(qp, wr, bad_wr);
 }
 int RdmaCoreBackend::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,

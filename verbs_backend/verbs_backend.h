@@ -80,6 +80,15 @@ class LibraryChecker {
   virtual void ExemptFromOverlap(uintptr_t addr, size_t len) = 0;
 };
 
+// A send_flags bit beside rdma-core's IBV_SEND_* (bits 0-4). Set on the
+// first WR of a chain, PostSend posts the whole chain or none of it, and a
+// refused chain's *bad_wr is its head: what ibv_wr_complete(3) promises
+// ("the entire posting will be aborted"), which the drop-in
+// libibverbs.so.1's ibv_wr_* API needs. The fake NIC honours it; the
+// rdma-core backend refuses it (EOPNOTSUPP): ibv_post_send cannot promise
+// it.
+inline constexpr unsigned int kSendWholeChain = 1u << 30;
+
 class VerbsBackend {
  public:
   virtual ~VerbsBackend() = default;
@@ -144,7 +153,8 @@ class VerbsBackend {
 
   // ibv_post_send(3): on failure sets *bad_wr to the first WR not posted; the
   // WRs before it were posted. Returns the provider's errno (sign as the
-  // provider has it).
+  // provider has it). With kSendWholeChain on the first WR, the chain is
+  // posted whole or not at all.
   virtual int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) = 0;
   // ibv_post_recv(3), same convention.
   virtual int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) = 0;

@@ -8,6 +8,7 @@
 #                        HOSTILE_PROGRAM HOSTILE_ON_RXE_TXT UC_PROGRAM
 #                        UC_ON_RXE_TXT DEBIAN_API_ABUSE API_ABUSE_LIBRPMA12_RXE_TXT
 #                        API_ABUSE_DIFFERENCES_TXT API_ABUSE_COMPARE_PY
+#                        EX_PROGRAM EX_ON_RXE_TXT
 #
 # A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
 # (.../pairs/01-connection/pair); its directory's parent holds them all.
@@ -29,6 +30,8 @@ debian_abuse=$(realpath "$9")
 abuse_on_rxe=$(realpath "${10}")
 abuse_differences=$(realpath "${11}")
 abuse_compare=$(realpath "${12}")
+ex_program=$(realpath "${13}")
+ex_on_rxe=$(realpath "${14}")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -56,11 +59,15 @@ on_fake() {
 symbols() { objdump -T "$1" | grep -v '\*UND\*' | awk 'NF >= 7 { print $NF, $(NF-1) }' | sort; }
 exports_debians_symbols() {
   [[ -f $deb_so ]] || { echo "no $deb_so"; return 1; }
-  # Debian's, and besides them only the harness's private node: the one
-  # function through which the drop-in librdmacm finds this library's NIC.
+  # Debian's, and besides them only the harness's private node: the
+  # functions through which the drop-in librdmacm finds this library's NIC
+  # and gives a QP of rdma_create_qp_ex its extended API.
   diff <(symbols "$deb_so") <(symbols "$ours_so" | grep -v ' RPMA_HARNESS_PRIVATE_1$') &&
     diff <(printf '%s\n' 'RPMA_HARNESS_PRIVATE_1 RPMA_HARNESS_PRIVATE_1' \
-                          'rpma_harness_fake_verbs_backend RPMA_HARNESS_PRIVATE_1') \
+                          'rpma_harness_fake_verbs_backend RPMA_HARNESS_PRIVATE_1' \
+                          'rpma_harness_forget_qp_ex RPMA_HARNESS_PRIVATE_1' \
+                          'rpma_harness_make_qp_ex RPMA_HARNESS_PRIVATE_1' \
+                          'rpma_harness_qp_ex_refusal RPMA_HARNESS_PRIVATE_1') \
          <(symbols "$ours_so" | grep ' RPMA_HARNESS_PRIVATE_1$') &&
     echo "$(symbols "$deb_so" | wc -l) symbols as Debian's, in the same versions"
 }
@@ -143,7 +150,7 @@ answers_as_rxe() {
   local out rc
   out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$1" 2>"$work/$(basename "$1").err")
   rc=$?
-  diff <(cat "$2") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
+  diff <(grep -v '^#' "$2") <(echo "$out") || { echo "(< rxe, > fake; exit $rc)"; return 1; }
   [[ $rc == 0 ]]
 }
 check HostileVerbsProgramAnswersAsRxeDid answers_as_rxe "$hostile" "$hostile_on_rxe"
@@ -152,6 +159,42 @@ check HostileVerbsProgramAnswersAsRxeDid answers_as_rxe "$hostile" "$hostile_on_
 # landed and dropped messages and QP states rxe printed
 # (testdata/uc_verbs.rxe.txt, recorded in the soft-RoCE VM).
 check UcVerbsProgramAnswersAsRxeDid answers_as_rxe "$uc_program" "$uc_on_rxe"
+
+# The extended verbs (testdata/ex_verbs.c): ibv_create_qp_ex / ibv_wr_* and
+# ibv_create_cq_ex / ibv_start_poll -- the creation refusals, every RC
+# operation in one batch, batches that fail whole, a full queue's worth --
+# as rxe printed them (testdata/ex_verbs.rxe.txt).
+check ExVerbsProgramAnswersAsRxeDid answers_as_rxe "$ex_program" "$ex_on_rxe"
+# What the man pages promise where rdma-core 44's rxe provider errs, and
+# the misuse rdma-core leaves undefined (ex_verbs --upstream checks each).
+ex_verbs_upstream() {
+  local out
+  # rxe: a requester's completion of a write has its byte_len (the spec
+  # personality leaves it 0, as the IB spec allows).
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- "$ex_program" --upstream 2>&1) ||
+    { echo "$out"; return 1; }
+  grep -c ' ok$' <<<"$out"
+  grep -q "ibv_wr_send on a QP made without IBV_QP_EX_WITH_SEND" <<<"$out" ||
+    { echo "no message for the builder the QP was not made for: $out"; return 1; }
+}
+check ExVerbsUpstreamSemantics ex_verbs_upstream
+# ibv_wr_complete posts a batch whole or not at all: a fault rule that
+# fails the post of its SEND leaves its RDMA WRITE unposted too.
+ex_verbs_faulted() {
+  cat >"$work/fail-send.yaml" <<'YAML'
+faults:
+  - name: fail every send's post
+    on: post_send
+    opcode: send
+    action: fail
+    errno: ENOMEM
+YAML
+  local out
+  out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe RPMA_HARNESS_FAULTS="$work/fail-send.yaml" EX_VERBS_FAULTED=1 -- \
+    "$ex_program" --upstream 2>&1) || { echo "$out"; return 1; }
+  grep -q 'faulted-batch-posted-nothing ok' <<<"$out" || { echo "$out"; return 1; }
+}
+check ExVerbsBatchFailsWholeUnderAFault ex_verbs_faulted
 backend_rdma_core() {
   local out
   out=$(on_fake RPMA_HARNESS_BACKEND=rdma-core -- "$loopback" 2>&1) && return 1
@@ -163,7 +206,8 @@ check RdmaCoreBackendIsRefusedWithAReason backend_rdma_core
 
 if ! command -v ibv_devinfo >/dev/null || ! command -v ibv_rc_pingpong >/dev/null; then
   for c in DevinfoSpec DevinfoRxe RcPingpong RcPingpongEvents1MiB RcPingpongRxeGid \
-           RcPingpongRxeWithoutGidFailsAtRtr SrqPingpong UcPingpong \
+           RcPingpongRxeWithoutGidFailsAtRtr RcPingpongNewSendApi \
+           RcPingpongNewSendApiRxeEvents SrqPingpong UcPingpong \
            UcPingpongEvents64KiB; do
     skip "$c" "ibverbs-utils is not installed (tools/harness deps installs it)"
   done
@@ -232,6 +276,9 @@ check RcPingpongRxeGid pair c RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p
 # On rxe a RoCE address vector without a GRH is EINVAL at RTR (kernel
 # rdma_check_ah_attr): ibv_rc_pingpong without -g fails on both sides.
 EXPECT_FAIL=1 check RcPingpongRxeWithoutGidFailsAtRtr pair d RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p "$port" -n 10
+# -N: the new send API (ibv_create_qp_ex, ibv_wr_send).
+check RcPingpongNewSendApi pair n -- ibv_rc_pingpong -p "$port" -N -n 200
+check RcPingpongNewSendApiRxeEvents pair o RPMA_HARNESS_PERSONALITY=rxe -- ibv_rc_pingpong -p "$port" -g 0 -N -e -n 100
 check SrqPingpong pair e -- ibv_srq_pingpong -p "$port" -n 100
 check UcPingpong pair u -- ibv_uc_pingpong -p "$port" -n 200
 check UcPingpongEvents64KiB pair v RPMA_HARNESS_PERSONALITY=rxe -- ibv_uc_pingpong -p "$port" -g 0 -e -s 65536 -n 50

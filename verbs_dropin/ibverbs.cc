@@ -10,7 +10,9 @@
 //
 // ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq and
 // ibv_post_srq_recv are inline in <infiniband/verbs.h>: they call through
-// the context's ops table, which OpenContexts points at this backend.
+// the context's ops table, which OpenContexts points at this backend; the
+// extended verbs (ibv_create_qp_ex, ibv_create_cq_ex, ibv_query_device_ex)
+// through its verbs_context, which it fills from ibverbs_ex.cc.
 
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -30,6 +32,7 @@
 #include "rpma/fake_backend.h"
 #include "verbs_backend/unavailable_backend.h"
 #include "verbs_backend/verbs_backend.h"
+#include "verbs_dropin/ibverbs_internal.h"
 
 // <infiniband/verbs.h> makes these macros over inline wrappers; the
 // exported functions are the names themselves.
@@ -38,11 +41,9 @@
 #undef ibv_query_port
 #undef ibv_get_device_list
 
-namespace {
+namespace rpma_harness {
+namespace dropin {
 
-using rpma_harness::VerbsBackend;
-
-// The process's NIC, made at the first call that needs it.
 VerbsBackend& Nic() {
   static std::shared_ptr<VerbsBackend>* backend = [] {
     const char* choice = std::getenv("RPMA_HARNESS_BACKEND");
@@ -66,6 +67,21 @@ VerbsBackend& Nic() {
   }();
   return **backend;
 }
+
+void SayOnce(std::atomic<bool>* told, const char* what) {
+  if (!told->exchange(true)) {
+    std::fprintf(stderr, "rpma-harness libibverbs.so.1: %s\n", what);
+  }
+}
+
+}  // namespace dropin
+}  // namespace rpma_harness
+
+namespace {
+
+using rpma_harness::VerbsBackend;
+using rpma_harness::dropin::Nic;
+using rpma_harness::dropin::SayOnce;
 
 int OpsPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   return Nic().PostSend(qp, wr, bad_wr);
@@ -94,6 +110,7 @@ int OpenContexts(std::vector<ibv_context*>* contexts) {
     ctx->ops.post_srq_recv = OpsPostSrqRecv;
     ctx->ops.poll_cq = OpsPollCq;
     ctx->ops.req_notify_cq = OpsReqNotifyCq;
+    rpma_harness::dropin::FillExtendedOps(ctx);
   }
   return 0;
 }
@@ -105,12 +122,6 @@ ibv_context* ContextOf(ibv_device* device) {
     if (ctx->device == device) return ctx;
   }
   return nullptr;
-}
-
-void SayOnce(std::atomic<bool>* told, const char* what) {
-  if (!told->exchange(true)) {
-    std::fprintf(stderr, "rpma-harness libibverbs.so.1: %s\n", what);
-  }
 }
 
 // The "ptr" convention: the object, or NULL with errno set.
@@ -334,7 +345,11 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
   return Nic().CreateCq(context, cqe, cq_context, channel, comp_vector);
 }
 
-int ibv_destroy_cq(ibv_cq* cq) { return Nic().DestroyCq(cq); }
+int ibv_destroy_cq(ibv_cq* cq) {
+  const int err = Nic().DestroyCq(cq);
+  if (err == 0) rpma_harness::dropin::ForgetCqEx(cq);
+  return err;
+}
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq,
                      void** cq_context) {
@@ -360,11 +375,17 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
   return Nic().QueryQp(qp, attr, attr_mask, init_attr);
 }
 
-int ibv_destroy_qp(ibv_qp* qp) { return Nic().DestroyVerbsQp(qp); }
+int ibv_destroy_qp(ibv_qp* qp) {
+  const int err = Nic().DestroyVerbsQp(qp);
+  if (err == 0) rpma_harness::dropin::ForgetQpEx(qp);
+  return err;
+}
 
-// No QP made by ibv_create_qp has the extended post API (rdma-core
-// verbs.c: only a QP created with send_ops_flags has one).
-ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return nullptr; }
+// A QP from ibv_create_qp_ex (or rdma_create_qp_ex) has one; a QP from
+// ibv_create_qp has none (rdma-core verbs.c: VERBS_QP_EX).
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  return rpma_harness::dropin::QpToQpEx(qp);
+}
 
 // 0: no promise that data lands in order (what libibverbs answers for a
 // provider without query_qp_data_in_order).
@@ -417,6 +438,18 @@ int ibv_read_ibdev_sysfs_file(char*, size_t, void*, const char*, ...) {
 // its context from id->verbs. So the contexts' ops tables are pointed at
 // the backend here too, or its inline ibv_post_send / ibv_poll_cq would
 // reach the bare NIC past the fault rules and the checker.
+// The drop-in librdmacm's rdma_create_qp_ex and rdma_destroy_qp give and
+// take a QP's extended API here (same node), so it is written once.
+int rpma_harness_qp_ex_refusal(const ibv_qp_init_attr_ex* attr) {
+  return rpma_harness::dropin::QpExCreationRefusal(attr);
+}
+void rpma_harness_make_qp_ex(ibv_qp* qp, const ibv_qp_init_attr_ex* attr) {
+  rpma_harness::dropin::MakeQpEx(qp, attr);
+}
+void rpma_harness_forget_qp_ex(ibv_qp* qp) {
+  rpma_harness::dropin::ForgetQpEx(qp);
+}
+
 void* rpma_harness_fake_verbs_backend(void) {
   static const bool routed = [] {
     std::vector<ibv_context*> contexts;

@@ -34,6 +34,12 @@
 #include "verbs_backend/verbs_backend.h"
 
 extern "C" void* rpma_harness_fake_verbs_backend(void);
+// The QP extended API, written once in the drop-in libibverbs.so.1
+// (verbs_dropin/ibverbs_ex.cc).
+extern "C" int rpma_harness_qp_ex_refusal(const ibv_qp_init_attr_ex* attr);
+extern "C" void rpma_harness_make_qp_ex(ibv_qp* qp,
+                                        const ibv_qp_init_attr_ex* attr);
+extern "C" void rpma_harness_forget_qp_ex(ibv_qp* qp);
 
 namespace {
 
@@ -452,16 +458,13 @@ int rdma_create_qp(rdma_cm_id* id, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   return 0;
 }
 
+// rdma_create_qp_ex(3): rdma_create_qp's CQs and PD, and the QP as
+// ibv_create_qp_ex makes it (cma.c rdma_create_qp_ex calls it): the same
+// refusals, and the ibv_wr_* API when send_ops_flags is given.
 int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
   if (qp_init_attr == nullptr) return Fail(EINVAL);
-  // The fields of ibv_qp_init_attr, and nothing the fake does not model.
-  const uint32_t known = IBV_QP_INIT_ATTR_PD;
-  if (qp_init_attr->comp_mask & ~known) {
-    static std::atomic<bool> told{false};
-    SayOnce(&told,
-            "rdma_create_qp_ex: only IBV_QP_INIT_ATTR_PD is modelled by the "
-            "fake NIC; other comp_mask bits fail with EOPNOTSUPP");
-    return Fail(EOPNOTSUPP);
+  if (const int err = rpma_harness_qp_ex_refusal(qp_init_attr)) {
+    return Fail(err);
   }
   ibv_qp_init_attr attr;
   memset(&attr, 0, sizeof(attr));
@@ -477,7 +480,10 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
                                     ? qp_init_attr->pd
                                     : nullptr,
                                 &attr);
-  if (rc == 0) qp_init_attr->cap = attr.cap;
+  if (rc == 0) {
+    qp_init_attr->cap = attr.cap;
+    rpma_harness_make_qp_ex(id->qp, qp_init_attr);
+  }
   return rc;
 }
 
@@ -485,7 +491,9 @@ int rdma_create_qp_ex(rdma_cm_id* id, ibv_qp_init_attr_ex* qp_init_attr) {
 // for it (cma.c rdma_destroy_qp, ucma_destroy_cqs).
 void rdma_destroy_qp(rdma_cm_id* id) {
   if (id == nullptr) return;
+  ibv_qp* qp = id->qp;
   Nic().DestroyQp(id);
+  if (qp != nullptr && id->qp == nullptr) rpma_harness_forget_qp_ex(qp);
   OwnCqs made;
   {
     std::lock_guard<std::mutex> lock(ids_mu);
