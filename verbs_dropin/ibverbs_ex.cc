@@ -97,6 +97,11 @@ QpEx& StateOf(ibv_qp_ex* qpx) {
   return *ex;
 }
 
+// Whether this thread is inside ex's region (ibv_wr_start .. complete).
+bool Holds(const QpEx& ex) {
+  return ex.open && ex.owner == std::this_thread::get_id();
+}
+
 // The first failure of a batch is the one ibv_wr_complete returns.
 void Fail(QpEx& ex, int err) {
   if (ex.err == 0) ex.err = err;
@@ -104,9 +109,10 @@ void Fail(QpEx& ex, int err) {
 
 // A builder's new WR (rxe.c: every builder takes the next slot; wr_id and
 // send_flags from the ibv_qp_ex at this call), or nullptr outside a region.
-ibv_send_wr* Build(ibv_qp_ex* qpx, ibv_wr_opcode opcode) {
+ibv_send_wr* Build(ibv_qp_ex* qpx, ibv_wr_opcode opcode,
+                   BuiltWr** built = nullptr) {
   QpEx& ex = StateOf(qpx);
-  if (!ex.open || ex.owner != std::this_thread::get_id()) {
+  if (!Holds(ex)) {
     static std::atomic<bool> told{false};
     SayOnce(&told,
             "an ibv_wr_* builder outside ibv_wr_start .. ibv_wr_complete on "
@@ -122,13 +128,14 @@ ibv_send_wr* Build(ibv_qp_ex* qpx, ibv_wr_opcode opcode) {
   b.wr.wr_id = qpx->wr_id;
   b.wr.send_flags = qpx->wr_flags;
   b.wr.opcode = opcode;
+  if (built != nullptr) *built = &b;
   return &b.wr;
 }
 
 // The WR a setter applies to: the last one built ("Attach ... to the last
 // work request"), or nullptr (the batch fails) when there is none.
-BuiltWr* Last(QpEx& ex, const char* setter) {
-  if (!ex.open || ex.owner != std::this_thread::get_id()) {
+BuiltWr* Last(QpEx& ex) {
+  if (!Holds(ex)) {
     static std::atomic<bool> told{false};
     SayOnce(&told,
             "an ibv_wr_set_* setter outside ibv_wr_start .. ibv_wr_complete "
@@ -141,7 +148,6 @@ BuiltWr* Last(QpEx& ex, const char* setter) {
     SayOnce(&told,
             "an ibv_wr_set_* setter before any builder in this batch: "
             "ibv_wr_complete fails with EINVAL");
-    (void)setter;
     Fail(ex, EINVAL);
     return nullptr;
   }
@@ -211,19 +217,19 @@ void WrAtomicFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr,
 // ibv_wr_complete as it refuses the opcode in ibv_post_send.
 void WrAtomicWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t remote_addr,
                    const void* atomic_wr) {
-  if (ibv_send_wr* wr = Build(qpx, IBV_WR_ATOMIC_WRITE)) {
+  BuiltWr* b = nullptr;
+  if (ibv_send_wr* wr = Build(qpx, IBV_WR_ATOMIC_WRITE, &b)) {
     wr->wr.rdma.rkey = rkey;
     wr->wr.rdma.remote_addr = remote_addr;
-    BuiltWr& b = StateOf(qpx).built[StateOf(qpx).used - 1];
     const auto* from = static_cast<const uint8_t*>(atomic_wr);
-    if (from != nullptr) b.inline_bytes.assign(from, from + 8);
-    b.is_inline = true;
+    if (from != nullptr) b->inline_bytes.assign(from, from + 8);
+    b->is_inline = true;
   }
 }
 
 // rxe.c wr_set_sge: a zero length leaves the WR without data.
 void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
-  BuiltWr* b = Last(StateOf(qpx), "ibv_wr_set_sge");
+  BuiltWr* b = Last(StateOf(qpx));
   if (b == nullptr) return;
   b->sges.clear();
   b->is_inline = false;
@@ -233,7 +239,7 @@ void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
 // rxe.c wr_set_sge_list: more than max_send_sge is ENOSPC.
 void WrSetSgeList(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
   QpEx& ex = StateOf(qpx);
-  BuiltWr* b = Last(ex, "ibv_wr_set_sge_list");
+  BuiltWr* b = Last(ex);
   if (b == nullptr) return;
   if (num_sge > ex.cap.max_send_sge || (num_sge > 0 && sg_list == nullptr)) {
     Fail(ex, ENOSPC);
@@ -248,7 +254,7 @@ void WrSetSgeList(ibv_qp_ex* qpx, size_t num_sge, const ibv_sge* sg_list) {
 void WrSetInlineDataList(ibv_qp_ex* qpx, size_t num_buf,
                          const ibv_data_buf* buf_list) {
   QpEx& ex = StateOf(qpx);
-  BuiltWr* b = Last(ex, "ibv_wr_set_inline_data");
+  BuiltWr* b = Last(ex);
   if (b == nullptr) return;
   size_t total = 0;
   for (size_t i = 0; i < num_buf; ++i) {
@@ -289,7 +295,7 @@ void WrSetXrcSrqn(ibv_qp_ex* qpx, uint32_t) {
 
 void WrStart(ibv_qp_ex* qpx) {
   QpEx& ex = StateOf(qpx);
-  if (ex.open && ex.owner == std::this_thread::get_id()) {
+  if (Holds(ex)) {
     // On rxe the spinlock would deadlock here.
     Say("ibv_wr_start again before ibv_wr_complete or ibv_wr_abort: the "
         "WRs built so far are discarded");
@@ -304,7 +310,7 @@ void WrStart(ibv_qp_ex* qpx) {
 
 // Closes the region; true when this thread had it open.
 bool Close(QpEx& ex, const char* call) {
-  if (!ex.open || ex.owner != std::this_thread::get_id()) {
+  if (!Holds(ex)) {
     std::fprintf(stderr,
                  "rpma-harness libibverbs.so.1: %s without ibv_wr_start on "
                  "this thread (ibv_wr_post(3))\n",
@@ -321,8 +327,9 @@ bool Close(QpEx& ex, const char* call) {
 // ("If a failure is detected ... the entire posting will be aborted").
 int WrComplete(ibv_qp_ex* qpx) {
   QpEx& ex = StateOf(qpx);
-  if (!ex.open || ex.owner != std::this_thread::get_id()) {
-    Close(ex, "ibv_wr_complete");
+  // The region stays held until the batch is posted: built is its.
+  if (!Holds(ex)) {
+    Close(ex, "ibv_wr_complete");  // says why
     return EINVAL;
   }
   int err = ex.err;
