@@ -548,7 +548,7 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
   }
   std::unique_ptr<Cq> cq;
   if (retired_cqs_.size() <= kRetiredKept) {
-    cq = std::make_unique<Cq>();
+    cq.reset(new (config_.verbs_extension) Cq());
   } else {  // see cq_slots_
     cq = std::move(retired_cqs_.front());
     retired_cqs_.pop_front();
@@ -561,7 +561,9 @@ ibv_cq* FakeNic::CreateCq(ibv_context* ctx, int cqe, void* cq_context,
     free_cq_slots_.pop_back();
     cq_slots_[cq->slot] = cq.get();
   }
-  memset(&cq->ex, 0, sizeof(cq->ex));  // a retired CQ's too
+  // A retired CQ's too, and the extension room past it.
+  memset(&cq->base, 0,
+         sizeof(cq->base) + (config_.verbs_extension ? fake_nic_internal::kCqExtension : 0));
   cq->device = device;
   cq->channel = ch;
   cq->depth = RealDepth(cqe);

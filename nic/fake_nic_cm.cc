@@ -683,12 +683,13 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
 
   std::unique_ptr<Qp> qp;
   if (retired_qps_.size() <= kRetiredKept) {
-    qp = std::make_unique<Qp>();
+    qp.reset(new (config_.verbs_extension) Qp());
   } else {  // see FakeNic::cq_slots_
     qp = std::move(retired_qps_.front());
     retired_qps_.pop_front();
   }
-  memset(&qp->ex, 0, sizeof(qp->ex));
+  memset(&qp->base, 0,
+         sizeof(qp->base) + (config_.verbs_extension ? fake_nic_internal::kQpExtension : 0));
   qp->device = device;
   qp->pd = p;
   qp->send_cq = send_cq;

@@ -168,20 +168,21 @@ struct CompChannel {
   std::vector<int> waiter_fds;
 };
 
+// The room rdma-core's extended objects take past ibv_qp / ibv_cq
+// (ibv_qp_ex, ibv_cq_ex start with them), which a QP or CQ has when its NIC
+// was made with FakeNicConfig::verbs_extension: allocated past the end of
+// the Qp / Cq, whose base is its last member, as a provider's verbs_qp /
+// verbs_cq holds it. Objects made with New(extension) and reused (the
+// retired lists) only within one NIC, so all of a NIC's have it or none.
+constexpr size_t kQpExtension = sizeof(ibv_qp_ex) - sizeof(ibv_qp);
+constexpr size_t kCqExtension = sizeof(ibv_cq_ex) - sizeof(ibv_cq);
+
 // Members in the order a completion and a poll touch them: the ring and
-// its flags in a cache line of their own (base's first holds base.handle),
-// the rest after them.
-//
-// base is in a union with ibv_cq_ex, as a provider's CQ is (rdma-core
-// verbs_cq): a CQ made through ibv_create_cq_ex(3) is that same object
-// seen as an ibv_cq_ex (ibv_cq_ex_to_cq is a cast), and the NIC leaves its
-// extended members to the library that hands it out. They start zeroed.
+// its flags, then base (whose first cache line holds base.handle, which
+// FindCq reads). The NIC finds a Cq from its ibv_cq by base.handle, never
+// by address, so base can be last (see kCqExtension).
 struct Cq {
-  union {
-    ibv_cq base;
-    ibv_cq_ex ex;
-  };
-  alignas(64) Ring<ibv_wc> entries;
+  Ring<ibv_wc> entries;
   int depth = 0;
   bool armed = false;
   bool armed_solicited_only = false;
@@ -192,7 +193,18 @@ struct Cq {
   unsigned int events_delivered = 0;
   unsigned int events_acked = 0;
   int num_qps = 0;
+  ibv_cq base;  // last: see kCqExtension
+
+  // `new (extension) Cq()`: with kCqExtension bytes past the end when
+  // `extension`.
+  static void* operator new(size_t size, bool extension) {
+    return ::operator new(size + (extension ? kCqExtension : 0));
+  }
+  static void operator delete(void* p) { ::operator delete(p); }
+  static void operator delete(void* p, bool) { ::operator delete(p); }
 };
+static_assert(offsetof(Cq, base) + sizeof(ibv_cq) == sizeof(Cq),
+              "the extension room must follow Cq::base");
 
 struct Sge {
   uint64_t addr = 0;
@@ -466,29 +478,49 @@ struct Srq {
   std::vector<Qp*> qps;  // attached QPs
 };
 
-// Members in two groups. Hot (right after base and its extension, whose
-// first cache line holds handle, qp_num and state; base's mutex and cond,
-// which the fake never uses, and the extended API's members fill the next
-// four): what a post, a write's execution and its completions read -- the
-// CQs, the PD, the peer, the rings, the caps, the scheduler slot, the link
-// test, the responder state -- in the 160 bytes after ex. Cold (after them): the ibv_modify_qp(3) record, the retry
-// counts and RNR timer (read on RNR and error paths), the cross-process
-// resume state, the stranded receives and the requester-index model. A 10
+// Members in two groups, then base. Cold (first): the ibv_modify_qp(3)
+// record, the retry counts and RNR timer (read on RNR and error paths),
+// the cross-process resume state, the stranded receives and the
+// requester-index model. Hot (the 160 bytes before base): what a post, a
+// write's execution and its completions read -- the CQs, the PD, the
+// peer, the rings, the caps, the scheduler slot, the link test, the
+// responder state. base comes last (see kQpExtension), its first line,
+// which holds handle, qp_num and state, right after the hot members; its
+// mutex and cond, which the fake never uses, fill the next two. A 10
 // 000-QP run touches each QP's lines once per operation, so the fewer the
-// better (before this order a write touched six or seven lines of its QP).
-//
-// base is in a union with ibv_qp_ex, as a provider's QP is (rdma-core
-// verbs_qp): ibv_qp_to_qp_ex(3) of a QP made through ibv_create_qp_ex with
-// send_ops_flags is that same object, whose qp_base is the QP. The NIC
-// leaves the extended members (wr_id, wr_flags, the wr_* functions) to the
-// library that hands it out (verbs_dropin/ibverbs_ex.cc); they start
-// zeroed. The hot members follow the whole union.
+// better (before this order a write touched six or seven lines of its QP;
+// with cold after hot and base last, tools/bench's 1000-pair figure was
+// ~8 % slower than this order). The NIC finds a Qp from its ibv_qp by
+// base.handle (FindQp), never by address.
 struct Qp {
-  union {
-    ibv_qp base;
-    ibv_qp_ex ex;
-  };
-  // ---- hot: the 160 bytes after ex (static_assert below)
+  // ---- cold
+  // rxe's producer index, the requester's req.wqe_index, and how many WRs
+  // at sq's front the completer may flush in ERR (the rest stay queued
+  // without a completion); only when sq_ring_slots != 0.
+  uint32_t sq_prod = 0;
+  uint32_t req_index = 0;
+  size_t sq_flushable = 0;
+  uint8_t rnr_retry = 7;
+  uint8_t retry_cnt = 7;
+  uint8_t min_rnr_timer = 0;
+  // A UC responder that accepted a message's first packet and dropped a
+  // later one: on rxe every later message is dropped too
+  // (Personality::uc_cut_message_stalls_responder); RESET clears it.
+  bool uc_stalled = false;
+  uint32_t dest_qp_num = 0;
+  uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
+  // The write this responder last RNR-NAKed for a peer in another process:
+  // the only request allowed to resume past its first packet (a frame is
+  // input: a resumed packet reuses the rkey and bounds checked on FIRST).
+  uint64_t resume_wr_id = 0;
+  uint64_t resume_length = 0;
+  Device* device = nullptr;
+  CmId* id = nullptr;
+  Ring<RecvWqe> stranded_rq;  // the stranded receives, in posting order
+  // Everything ibv_modify_qp(3) set (fake_nic_qp_state.cc); rnr_retry,
+  // retry_cnt, min_rnr_timer and dest_qp_num mirror it for the data path.
+  ibv_qp_attr attr{};
+  // ---- hot: the 160 bytes before base (static_assert below)
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Pd* pd = nullptr;
@@ -517,33 +549,6 @@ struct Qp {
   bool failed_on_last_packet = true;
   bool link_dead = false;
   bool remote_waits_for_receive = false;
-  // ---- cold
-  // rxe's producer index, the requester's req.wqe_index, and how many WRs
-  // at sq's front the completer may flush in ERR (the rest stay queued
-  // without a completion); only when sq_ring_slots != 0.
-  uint32_t sq_prod = 0;
-  uint32_t req_index = 0;
-  size_t sq_flushable = 0;
-  uint8_t rnr_retry = 7;
-  uint8_t retry_cnt = 7;
-  uint8_t min_rnr_timer = 0;
-  // A UC responder that accepted a message's first packet and dropped a
-  // later one: on rxe every later message is dropped too
-  // (Personality::uc_cut_message_stalls_responder); RESET clears it.
-  bool uc_stalled = false;
-  uint32_t dest_qp_num = 0;
-  uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
-  // The write this responder last RNR-NAKed for a peer in another process:
-  // the only request allowed to resume past its first packet (a frame is
-  // input: a resumed packet reuses the rkey and bounds checked on FIRST).
-  uint64_t resume_wr_id = 0;
-  uint64_t resume_length = 0;
-  Device* device = nullptr;
-  CmId* id = nullptr;
-  Ring<RecvWqe> stranded_rq;  // the stranded receives, in posting order
-  // Everything ibv_modify_qp(3) set (fake_nic_qp_state.cc); rnr_retry,
-  // retry_cnt, min_rnr_timer and dest_qp_num mirror it for the data path.
-  ibv_qp_attr attr{};
   void AdvanceRequesterIndex() {
     if (sq_ring_slots != 0) req_index = (req_index + 1) & (sq_ring_slots - 1);
   }
@@ -557,10 +562,21 @@ struct Qp {
   }
   // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
   Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }
+  ibv_qp base;  // last: see kQpExtension
+
+  // `new (extension) Qp()`: with kQpExtension bytes past the end when
+  // `extension`.
+  static void* operator new(size_t size, bool extension) {
+    return ::operator new(size + (extension ? kQpExtension : 0));
+  }
+  static void operator delete(void* p) { ::operator delete(p); }
+  static void operator delete(void* p, bool) { ::operator delete(p); }
 };
-// The hot members end where base's third cache line after it does (a new
-// hot member goes in their group, a cold one after sq_prod).
-static_assert(offsetof(Qp, sq_prod) <= sizeof(ibv_qp_ex) + 160,
+static_assert(offsetof(Qp, base) + sizeof(ibv_qp) == sizeof(Qp),
+              "the extension room must follow Qp::base");
+// The hot members fit the 160 bytes before base (a new hot member goes in
+// their group, a cold one in the cold group).
+static_assert(offsetof(Qp, base) - offsetof(Qp, send_cq) <= 160,
               "the hot members of Qp outgrew their cache lines");
 
 struct EventChannel {

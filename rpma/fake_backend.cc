@@ -48,7 +48,7 @@ void FlushAtExit() {
 }  // namespace
 
 std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment(
-    std::shared_ptr<FakeNic>* nic_out) {
+    std::shared_ptr<FakeNic>* nic_out, bool verbs_extension) {
   // A program written like a real librpma client or server blocks in
   // rpma_cq_wait / rpma_conn_next_event (a verbs program in
   // ibv_get_cq_event), so the NIC makes progress on its own thread.
@@ -57,6 +57,7 @@ std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment(
   if (!FakeNicConfigFromEnvironment(&config, &error)) {
     return std::make_shared<UnavailableBackend>(error);
   }
+  config.verbs_extension = verbs_extension;
   auto nic = std::make_shared<FakeNic>(std::move(config));
   nic->StartBackgroundProgress();
   if (nic_out != nullptr) *nic_out = nic;

@@ -24,8 +24,10 @@ class FakeNic;
 // something else": the result is then an UnavailableBackend whose first
 // call prints why.
 // `nic`, when given, gets the FakeNic itself (null if none was made).
+// `verbs_extension`: FakeNicConfig::verbs_extension (the drop-in
+// libibverbs.so.1's extended verbs need it).
 std::shared_ptr<VerbsBackend> MakeFakeBackendFromEnvironment(
-    std::shared_ptr<FakeNic>* nic = nullptr);
+    std::shared_ptr<FakeNic>* nic = nullptr, bool verbs_extension = false);
 
 // `backend` wrapped in RPMA_HARNESS_FAULTS's rules (itself when unset), or
 // an UnavailableBackend that says why the file cannot be used.

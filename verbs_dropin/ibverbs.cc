@@ -58,7 +58,8 @@ VerbsBackend& Nic() {
           "real NIC take it off LD_LIBRARY_PATH");
     } else {
       made = rpma_harness::WrapForCheckingFromEnvironment(
-          rpma_harness::MakeFakeBackendFromEnvironment(),
+          rpma_harness::MakeFakeBackendFromEnvironment(
+              nullptr, /*verbs_extension=*/true),
           /*verbs_program=*/true);
     }
     // Never destroyed: a program may still call from its own atexit

@@ -10,9 +10,10 @@
 // ibv_poll_cq: ibv_wr_complete posts the WRs built since ibv_wr_start as
 // one chain, whole or not at all (kSendWholeChain), and ibv_start_poll /
 // ibv_next_poll take one completion each. The objects are the NIC's own:
-// its QPs and CQs have room for ibv_qp_ex / ibv_cq_ex in front
-// (nic/fake_nic_internal.h Qp, Cq), as a provider's verbs_qp / verbs_cq
-// do, so ibv_qp_to_qp_ex(qp)->qp_base is qp and ibv_cq_ex_to_cq is a cast.
+// this library makes its NIC with FakeNicConfig::verbs_extension (ibverbs.cc
+// Nic()), so each QP and CQ has the room of ibv_qp_ex / ibv_cq_ex past its
+// ibv_qp / ibv_cq, as a provider's verbs_qp / verbs_cq does:
+// ibv_qp_to_qp_ex(qp)->qp_base is qp and ibv_cq_ex_to_cq is a cast.
 //
 // What each call accepts and refuses follows rxe's provider (rdma-core 44
 // providers/rxe/rxe.c: check_qp_init_attr, set_qp_send_ops, the wr_*
