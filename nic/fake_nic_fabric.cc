@@ -14,6 +14,7 @@
 #include "nic/fake_nic_fabric.h"
 
 #include <errno.h>
+#include <infiniband/verbs.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -69,6 +70,7 @@ void SetNonBlocking(int fd) {
 // not advertise sleep (the producer rings no doorbell) and wakes after it
 // at most, so a message is never stranded when the polling stops.
 constexpr int64_t kPollerWindowNs = 200 * 1000;
+std::atomic<int64_t> g_poller_window_ns{kPollerWindowNs};
 constexpr uint64_t kRingCapacity = kShmRingCapacity;
 constexpr size_t kRingHeaderSize = kShmRingHeaderSize;
 using RingHeader = ShmRingHeader;
@@ -140,6 +142,10 @@ struct ShmLink {
   std::atomic<bool> corrupt{false};
   // Bytes put in the out ring and not yet published (Fabric::mu_).
   bool publish_deferred = false;
+  // Among the unpublished bytes is a frame the peer's NIC must act on
+  // without its program (NeedsNoHostCpu): the publish rings the doorbell
+  // even when the peer's fabric thread sleeps only briefly (Fabric::mu_).
+  bool ring_anyway = false;
   // What the fabric thread saw at its last look (that thread only).
   bool thread_saw_data = false;
   uint64_t thread_taken = 0;
@@ -284,8 +290,36 @@ void RingPublish(ShmLink* shm) {
   // total order with the consumer's seq_cst flag store and head load, one
   // side sees the other's write.
   shm->out.header->head.store(shm->out_head, std::memory_order_seq_cst);
-  if (shm->out.header->consumer_sleeping.load(std::memory_order_seq_cst) != 0) {
+  const bool ring_anyway = shm->ring_anyway;
+  shm->ring_anyway = false;
+  if (shm->out.header->consumer_sleeping.load(std::memory_order_seq_cst) != 0 ||
+      ring_anyway) {
     Doorbell(shm->fd);
+  }
+}
+
+// A frame the peer's NIC must act on though its program may never call
+// into the library again: a request that completes nothing at the
+// responder -- an RDMA WRITE lands, a READ or an atomic is answered --
+// which a real NIC does with no host CPU (IB spec 9.4.3-9.4.5: neither
+// consumes a receive WQE nor makes a responder completion). A program may
+// wait for such a write by spinning on its own buffer, as perftest's
+// ib_write_lat does (perftest_resources.c run_iter_lat_write), without
+// polling a CQ: the peer's fabric thread must take the frame now, not at
+// the end of its poll-mode window. Everything else makes a completion
+// the peer's program polls or waits for, which drains the ring itself.
+bool NeedsNoHostCpu(uint32_t type, const void* body, size_t body_len) {
+  if (type != kFrameRequest || body_len < sizeof(RequestFrame)) return false;
+  RequestFrame request;
+  memcpy(&request, body, sizeof(request));
+  switch (request.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -536,6 +570,11 @@ int Fabric::Prepare() {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return errno;
   return 0;
+}
+
+void SetPollerWindowForTesting(int64_t ns) {
+  g_poller_window_ns.store(ns > 0 ? ns : kPollerWindowNs,
+                           std::memory_order_relaxed);
 }
 
 void Fabric::BlockingWaitBegins() {
@@ -840,6 +879,10 @@ bool Fabric::Send(uint64_t id, uint32_t type, const void* body, size_t body_len,
   Link& link = it->second;
   FrameHeader header{static_cast<uint32_t>(body_len + tail_len), type};
   size_t sent = 0;
+  // Published now, or by FlushShmLocked once the ring has room.
+  if (link.shm != nullptr && NeedsNoHostCpu(type, body, body_len)) {
+    link.shm->ring_anyway = true;
+  }
   if (link.shm != nullptr && link.out.empty()) {
     ShmLink* shm = link.shm.get();
     if (shm->corrupt.load()) return true;  // the link is ending
@@ -1240,7 +1283,9 @@ void Fabric::Run() {
         seen_polls = polls;
         polls_moved_ns = now;
       }
-      polled = seq_fd_ < 0 && now - polls_moved_ns < kPollerWindowNs;
+      const int64_t window =
+          g_poller_window_ns.load(std::memory_order_relaxed);
+      polled = seq_fd_ < 0 && now - polls_moved_ns < window;
       poll_mode_.store(polled, std::memory_order_relaxed);
       for (const auto& shm : rings) {
         shm->in.header->consumer_sleeping.store(polled ? 0 : 1);
@@ -1251,12 +1296,13 @@ void Fabric::Run() {
       // While polled, the poller takes what waits; this thread looks again
       // after the window (not at once: it would spin against the poller).
       if (polled) {
-        timeout_ns = kPollerWindowNs;
+        timeout_ns = window;
       } else if (waiting && seq_fd_ < 0) {
         timeout_ns = 0;
       }
     }
-    timespec timeout = {0, static_cast<long>(timeout_ns)};
+    timespec timeout = {static_cast<time_t>(timeout_ns / 1000000000),
+                        static_cast<long>(timeout_ns % 1000000000)};
     if (ppoll(fds.data(), fds.size(), timeout_ns < 0 ? nullptr : &timeout,
               nullptr) < 0 &&
         errno != EINTR) {

@@ -216,6 +216,12 @@ struct Frame {
   FrameView view() const { return FrameView{type, body.data(), body.size()}; }
 };
 
+// How long the fabric thread trusts that the program polls (poll mode:
+// its rings ask for no doorbell, and it looks again only after this long);
+// 200 us unless a test stretches it (0 restores it), so that a frame that
+// waited for the window instead of its doorbell shows as a missed deadline.
+void SetPollerWindowForTesting(int64_t ns);
+
 class Fabric {
  public:
   using OnFrame = std::function<void(uint64_t link, const FrameView& frame)>;
@@ -280,7 +286,10 @@ class Fabric {
   // the polled state at once: the fabric thread drains again and asks for
   // doorbells until some thread polls again. A program that blocks in
   // poll(2) on a channel's fd itself is not seen: its frames wait one
-  // window at most.
+  // window at most. A frame that completes nothing at the peer (an RDMA
+  // WRITE, READ or atomic request) rings the doorbell even while polled:
+  // a program may wait for a write by spinning on its buffer and never
+  // poll (fake_nic_fabric.cc NeedsNoHostCpu).
   void BlockingWaitBegins();
   // For a thread about to block for a completion (FakeNic::WaitForCqEvent,
   // after BlockingWaitBegins): appends the sockets of the shared-memory

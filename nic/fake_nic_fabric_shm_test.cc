@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -267,6 +268,70 @@ TEST_F(FabricShmTest, ManySmallFramesReachAConsumerThatSleeps) {
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
     ASSERT_EQ(wc.wr_id, i);
   }
+  child.GoOn();
+  EXPECT_EQ(child.Wait(), 0);
+}
+
+// Reads a byte the NIC writes, as an uninstrumented program (perftest)
+// does: ThreadSanitizer would take the spin for a race with the fabric
+// thread's landing, which a NIC's DMA is not.
+__attribute__((no_sanitize_thread, noinline)) uint8_t ReadAsTheNicLeftIt(
+    const volatile uint8_t* byte) {
+  return *byte;
+}
+
+// A plain RDMA WRITE lands in a peer whose program never calls into the
+// library while it waits for it -- it spins on its own buffer, as
+// perftest's ib_write_lat does -- though the peer's fabric thread is in
+// poll mode (the program polled a moment ago, so its ring asked for no
+// doorbell): a frame that completes nothing at the responder rings the
+// doorbell anyway (fake_nic_fabric.cc NeedsNoHostCpu). The poll-mode
+// window is stretched to 60 s, so a write that waited for it misses the
+// child's 10 s deadline; the client's ACK needs the landing too.
+TEST_F(FabricShmTest, APlainWriteLandsInAPeerThatSpinsOnItsBuffer) {
+  struct Stretched {
+    Stretched() {
+      fake_nic_internal::SetPollerWindowForTesting(int64_t{60} * 1000000000);
+    }
+    ~Stretched() { fake_nic_internal::SetPollerWindowForTesting(0); }
+  } window;  // the child inherits it
+  Child child = ForkServer(65536, 4, [&](Side& s, int in, int) {
+    ibv_wc wc;
+    CHILD_CHECK(s.Poll(&wc, /*spin=*/true));  // the write with imm
+    CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+    CHILD_CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ReadAsTheNicLeftIt(s.buffer.data() + 100) != 0x5a &&
+           std::chrono::steady_clock::now() < deadline) {
+    }
+    CHILD_CHECK(ReadAsTheNicLeftIt(s.buffer.data() + 100) == 0x5a);
+    WaitGoOn(in);
+  });
+  Side client(dir_);
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(Connect(child, client, &info));
+  // Poll mode: the server's fabric thread, woken by this frame, finds that
+  // the program polled since its last look (were it to look before the
+  // polls, it would stay asleep, the doorbell would ring anyway and the
+  // case would pass without testing the poll mode). Hence the pauses: the
+  // server polls before the frame comes, and the thread has looked before
+  // the plain write.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(client.PostSend(IBV_WR_RDMA_WRITE_WITH_IMM, 1, 0, 8, info.addr,
+                            info.rkey, 7),
+            0);
+  ibv_wc wc;
+  ASSERT_TRUE(client.Poll(&wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  client.buffer[100] = 0x5a;
+  ASSERT_EQ(client.PostSend(IBV_WR_RDMA_WRITE, 2, 100, 1, info.addr + 100,
+                            info.rkey),
+            0);
+  ASSERT_TRUE(client.Poll(&wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 2u);
   child.GoOn();
   EXPECT_EQ(child.Wait(), 0);
 }
