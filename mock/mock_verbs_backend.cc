@@ -73,6 +73,9 @@ MockVerbsBackend::MockVerbsBackend() {
         return ENOSYS;
       });
   ON_CALL(*this, QueryDeviceEx).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, GetAsyncEvent).WillByDefault(FailWith(-1));
+  ON_CALL(*this, ModifySrq).WillByDefault(Return(ENOSYS));
+  ON_CALL(*this, QuerySrq).WillByDefault(Return(ENOSYS));
   ON_CALL(*this, AdviseMr).WillByDefault(Return(ENOSYS));
 
   ON_CALL(*this, ModifyQp).WillByDefault(Return(ENOSYS));
@@ -144,6 +147,12 @@ void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
   ON_CALL(*this, QueryDeviceEx)
       .WillByDefault(Invoke(f, &VerbsBackend::QueryDeviceEx));
   ON_CALL(*this, AdviseMr).WillByDefault(Invoke(f, &VerbsBackend::AdviseMr));
+  ON_CALL(*this, GetAsyncEvent)
+      .WillByDefault(Invoke(f, &VerbsBackend::GetAsyncEvent));
+  ON_CALL(*this, AckAsyncEvent)
+      .WillByDefault(Invoke(f, &VerbsBackend::AckAsyncEvent));
+  ON_CALL(*this, ModifySrq).WillByDefault(Invoke(f, &VerbsBackend::ModifySrq));
+  ON_CALL(*this, QuerySrq).WillByDefault(Invoke(f, &VerbsBackend::QuerySrq));
 
   ON_CALL(*this, ModifyQp).WillByDefault(Invoke(f, &VerbsBackend::ModifyQp));
   ON_CALL(*this, ListDevices)

@@ -128,6 +128,12 @@ class MockVerbsBackend : public VerbsBackend {
               (override));
   MOCK_METHOD(int, QueryDeviceEx, (ibv_context * ctx, ibv_device_attr_ex* attr),
               (override));
+  MOCK_METHOD(int, GetAsyncEvent, (ibv_context * ctx, ibv_async_event* event),
+              (override));
+  MOCK_METHOD(void, AckAsyncEvent, (ibv_async_event * event), (override));
+  MOCK_METHOD(int, ModifySrq,
+              (ibv_srq * srq, ibv_srq_attr* attr, int attr_mask), (override));
+  MOCK_METHOD(int, QuerySrq, (ibv_srq * srq, ibv_srq_attr* attr), (override));
   MOCK_METHOD(int, AdviseMr,
               (ibv_pd * pd, ibv_advise_mr_advice advice, uint32_t flags,
                ibv_sge* sg_list, uint32_t num_sge),

@@ -569,6 +569,18 @@ class FakeNic final : public VerbsBackend {
   int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
                ibv_sge* sg_list, uint32_t num_sge) override;
 
+  // ---- asynchronous events, SRQ attributes (issue 22) ----
+  // The events rxe in Linux 6.1 raises: IBV_EVENT_CQ_ERR when a completion
+  // finds its CQ full (rxe_cq.c rxe_cq_post), IBV_EVENT_SRQ_LIMIT_REACHED
+  // when taking a receive leaves an armed SRQ below its limit (rxe_resp.c
+  // get_srq_wqe), IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE when the
+  // device goes down / up (rxe_net.c rxe_port_down / rxe_port_up;
+  // SetDeviceUp here). Nothing else: rxe raises no QP event there.
+  int GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) override;
+  void AckAsyncEvent(ibv_async_event* event) override;
+  int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) override;
+  int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr) override;
+
   // ---- progress -------------------------------------------------------------
 
   // Performs one unit of work; false when there was nothing to do. CM
@@ -934,6 +946,20 @@ class FakeNic final : public VerbsBackend {
   bool RemoteMrOk(Qp* responder, uint32_t rkey, uint64_t addr, uint64_t length,
                   int needed_access);
   void AddCqe(Cq* cq, const ibv_wc& wc, bool solicited);
+  // The CQ is overrun (a completion lost, or a fault rule says so): polls
+  // fail from now on and IBV_EVENT_CQ_ERR is raised, as rxe_cq_post raises
+  // it for each completion that finds the queue full.
+  void OverrunLocked(Cq* cq);
+  // Queues an asynchronous event on the device's context (ibv_async_event
+  // names its CQ, QP, SRQ or port).
+  void RaiseAsyncEventLocked(Device* device, const ibv_async_event& event);
+  // A CQ or SRQ is destroyed: its events not yet got go (uverbs drops them
+  // from the async file's list as the object goes).
+  void DropAsyncEventsLocked(Device* device, const void* object);
+  // The responder takes the receive at the head of its queue (the QP's or
+  // its SRQ's); every path that consumes one for a message goes through
+  // here, which raises the SRQ's limit event.
+  fake_nic_internal::RecvWqe TakeReceive(Qp* responder);
   // A completion written in place: CqeSlot hands out the CQ ring's next
   // slot (nullptr when the CQ is overrun or full: build the entry aside and
   // AddCqe it, which reports the loss); the caller fills every field, then

@@ -1205,8 +1205,7 @@ bool FakeNic::ApplyExecuteHook(Qp* qp) {
       head.delay_steps_left = std::max(0, verdict.delay_steps);
       return true;
     case ExecuteVerdict::Kind::kOverrunCq: {
-      BumpPollEpoch();
-      qp->send_cq->overrun = true;
+      OverrunLocked(qp->send_cq);
       FakeNicEvent overrun;
       overrun.kind = FakeNicEvent::Kind::kCqOverrun;
       overrun.qp_num = info.qp_num;

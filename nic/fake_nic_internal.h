@@ -136,6 +136,12 @@ struct Device {
   DeviceContext context;
   FakeDeviceConfig config;
   bool up = true;
+  // The context's asynchronous events (ibv_get_async_event(3)): queued here
+  // and counted on async_fd, an eventfd in semaphore mode, so the program
+  // can poll(2) ibv_context::async_fd. Under the NIC's mutex the count
+  // equals the queue's length.
+  int async_fd = -1;
+  std::deque<ibv_async_event> async_events;
   int num_pds = 0;
   int num_cqs = 0;
   int num_qps = 0;
@@ -193,6 +199,7 @@ struct Cq {
   unsigned int events_delivered = 0;
   unsigned int events_acked = 0;
   int num_qps = 0;
+  unsigned int async_unacked = 0;  // IBV_EVENT_CQ_ERR got and not acked
   ibv_cq base;  // last: see kCqExtension
 
   // `new (extension) Cq()`: with kCqExtension bytes past the end when
@@ -474,6 +481,10 @@ struct Srq {
   Pd* pd = nullptr;
   uint32_t max_wr = 0;
   uint32_t max_sge = 0;
+  // ibv_modify_srq(3)'s srq_limit: armed while non-zero; the responder
+  // raises IBV_EVENT_SRQ_LIMIT_REACHED and disarms it (TakeReceive).
+  uint32_t limit = 0;
+  unsigned int async_unacked = 0;  // events got and not acked
   Ring<RecvWqe> rq;
   std::vector<Qp*> qps;  // attached QPs
 };

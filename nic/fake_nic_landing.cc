@@ -75,8 +75,7 @@ void FakeNic::StartLanding(Qp* qp, Qp* responder, bool took_receive) {
   if (took_receive) {
     // check_resource took it; it completes with the last piece.
     l.took_receive = true;
-    l.recv_wr_id = responder->ReceiveQueue().front().wr_id;
-    responder->ReceiveQueue().pop_front();
+    l.recv_wr_id = TakeReceive(responder).wr_id;
   }
   head.waiting_for_receive = false;
   // The seed's own splitmix64 stream (NextRandom32's mixer), so keys, QP

@@ -128,17 +128,24 @@ class RxeSrqTest : public FakeNicLibrpma13Test {
 };
 
 // rxe_queue.c rxe_queue_init rounds every queue (SRQs too) to
-// roundup_pow_of_two(n + 1) - 1; ibv_create_srq(3) writes the real depth
-// back into attr.
-TEST_F(RxeSrqTest, CreateSrqWritesBackTheRoundedDepth) {
+// roundup_pow_of_two(n + 1) - 1, which ibv_query_srq(3) reports; Debian
+// 12's rxe leaves the depth asked for in ibv_create_srq's attr and arms
+// the limit it was given (verbs_dropin/testdata/async_events.rxe.txt).
+TEST_F(RxeSrqTest, CreateSrqKeepsTheDepthAskedForAndQueryShowsTheRoundedOne) {
   ibv_srq_init_attr attr{};
   attr.attr.max_wr = 10;
   attr.attr.max_sge = 1;
+  attr.attr.srq_limit = 3;
   ibv_srq* srq = nic_->CreateSrq(fabric_->server_pd(), &attr);
   ASSERT_NE(srq, nullptr);
   srqs_.push_back(srq);
-  EXPECT_EQ(attr.attr.max_wr, 15u);
+  EXPECT_EQ(attr.attr.max_wr, 10u);
   EXPECT_EQ(attr.attr.max_sge, 1u);
+  ibv_srq_attr queried{};
+  ASSERT_EQ(nic_->QuerySrq(srq, &queried), 0);
+  EXPECT_EQ(queried.max_wr, 15u);
+  EXPECT_EQ(queried.max_sge, 1u);
+  EXPECT_EQ(queried.srq_limit, 3u);
 }
 
 // ---- shared receive queues: the data path ----

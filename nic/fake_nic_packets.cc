@@ -194,8 +194,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       if (took_receive) {
         // An ONLY packet: check_resource took the receive before
         // check_rkey failed, so it completes with the error.
-        RecvWqe recv = std::move(responder->ReceiveQueue().front());
-        responder->ReceiveQueue().pop_front();
+        RecvWqe recv = TakeReceive(responder);
         CompleteReceive(responder, recv, wqe,
                         config_.personality.recv_status_on_rkey_violation,
                         IBV_WC_RECV_RDMA_WITH_IMM, 0);
@@ -290,11 +289,10 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       if (took) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
-        fake_nic_internal::Ring<RecvWqe>& rq = responder->ReceiveQueue();
-        CompleteReceive(responder, rq.front(), wqe, IBV_WC_SUCCESS,
+        const RecvWqe recv = TakeReceive(responder);
+        CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
                         IBV_WC_RECV_RDMA_WITH_IMM,
                         static_cast<uint32_t>(length));
-        rq.pop_front();
       }
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
       qp->sq.pop_front();
@@ -316,8 +314,7 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     const std::string why =
         fake_nic_internal::HarnessMemoryError("the responder's", wqe.wr_id);
     if (took_receive) {
-      RecvWqe recv = std::move(responder->ReceiveQueue().front());
-      responder->ReceiveQueue().pop_front();
+      RecvWqe recv = TakeReceive(responder);
       CompleteReceive(responder, recv, wqe,
                       config_.personality.recv_status_on_rkey_violation,
                       IBV_WC_RECV_RDMA_WITH_IMM, 0);
@@ -335,8 +332,7 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     const std::string why =
         fake_nic_internal::HarnessMemoryError("the requester's", wqe.wr_id);
     if (took_receive) {
-      RecvWqe recv = std::move(responder->ReceiveQueue().front());
-      responder->ReceiveQueue().pop_front();
+      RecvWqe recv = TakeReceive(responder);
       CompleteReceive(responder, recv, wqe, IBV_WC_WR_FLUSH_ERR,
                       IBV_WC_RECV_RDMA_WITH_IMM, 0);
       SetQpState(responder, IBV_QPS_ERR, "requester memory fault");
@@ -472,8 +468,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   auto nak = [&](const RequestPacket& packet, ibv_wc_status recv_status,
                  ibv_wc_status requester_status, const std::string& why) {
     RecordPacket(qp, head, packet, why.c_str());
-    RecvWqe taken = std::move(rq.front());
-    rq.pop_front();
+    RecvWqe taken = TakeReceive(responder);
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     CompleteReceive(responder, taken, wqe, recv_status, IBV_WC_RECV, 0);
@@ -506,8 +501,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       // with the responder's QP.
       const std::string why =
           fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
-      RecvWqe taken = std::move(rq.front());
-      rq.pop_front();
+      RecvWqe taken = TakeReceive(responder);
       SendWqe wqe = std::move(qp->sq.front());
       qp->sq.pop_front();
       CompleteReceive(responder, taken, wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
@@ -531,8 +525,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   }
   // LAST / ONLY: RESPST_COMPLETE. byte_len is the message's length, the
   // immediate (SEND_WITH_IMM) came on this packet (ibv_poll_cq(3)).
-  RecvWqe taken = std::move(rq.front());
-  rq.pop_front();
+  RecvWqe taken = TakeReceive(responder);
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
   RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");

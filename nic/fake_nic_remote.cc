@@ -792,11 +792,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   }
   responder->resume_packet = 0;
   auto& rq = responder->ReceiveQueue();
-  auto take_receive = [&]() {
-    RecvWqe recv = std::move(rq.front());
-    rq.pop_front();
-    return recv;
-  };
+  auto take_receive = [&]() { return TakeReceive(responder); };
 
   switch (opcode) {
     case IBV_WR_RDMA_WRITE:

@@ -988,6 +988,80 @@ TEST_F(FakeNicTest, CqOverflowIsObservable) {
   EXPECT_LT(nic_->PollCq(client_.cq, 4, wc), 0);
 }
 
+// ibv_get_async_event(3): a completion lost to a full CQ raises
+// IBV_EVENT_CQ_ERR naming the CQ (rxe_cq.c rxe_cq_post), on the context's
+// async fd, which is readable exactly while an event waits.
+TEST_F(FakeNicTest, CqOverrunRaisesCqErrOnTheAsyncFd) {
+  QpOptions options;
+  options.cq_depth = 2;
+  ConnectHosts(options);
+  const int fd = client_.ctx->async_fd;
+  ASSERT_GE(fd, 0);
+  pollfd pfd = {fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  for (uint64_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(Write(i, 8, IBV_SEND_SIGNALED), 0);
+  }
+  nic_->RunUntilIdle();
+  EXPECT_EQ(poll(&pfd, 1, 0), 1);
+  ibv_async_event event;
+  ASSERT_EQ(nic_->GetAsyncEvent(client_.ctx, &event), 0);
+  EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(event.element.cq, client_.cq);
+  nic_->AckAsyncEvent(&event);
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  ASSERT_EQ(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+  EXPECT_EQ(nic_->GetAsyncEvent(client_.ctx, &event), -1);
+  EXPECT_EQ(errno, EAGAIN);
+}
+
+// Destroying a CQ drops its events not yet got (uverbs does), and is EBUSY
+// while one got is not acked (libibverbs would wait for the ack for ever).
+TEST_F(FakeNicTest, DestroyCqDropsItsQueuedEventsAndRefusesWhileOneIsUnacked) {
+  PrepareHosts();
+  ibv_context* ctx = client_.ctx;
+  pollfd pfd = {ctx->async_fd, POLLIN, 0};
+  ibv_cq* queued = nic_->CreateCq(ctx, 4, nullptr, nullptr, 0);
+  ibv_cq* got = nic_->CreateCq(ctx, 4, nullptr, nullptr, 0);
+  ASSERT_NE(queued, nullptr);
+  ASSERT_NE(got, nullptr);
+  ASSERT_TRUE(nic_->OverrunCq(got));
+  ASSERT_TRUE(nic_->OverrunCq(queued));
+  ibv_async_event event;
+  ASSERT_EQ(nic_->GetAsyncEvent(ctx, &event), 0);
+  EXPECT_EQ(event.element.cq, got);
+  EXPECT_EQ(nic_->DestroyCq(queued), 0);
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);  // its event went with it
+  EXPECT_EQ(nic_->DestroyCq(got), EBUSY);
+  nic_->AckAsyncEvent(&event);
+  EXPECT_EQ(nic_->DestroyCq(got), 0);
+}
+
+// rxe_net.c rxe_port_down / rxe_port_up: port 1's IBV_EVENT_PORT_ERR and
+// IBV_EVENT_PORT_ACTIVE, once per change; a thread blocked in
+// GetAsyncEvent wakes for it.
+TEST_F(FakeNicTest, ADeviceGoingDownAndUpRaisesPortEventsToABlockedWaiter) {
+  PrepareHosts();
+  ibv_context* ctx = client_.ctx;
+  ibv_async_event first;
+  int got = -1;
+  std::thread waiter([&] { got = nic_->GetAsyncEvent(ctx, &first); });
+  ASSERT_TRUE(nic_->SetDeviceUp("fake0", false));
+  ASSERT_TRUE(nic_->SetDeviceUp("fake0", false));  // no change: no event
+  waiter.join();
+  ASSERT_EQ(got, 0);
+  EXPECT_EQ(first.event_type, IBV_EVENT_PORT_ERR);
+  EXPECT_EQ(first.element.port_num, 1);
+  nic_->AckAsyncEvent(&first);
+  ASSERT_TRUE(nic_->SetDeviceUp("fake0", true));
+  ibv_async_event second;
+  ASSERT_EQ(nic_->GetAsyncEvent(ctx, &second), 0);
+  EXPECT_EQ(second.event_type, IBV_EVENT_PORT_ACTIVE);
+  nic_->AckAsyncEvent(&second);
+  pollfd pfd = {ctx->async_fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+}
+
 TEST_F(FakeNicTest, CompChannelFdBecomesReadableOnArmedCq) {
   ConnectHosts();
   pollfd pfd = {client_.comp_channel->fd, POLLIN, 0};

@@ -145,8 +145,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       if (!packet.ends_message) continue;
       RecordLanded(responder, wqe, length);
       if (packet.takes_receive) {
-        RecvWqe recv = std::move(rq.front());
-        rq.pop_front();
+        RecvWqe recv = TakeReceive(responder);
         CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
                         IBV_WC_RECV_RDMA_WITH_IMM,
                         static_cast<uint32_t>(length));
@@ -177,8 +176,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       // error and the responder goes to ERR (rxe_resp.c
       // RESPST_ERR_MALFORMED_WQE, class A for every QP type; recorded,
       // send-too-long, send-3k-too-long).
-      RecvWqe taken = std::move(rq.front());
-      rq.pop_front();
+      RecvWqe taken = TakeReceive(responder);
       CompleteReceive(responder, taken, wqe, recv_status, IBV_WC_RECV, 0);
       SetQpState(responder, IBV_QPS_ERR, why.c_str());
       return;
@@ -189,8 +187,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
     dropped(sent_packets, "the requester stopped");
     return;
   }
-  RecvWqe taken = std::move(rq.front());
-  rq.pop_front();
+  RecvWqe taken = TakeReceive(responder);
   CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
                   static_cast<uint32_t>(length));
 }

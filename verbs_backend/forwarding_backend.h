@@ -163,6 +163,20 @@ class ForwardingBackend : public VerbsBackend {
     return target_->AdviseMr(pd, advice, flags, sg_list, num_sge);
   }
 
+  // ---- asynchronous events and SRQ attributes ----
+  int GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) override {
+    return target_->GetAsyncEvent(ctx, event);
+  }
+  void AckAsyncEvent(ibv_async_event* event) override {
+    target_->AckAsyncEvent(event);
+  }
+  int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) override {
+    return target_->ModifySrq(srq, attr, attr_mask);
+  }
+  int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr) override {
+    return target_->QuerySrq(srq, attr);
+  }
+
   LibraryChecker* library_checker() override {
     return target_->library_checker();
   }

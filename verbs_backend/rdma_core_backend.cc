@@ -253,4 +253,21 @@ int RdmaCoreBackend::AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice,
   return ibv_advise_mr(pd, advice, flags, sg_list, num_sge);
 }
 
+int RdmaCoreBackend::GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) {
+  return ibv_get_async_event(ctx, event);
+}
+
+void RdmaCoreBackend::AckAsyncEvent(ibv_async_event* event) {
+  ibv_ack_async_event(event);
+}
+
+int RdmaCoreBackend::ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                               int attr_mask) {
+  return ibv_modify_srq(srq, attr, attr_mask);
+}
+
+int RdmaCoreBackend::QuerySrq(ibv_srq* srq, ibv_srq_attr* attr) {
+  return ibv_query_srq(srq, attr);
+}
+
 }  // namespace rpma_harness

@@ -90,6 +90,10 @@ class RdmaCoreBackend final : public VerbsBackend {
   int QueryDeviceEx(ibv_context* ctx, ibv_device_attr_ex* attr) override;
   int AdviseMr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags,
                ibv_sge* sg_list, uint32_t num_sge) override;
+  int GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) override;
+  void AckAsyncEvent(ibv_async_event* event) override;
+  int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) override;
+  int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr) override;
 
  private:
   // librdmacm opens a device when an id first needs it and closes it when

@@ -169,5 +169,13 @@ int UnavailableBackend::AdviseMr(ibv_pd*, ibv_advise_mr_advice, uint32_t,
                                  ibv_sge*, uint32_t) {
   return Fail();
 }
+int UnavailableBackend::GetAsyncEvent(ibv_context*, ibv_async_event*) {
+  Fail();
+  return -1;
+}
+int UnavailableBackend::ModifySrq(ibv_srq*, ibv_srq_attr*, int) {
+  return Fail();
+}
+int UnavailableBackend::QuerySrq(ibv_srq*, ibv_srq_attr*) { return Fail(); }
 
 }  // namespace rpma_harness

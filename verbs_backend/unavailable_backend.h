@@ -74,6 +74,10 @@ class UnavailableBackend final : public VerbsBackend {
   int QueryDeviceEx(ibv_context*, ibv_device_attr_ex*) override;
   int AdviseMr(ibv_pd*, ibv_advise_mr_advice, uint32_t, ibv_sge*,
                uint32_t) override;
+  int GetAsyncEvent(ibv_context*, ibv_async_event*) override;
+  void AckAsyncEvent(ibv_async_event*) override {}
+  int ModifySrq(ibv_srq*, ibv_srq_attr*, int) override;
+  int QuerySrq(ibv_srq*, ibv_srq_attr*) override;
 
  private:
   // Logs the reason on the first failure; returns ENOSYS and sets errno.

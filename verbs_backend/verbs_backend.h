@@ -270,6 +270,21 @@ class VerbsBackend {
   // ibv_destroy_qp(3) of a QP CreateVerbsQp made. "ibv errno".
   virtual int DestroyVerbsQp(ibv_qp* qp) = 0;
 
+  // ---- asynchronous events and SRQ attributes (issue 22) --------------------
+
+  // ibv_get_async_event(3): the next asynchronous event of `ctx`, blocking
+  // as a read of ctx->async_fd does (O_NONBLOCK on that fd: -1 with errno
+  // EAGAIN when none is pending; a signal: EINTR). 0, or -1 with errno.
+  virtual int GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) = 0;
+  // ibv_ack_async_event(3): an event GetAsyncEvent returned is acknowledged
+  // (destroying its CQ, QP or SRQ waits until it is).
+  virtual void AckAsyncEvent(ibv_async_event* event) = 0;
+  // ibv_modify_srq(3): IBV_SRQ_MAX_WR resizes, IBV_SRQ_LIMIT arms the limit
+  // event. "ibv errno".
+  virtual int ModifySrq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) = 0;
+  // ibv_query_srq(3). "ibv errno".
+  virtual int QuerySrq(ibv_srq* srq, ibv_srq_attr* attr) = 0;
+
   // ---- the library's checker -------------------------------------------------
 
   // The checker of how the program uses this backend, or nullptr (the

@@ -32,6 +32,8 @@ abuse_differences=$(realpath "${11}")
 abuse_compare=$(realpath "${12}")
 ex_program=$(realpath "${13}")
 ex_on_rxe=$(realpath "${14}")
+async_program=$(realpath "${15}")
+async_on_rxe=$(realpath "${16}")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -165,6 +167,12 @@ check UcVerbsProgramAnswersAsRxeDid answers_as_rxe "$uc_program" "$uc_on_rxe"
 # operation in one batch, batches that fail whole, a full queue's worth --
 # as rxe printed them (testdata/ex_verbs.rxe.txt).
 check ExVerbsProgramAnswersAsRxeDid answers_as_rxe "$ex_program" "$ex_on_rxe"
+
+# Asynchronous events (testdata/async_events.c): the context's async fd,
+# IBV_EVENT_CQ_ERR for each completion a full CQ lost, ibv_modify_srq /
+# ibv_query_srq and IBV_EVENT_SRQ_LIMIT_REACHED, as rxe printed them
+# (testdata/async_events.rxe.txt).
+check AsyncEventsProgramAnswersAsRxeDid answers_as_rxe "$async_program" "$async_on_rxe"
 # What the man pages promise where rdma-core 44's rxe provider errs, and
 # the misuse rdma-core leaves undefined (ex_verbs --upstream checks each).
 ex_verbs_upstream() {

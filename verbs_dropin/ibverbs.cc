@@ -398,18 +398,23 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr) {
 
 int ibv_destroy_srq(ibv_srq* srq) { return Nic().DestroySrq(srq); }
 
-// ---- async events: the fake raises none yet ----
-
-int ibv_get_async_event(ibv_context*, ibv_async_event*) {
-  static std::atomic<bool> told{false};
-  SayOnce(&told,
-          "ibv_get_async_event: the fake NIC raises no asynchronous events; "
-          "it fails with EOPNOTSUPP");
-  errno = EOPNOTSUPP;
-  return -1;
+int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
+  return Nic().ModifySrq(srq, srq_attr, srq_attr_mask);
 }
 
-void ibv_ack_async_event(ibv_async_event*) {}
+int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
+  return Nic().QuerySrq(srq, srq_attr);
+}
+
+// ---- asynchronous events: what rxe raises (nic/fake_nic.h GetAsyncEvent) ----
+
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  return Nic().GetAsyncEvent(context, event);
+}
+
+void ibv_ack_async_event(ibv_async_event* event) {
+  Nic().AckAsyncEvent(event);
+}
 
 // ---- fork support: the fake pins no pages, so fork needs nothing ----
 

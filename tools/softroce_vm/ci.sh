@@ -33,7 +33,8 @@ pair_targets=(//examples:pairs.txt //rpma/dropin
 # Plain programs (no gtest XML): a case each, passed when it exits 0. The
 # verbs program the drop-in libibverbs test runs on the fake, here on rxe.
 plain_targets=(//verbs_dropin:loopback_write_imm //verbs_dropin:hostile_verbs
-  //verbs_dropin:uc_verbs //verbs_dropin:ex_verbs //tests:api_abuse
+  //verbs_dropin:uc_verbs //verbs_dropin:ex_verbs //verbs_dropin:async_events
+  //tests:api_abuse
   //rpma/dropin:debian_built/api_abuse)
 if ! bazel build "${targets[@]}" "${pair_targets[@]}" "${plain_targets[@]}" >"$out/build.log" 2>&1; then
   tail -20 "$out/build.log" >&2
@@ -134,11 +135,14 @@ done
 #  - uc_verbs: UC QPs as a verbs program meets them (dropin_verbs_test);
 #  - ex_verbs: the extended verbs, ibv_wr_* and ibv_start_poll
 #    (dropin_verbs_test);
+#  - async_events: ibv_get_async_event, CQ overrun, SRQ limit
+#    (dropin_verbs_test);
 #  - api_abuse, api_abuse_librpma12: the librpma API under abuse
 #    (tests/api_abuse.c), ours on the rdma-core backend and Debian's
 #    librpma 1.2 (api_abuse_test, dropin_verbs_test).
 for rec in 'uc_verbs:verbs_dropin/testdata/uc_verbs.rxe.txt:' \
   'ex_verbs:verbs_dropin/testdata/ex_verbs.rxe.txt:' \
+  'async_events:verbs_dropin/testdata/async_events.rxe.txt:' \
   'api_abuse:tests/testdata/api_abuse.rxe.txt:^abuse ' \
   'api_abuse_librpma12:tests/testdata/api_abuse.librpma12.rxe.txt:^abuse '; do
   IFS=: read -r name file keep <<<"$rec"
