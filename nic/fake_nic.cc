@@ -64,6 +64,17 @@ namespace {
 
 bool FdIsNonBlocking(int fd) { return (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0; }
 
+// ibv_get_async_event(3): "destroying an object ... will wait for all
+// affiliated events to be acknowledged"; waiting for ever helps nobody in
+// a test, so the destroy is refused and says why.
+int RefuseUnackedAsync(const char* verb, unsigned int unacked) {
+  fprintf(stderr,
+          "fake_nic: %s with %u unacked asynchronous events "
+          "(ibv_ack_async_event): EBUSY\n",
+          verb, unacked);
+  return EBUSY;
+}
+
 FakeNic* NicOf(ibv_context* context) {
   using fake_nic_internal::DeviceContext;
   static_assert(std::is_standard_layout<DeviceContext>(),
@@ -601,14 +612,9 @@ int FakeNic::DestroyCq(ibv_cq* cq) {
             c->events_delivered - c->events_acked);
     return EBUSY;
   }
-  // The same for its asynchronous events (ibv_get_async_event(3): "destroying
-  // an object ... will wait for all affiliated events to be acknowledged").
+  // The same for its asynchronous events.
   if (c->async_unacked > 0) {
-    fprintf(stderr,
-            "fake_nic: DestroyCq with %u unacked asynchronous events "
-            "(ibv_ack_async_event): EBUSY\n",
-            c->async_unacked);
-    return EBUSY;
+    return RefuseUnackedAsync("DestroyCq", c->async_unacked);
   }
   DropAsyncEventsLocked(c->device, &c->base);
   if (c->channel != nullptr) {
@@ -1303,11 +1309,7 @@ int FakeNic::DestroySrq(ibv_srq* srq) {
   if (s == nullptr) return EINVAL;
   if (!s->qps.empty()) return EBUSY;
   if (s->async_unacked > 0) {
-    fprintf(stderr,
-            "fake_nic: DestroySrq with %u unacked asynchronous events "
-            "(ibv_ack_async_event): EBUSY\n",
-            s->async_unacked);
-    return EBUSY;
+    return RefuseUnackedAsync("DestroySrq", s->async_unacked);
   }
   DropAsyncEventsLocked(s->device, &s->base);
   s->pd->num_users--;

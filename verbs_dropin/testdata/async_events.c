@@ -18,41 +18,17 @@
  *   async_events [device]
  */
 #define _DEFAULT_SOURCE
-#include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
 #include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "verbs_program.h"
 
 #define LEN 4096
 
-static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static struct ibv_port_attr port;
-static union ibv_gid gid;
-static int use_gid;
 static char *buf;
 static struct ibv_mr *mr;
-
-static const char *errno_name(int e) {
-	switch (e) {
-	case 0: return "ok";
-	case EINVAL: return "EINVAL";
-	case ENOMEM: return "ENOMEM";
-	case EAGAIN: return "EAGAIN";
-	case EBUSY: return "EBUSY";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case ENOSYS: return "ENOSYS";
-	default: return "other";
-	}
-}
-
-static void said_rc(const char *name, int rc) {
-	printf("%s %s\n", name, errno_name(rc < 0 ? -rc : rc));
-}
 
 /* Whether the async fd shows an event within `ms`. */
 static int readable(int ms) {
@@ -82,41 +58,6 @@ static void drain(const char *name, const void *object) {
 	printf("%s events %d then %s\n", name, n, errno_name(errno));
 }
 
-static int modify(struct ibv_qp *qp, enum ibv_qp_state state, uint32_t dest) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = state;
-	if (state == IBV_QPS_INIT) {
-		a.port_num = 1;
-		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-		return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	}
-	if (state == IBV_QPS_RTR) {
-		a.path_mtu = IBV_MTU_1024;
-		a.dest_qp_num = dest;
-		a.min_rnr_timer = 12;
-		a.ah_attr.dlid = port.lid;
-		a.ah_attr.port_num = 1;
-		if (use_gid) {
-			a.ah_attr.is_global = 1;
-			a.ah_attr.grh.dgid = gid;
-			a.ah_attr.grh.hop_limit = 1;
-		}
-		return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
-					     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					     IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC |
-					     IBV_QP_MIN_RNR_TIMER);
-	}
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
-				     IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
 static struct ibv_qp *new_qp(struct ibv_cq *scq, struct ibv_cq *rcq,
 			     struct ibv_srq *srq, uint32_t depth) {
 	struct ibv_qp_init_attr init;
@@ -130,13 +71,6 @@ static struct ibv_qp *new_qp(struct ibv_cq *scq, struct ibv_cq *rcq,
 	init.cap.max_send_sge = 1;
 	init.cap.max_recv_sge = 1;
 	return ibv_create_qp(pd, &init);
-}
-
-static int connect_pair(struct ibv_qp *a, struct ibv_qp *b) {
-	return modify(a, IBV_QPS_INIT, 0) || modify(b, IBV_QPS_INIT, 0) ||
-	       modify(a, IBV_QPS_RTR, b->qp_num) ||
-	       modify(b, IBV_QPS_RTR, a->qp_num) ||
-	       modify(a, IBV_QPS_RTS, 0) || modify(b, IBV_QPS_RTS, 0);
 }
 
 static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t id) {
@@ -178,7 +112,8 @@ static void cq_overrun(void) {
 	printf("cq-overrun cqe %d\n", small->cqe);
 	struct ibv_qp *a = new_qp(small, other, NULL, 64);
 	struct ibv_qp *b = new_qp(other, other, NULL, 64);
-	if (a == NULL || b == NULL || connect_pair(a, b)) {
+	if (a == NULL || b == NULL ||
+	    connect_rc_pair(a, b, IBV_ACCESS_REMOTE_WRITE)) {
 		printf("cq-overrun pair failed\n");
 		return;
 	}
@@ -260,7 +195,7 @@ static void srq_limit(void) {
 	struct ibv_qp *a = new_qp(cq, cq, NULL, 16);
 	struct ibv_qp *b = new_qp(cq, rcq, srq, 16);
 	if (cq == NULL || rcq == NULL || a == NULL || b == NULL ||
-	    connect_pair(a, b)) {
+	    connect_rc_pair(a, b, IBV_ACCESS_REMOTE_WRITE)) {
 		printf("srq pair failed\n");
 		return;
 	}
@@ -306,21 +241,7 @@ static void srq_limit(void) {
 }
 
 int main(int argc, char *argv[]) {
-	int num = 0;
-	struct ibv_device **list = ibv_get_device_list(&num);
-	if (list == NULL || num == 0) {
-		fprintf(stderr, "async_events: no RDMA device\n");
-		return 1;
-	}
-	struct ibv_device *dev = list[0];
-	for (int a = 1; a < argc; ++a)
-		for (int i = 0; i < num; ++i)
-			if (strcmp(ibv_get_device_name(list[i]), argv[a]) == 0)
-				dev = list[i];
-	ctx = ibv_open_device(dev);
-	if (ctx == NULL || ibv_query_port(ctx, 1, &port)) return 1;
-	use_gid = port.link_layer == IBV_LINK_LAYER_ETHERNET;
-	if (use_gid && ibv_query_gid(ctx, 1, 0, &gid)) return 1;
+	if (open_device("async_events", argc, argv)) return 1;
 	pd = ibv_alloc_pd(ctx);
 	buf = calloc(1, LEN);
 	if (pd == NULL || buf == NULL) return 1;
@@ -344,6 +265,6 @@ int main(int argc, char *argv[]) {
 	ibv_dereg_mr(mr);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	ibv_free_device_list(device_list);
 	return 0;
 }

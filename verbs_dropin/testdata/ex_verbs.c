@@ -21,13 +21,10 @@
  */
 #define _DEFAULT_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
+
+#include "verbs_program.h"
 
 #define LEN 8192
 #define WC_FLAGS                                                   \
@@ -39,30 +36,9 @@
 	 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
 	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
 
-static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static struct ibv_port_attr port;
-static union ibv_gid gid;
-static int use_gid;
 static char *src, *dst, *rbuf;
 static struct ibv_mr *src_mr, *dst_mr, *rbuf_mr;
-
-static const char *errno_name(int e) {
-	switch (e) {
-	case 0: return "ok";
-	case EINVAL: return "EINVAL";
-	case ENOMEM: return "ENOMEM";
-	case ENOSPC: return "ENOSPC";
-	case ENOENT: return "ENOENT";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case ENOSYS: return "ENOSYS";
-	default: return "other";
-	}
-}
-
-static void said_rc(const char *name, int rc) {
-	printf("%s %s\n", name, errno_name(rc < 0 ? -rc : rc));
-}
 
 static struct ibv_cq_ex *new_cq(uint64_t wc_flags, uint32_t mask,
 				uint32_t flags) {
@@ -121,44 +97,9 @@ static void said_qp(const char *name, uint32_t mask, uint64_t ops,
 	ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
 }
 
-static int modify(struct ibv_qp *qp, enum ibv_qp_state state, uint32_t dest) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = state;
-	if (state == IBV_QPS_INIT) {
-		a.port_num = 1;
-		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-				    IBV_ACCESS_REMOTE_READ |
-				    IBV_ACCESS_REMOTE_ATOMIC;
-		return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	}
-	if (state == IBV_QPS_RTR) {
-		a.path_mtu = IBV_MTU_1024;
-		a.dest_qp_num = dest;
-		a.max_dest_rd_atomic = 1;
-		a.min_rnr_timer = 12;
-		a.ah_attr.dlid = port.lid;
-		a.ah_attr.port_num = 1;
-		if (use_gid) {
-			a.ah_attr.is_global = 1;
-			a.ah_attr.grh.dgid = gid;
-			a.ah_attr.grh.hop_limit = 1;
-		}
-		return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
-					     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					     IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC |
-					     IBV_QP_MIN_RNR_TIMER);
-	}
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN |
-				     IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
-}
+#define ACCESS                                                  \
+	(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |     \
+	 IBV_ACCESS_REMOTE_ATOMIC)
 
 /* A connected pair; `connect` 0 leaves both in INIT. */
 static int new_pair(struct pair *p, uint32_t depth, int connect) {
@@ -186,12 +127,9 @@ static int new_pair(struct pair *p, uint32_t depth, int connect) {
 	if (ibv_query_qp(p->a, &qa, IBV_QP_CAP, &qi)) return -1;
 	p->max_send_wr = qi.cap.max_send_wr;
 	p->max_send_sge = qi.cap.max_send_sge;
-	if (modify(p->a, IBV_QPS_INIT, 0) || modify(p->b, IBV_QPS_INIT, 0))
-		return -1;
-	if (!connect) return 0;
-	return modify(p->a, IBV_QPS_RTR, p->b->qp_num) ||
-	       modify(p->b, IBV_QPS_RTR, p->a->qp_num) ||
-	       modify(p->a, IBV_QPS_RTS, 0) || modify(p->b, IBV_QPS_RTS, 0);
+	if (!connect)
+		return to_init(p->a, ACCESS) || to_init(p->b, ACCESS) ? -1 : 0;
+	return connect_rc_pair(p->a, p->b, ACCESS);
 }
 
 static void free_pair(struct pair *p) {
@@ -543,24 +481,10 @@ static void upstream(void) {
 }
 
 int main(int argc, char *argv[]) {
-	int num = 0;
-	struct ibv_device **list = ibv_get_device_list(&num);
-	if (list == NULL || num == 0) {
-		fprintf(stderr, "ex_verbs: no RDMA device\n");
-		return 1;
-	}
-	struct ibv_device *dev = list[0];
+	if (open_device("ex_verbs", argc, argv)) return 1;
 	int upstream_checks = 0;
-	for (int a = 1; a < argc; ++a) {
+	for (int a = 1; a < argc; ++a)
 		if (strcmp(argv[a], "--upstream") == 0) upstream_checks = 1;
-		for (int i = 0; i < num; ++i)
-			if (strcmp(ibv_get_device_name(list[i]), argv[a]) == 0)
-				dev = list[i];
-	}
-	ctx = ibv_open_device(dev);
-	if (ctx == NULL || ibv_query_port(ctx, 1, &port)) return 1;
-	use_gid = port.link_layer == IBV_LINK_LAYER_ETHERNET;
-	if (use_gid && ibv_query_gid(ctx, 1, 0, &gid)) return 1;
 	pd = ibv_alloc_pd(ctx);
 	src = calloc(1, LEN);
 	dst = calloc(1, LEN);
@@ -617,6 +541,6 @@ int main(int argc, char *argv[]) {
 	ibv_dereg_mr(rbuf_mr);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	ibv_free_device_list(device_list);
 	return failures == 0 ? 0 : 1;
 }

@@ -15,48 +15,19 @@
  *   hostile_verbs [device]
  */
 #define _DEFAULT_SOURCE
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 
-#define LEN 4096
+#include "verbs_program.h"
 
-static const char *errno_name(int e) {
-	switch (e) {
-	case 0: return "ok";
-	case EINVAL: return "EINVAL";
-	case ENOMEM: return "ENOMEM";
-	case EFAULT: return "EFAULT";
-	case EBUSY: return "EBUSY";
-	case EPERM: return "EPERM";
-	case EACCES: return "EACCES";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case ENOSYS: return "ENOSYS";
-	case ENOENT: return "ENOENT";
-	case EAGAIN: return "EAGAIN";
-	default: return "other";
-	}
-}
+#define LEN 4096
 
 /* A call returning an object: "ok", or errno's name. */
 static void said_ptr(const char *name, const void *p) {
 	printf("%s %s\n", name, p != NULL ? "ok" : errno_name(errno));
 }
 
-/* A call returning an errno (ibv_modify_qp, ibv_post_send, ...). */
-static void said_rc(const char *name, int rc) {
-	printf("%s %s\n", name, errno_name(rc < 0 ? -rc : rc));
-}
-
-static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static struct ibv_port_attr port;
-static union ibv_gid gid;
-static int use_gid;
 
 static struct ibv_qp *new_qp(struct ibv_cq *cq, uint32_t wr, uint32_t sge,
 			     uint32_t inline_data) {
@@ -71,57 +42,6 @@ static struct ibv_qp *new_qp(struct ibv_cq *cq, uint32_t wr, uint32_t sge,
 	init.cap.max_recv_sge = sge;
 	init.cap.max_inline_data = inline_data;
 	return ibv_create_qp(pd, &init);
-}
-
-static int to_init(struct ibv_qp *qp, int access) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = access;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-static int to_rtr(struct ibv_qp *qp, uint32_t dest) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.dlid = port.lid;
-	a.ah_attr.port_num = 1;
-	if (use_gid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = gid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
-				     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				     IBV_QP_MIN_RNR_TIMER);
-}
-
-static int to_rts(struct ibv_qp *qp) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-				     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-/* Two QPs of one CQ each, connected to each other, in RTS. */
-static int connect_pair(struct ibv_qp *a, struct ibv_qp *b, int access) {
-	return to_init(a, access) || to_init(b, access) ||
-	       to_rtr(a, b->qp_num) || to_rtr(b, a->qp_num) || to_rts(a) ||
-	       to_rts(b);
 }
 
 /* The next completion's status name, or "none" after about 2 s. */
@@ -165,24 +85,7 @@ static int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr,
 int main(int argc, char **argv) {
 	/* A line at a time: what was said before a crash is kept. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (list == NULL || n == 0) {
-		fprintf(stderr, "hostile_verbs: no RDMA device\n");
-		return 1;
-	}
-	struct ibv_device *dev = list[0];
-	for (int i = 0; argc > 1 && i < n; ++i)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-			dev = list[i];
-	ctx = ibv_open_device(dev);
-	if (ctx == NULL || ibv_query_port(ctx, 1, &port) != 0) {
-		fprintf(stderr, "hostile_verbs: cannot open the device\n");
-		return 1;
-	}
-	use_gid = port.link_layer == IBV_LINK_LAYER_ETHERNET;
-	if (use_gid && ibv_query_gid(ctx, 1, 0, &gid) != 0)
-		return 1;
+	if (open_device("hostile_verbs", argc, argv)) return 1;
 	pd = ibv_alloc_pd(ctx);
 	char *buf = calloc(1, LEN), *dst = calloc(1, LEN);
 	if (pd == NULL || buf == NULL || dst == NULL)
@@ -250,7 +153,8 @@ int main(int argc, char **argv) {
 	/* ---- WRs on a connected pair ---- */
 	struct ibv_qp *qa = new_qp(cq, 4, 1, 0), *qb = new_qp(cq2, 4, 1, 0);
 	if (qa == NULL || qb == NULL ||
-	    connect_pair(qa, qb, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
+	    connect_rc_pair(qa, qb,
+			    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
 		return 1;
 	struct ibv_qp_attr got;
 	struct ibv_qp_init_attr got_init;
@@ -299,7 +203,8 @@ int main(int argc, char **argv) {
 	struct ibv_cq *cq3 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	struct ibv_qp *qc = new_qp(cq3, 4, 1, 0), *qd = new_qp(cq3, 4, 1, 0);
 	if (cq3 == NULL || qc == NULL || qd == NULL ||
-	    connect_pair(qc, qd, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
+	    connect_rc_pair(qc, qd,
+			    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ))
 		return 1;
 	said_rc("post_read_inline",
 		post_one(qc, IBV_WR_RDMA_READ, buf, 8, mr->lkey, (uintptr_t)dst,

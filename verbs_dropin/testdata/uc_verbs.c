@@ -16,38 +16,16 @@
  */
 #define _DEFAULT_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
-#include <infiniband/verbs.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
+
+#include "verbs_program.h"
 
 #define LEN 8192
 
-static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static struct ibv_port_attr port;
-static union ibv_gid gid;
-static int use_gid;
 static char *src, *dst, *rbuf;
 static struct ibv_mr *src_mr, *dst_mr, *rbuf_mr;
-
-static const char *errno_name(int e) {
-	switch (e) {
-	case 0: return "ok";
-	case EINVAL: return "EINVAL";
-	case ENOMEM: return "ENOMEM";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case ENOSYS: return "ENOSYS";
-	default: return "other";
-	}
-}
-
-static void said_rc(const char *name, int rc) {
-	printf("%s %s\n", name, errno_name(rc < 0 ? -rc : rc));
-}
 
 struct side {
 	struct ibv_cq *cq;
@@ -68,48 +46,6 @@ static int new_side(struct side *s) {
 	init.cap.max_recv_sge = 1;
 	s->qp = ibv_create_qp(pd, &init);
 	return s->qp != NULL ? 0 : -1;
-}
-
-static int to_init(struct ibv_qp *qp) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-/* RTR as ibv_uc_pingpong moves it; `extra` adds attributes RC takes. */
-static int to_rtr(struct ibv_qp *qp, uint32_t dest, int extra) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.dlid = port.lid;
-	a.ah_attr.port_num = 1;
-	if (use_gid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = gid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
-				     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				     IBV_QP_RQ_PSN | extra);
-}
-
-static int to_rts(struct ibv_qp *qp, int extra) {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | extra);
 }
 
 static double now(void) {
@@ -212,7 +148,8 @@ static void scenario(const char *name, int responder_init, enum ibv_wr_opcode op
 		printf("%s create %s\n", name, errno_name(errno));
 		return;
 	}
-	int rc = to_init(a.qp) || to_init(b.qp) ||
+	int rc = to_init(a.qp, IBV_ACCESS_REMOTE_WRITE) ||
+		 to_init(b.qp, IBV_ACCESS_REMOTE_WRITE) ||
 		 to_rtr(a.qp, b.qp->qp_num, 0) || to_rts(a.qp, 0);
 	if (!responder_init)
 		rc = rc || to_rtr(b.qp, a.qp->qp_num, 0) || to_rts(b.qp, 0);
@@ -260,20 +197,7 @@ static void fill(char *p, size_t n, int seed) {
 }
 
 int main(int argc, char *argv[]) {
-	int num = 0;
-	struct ibv_device **list = ibv_get_device_list(&num);
-	if (list == NULL || num == 0) {
-		fprintf(stderr, "uc_verbs: no RDMA device\n");
-		return 1;
-	}
-	struct ibv_device *dev = list[0];
-	for (int i = 0; argc > 1 && i < num; ++i)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-			dev = list[i];
-	ctx = ibv_open_device(dev);
-	if (ctx == NULL || ibv_query_port(ctx, 1, &port)) return 1;
-	use_gid = port.link_layer == IBV_LINK_LAYER_ETHERNET;
-	if (use_gid && ibv_query_gid(ctx, 1, 0, &gid)) return 1;
+	if (open_device("uc_verbs", argc, argv)) return 1;
 	pd = ibv_alloc_pd(ctx);
 	src = calloc(1, LEN);
 	dst = calloc(1, LEN);
@@ -296,7 +220,8 @@ int main(int argc, char *argv[]) {
 	struct ibv_qp_init_attr qi;
 	if (ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qi) == 0)
 		printf("query-qp-type %s\n", qi.qp_type == IBV_QPT_UC ? "UC" : "other");
-	said_rc("init", to_init(a.qp) || to_init(b.qp));
+	said_rc("init", to_init(a.qp, IBV_ACCESS_REMOTE_WRITE) ||
+				to_init(b.qp, IBV_ACCESS_REMOTE_WRITE));
 	said_rc("rtr-with-rc-attributes",
 		to_rtr(a.qp, b.qp->qp_num,
 		       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
@@ -341,7 +266,8 @@ int main(int argc, char *argv[]) {
 
 	/* To ERR: what is posted flushes. */
 	if (new_side(&a) || new_side(&b)) return 1;
-	said_rc("pair", to_init(a.qp) || to_init(b.qp) ||
+	said_rc("pair", to_init(a.qp, IBV_ACCESS_REMOTE_WRITE) ||
+			    to_init(b.qp, IBV_ACCESS_REMOTE_WRITE) ||
 			    to_rtr(a.qp, b.qp->qp_num, 0) ||
 			    to_rtr(b.qp, a.qp->qp_num, 0) || to_rts(a.qp, 0) ||
 			    to_rts(b.qp, 0));
@@ -359,6 +285,6 @@ int main(int argc, char *argv[]) {
 	ibv_dereg_mr(rbuf_mr);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
+	ibv_free_device_list(device_list);
 	return 0;
 }
