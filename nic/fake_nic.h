@@ -219,6 +219,13 @@ struct Personality {
   // do_read's copy_data fails, IBV_WC_LOC_PROT_ERR (recorded on rxe by
   // verbs_dropin/testdata/hostile_verbs.c; atomics share copy_data).
   bool inline_read_fails_at_completion = false;
+  // An atomic whose remote address is not 8-byte aligned: the responder
+  // NAKs it as an invalid request (the requester completes with
+  // IBV_WC_REM_INV_REQ_ERR; fake_nic_responder.cc CheckTarget), which Spec
+  // does. rxe's provider never sends it: EINVAL at post (rdma-core 44
+  // providers/rxe/rxe.c validate_send_wr, remote_addr & 0x7; found by the
+  // wide random differential against rxe, program 3000048).
+  bool misaligned_atomic_refused_at_post = false;
   // rxe_comp.c rxe_completer, COMPST_ERROR_RETRY: comp.retry_cnt is counted
   // down only when it is not 7, so a QP with retry_cnt 7 sends an
   // unanswered request again for ever (the IB spec, 9.7.6.1.3, makes only

@@ -198,6 +198,11 @@ int FakeNic::SendWrRefusal(const Qp& q, const ibv_send_wr& w,
     *why = "atomic needs one 8-byte SGE";
     return EINVAL;
   }
+  if (IsAtomic(op) && (w.wr.atomic.remote_addr & 7) != 0 &&
+      config_.personality.misaligned_atomic_refused_at_post) {
+    *why = "atomic's remote address not 8-byte aligned";
+    return EINVAL;
+  }
   return 0;
 }
 

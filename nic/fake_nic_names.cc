@@ -49,6 +49,7 @@ Personality Personality::Rxe() {
   p.error_cqe_opcode_zero = true;
   p.send_caps_from_wqe_size = true;
   p.inline_read_fails_at_completion = true;
+  p.misaligned_atomic_refused_at_post = true;
   p.transport_retry_7_never_runs_out = true;
   p.uc_cut_message_stalls_responder = true;
   p.executes_at_post = true;

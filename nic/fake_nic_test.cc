@@ -702,6 +702,51 @@ TEST_F(FakeNicTest, AtomicsFetchAddAndCompareSwap) {
   EXPECT_EQ(value, 7u);
 }
 
+// A misaligned atomic: the responder's "invalid request" NAK on Spec
+// (REM_INV_REQ_ERR, nothing changes there); rxe's provider refuses it at
+// post (providers/rxe/rxe.c validate_send_wr; wide random differential,
+// program 3000048 on live rxe).
+TEST_F(FakeNicTest, MisalignedAtomicIsNakedOnSpecAndRefusedAtPostOnRxe) {
+  for (const bool rxe : {false, true}) {
+    SCOPED_TRACE(rxe ? "rxe" : "spec");
+    FakeNicConfig config;
+    if (rxe) config.personality = Personality::Rxe();
+    MakeNic(config);
+    ConnectHosts();
+    for (int i = 64; i < 80; ++i) server_.buf[i] = static_cast<uint8_t>(i);
+    const std::vector<uint8_t> before(server_.buf.begin() + 64,
+                                      server_.buf.begin() + 80);
+    sge_ = {reinterpret_cast<uintptr_t>(client_.buf.data()), 8,
+            client_.mr->lkey};
+    memset(&wr_, 0, sizeof(wr_));
+    wr_.wr_id = 5;
+    wr_.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    wr_.send_flags = IBV_SEND_SIGNALED;
+    wr_.sg_list = &sge_;
+    wr_.num_sge = 1;
+    wr_.wr.atomic.remote_addr = RemoteAddr(server_, 68);
+    wr_.wr.atomic.rkey = server_.mr->rkey;
+    wr_.wr.atomic.compare_add = 2;
+    ibv_send_wr* bad = nullptr;
+    const int rc = nic_->PostSend(client_.qp, &wr_, &bad);
+    nic_->RunUntilIdle();
+    if (rxe) {
+      EXPECT_EQ(rc, EINVAL);
+      EXPECT_EQ(bad, &wr_);
+      EXPECT_TRUE(PollAll(client_.cq).empty());
+    } else {
+      ASSERT_EQ(rc, 0);
+      std::vector<ibv_wc> wcs = PollAll(client_.cq);
+      ASSERT_EQ(wcs.size(), 1u);
+      EXPECT_EQ(wcs[0].status, IBV_WC_REM_INV_REQ_ERR);
+    }
+    // Nothing changed at the target.
+    EXPECT_EQ(std::vector<uint8_t>(server_.buf.begin() + 64,
+                                   server_.buf.begin() + 80),
+              before);
+  }
+}
+
 // ---- receive-not-ready ------------------------------------------------------
 
 TEST_F(FakeNicTest, WriteWithImmWithoutReceiveRetriesThenRnrRetryExcErr) {

@@ -100,13 +100,13 @@ for dir in 10-write-with-imm 12-srq-ping-pong; do
 done
 
 status=0
-# random_differential_test: 200 random programs, each on rxe and on the
-# fake in the VM (~0.7 s a program under TCG).
+# random_differential_test: 200 random programs and 100 wide ones, each on
+# rxe and on the fake in the VM (~0.7 s a program under TCG).
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
   --timeout 900 --binary-timeout 500 \
   --env RPMA_HARNESS_RANDOM_PROGRAMS=200 \
   --pairs "$out/pairs" "${binaries[@]}" "${plain[@]}" >"$out/run.log" 2>&1 || status=$?
-tr -d '\r' <"$out/vm/console.log" | grep -a "^random differential:" >&2
+tr -d '\r' <"$out/vm/console.log" | grep -a "^random differential" >&2
 # The shipped scenarios on rxe: which ran, and why the others were skipped.
 tr -d '\r' <"$out/vm/console.log" | grep -a -E "^SCENARIO (PASS|FAIL|SKIP) " >&2
 grep -E "^softroce_vm: " "$out/run.log" >&2
@@ -182,6 +182,18 @@ if [ "${RECORD:-0}" = 1 ]; then
 elif ! diff <(grep -v '^#' "$random_recording") "$out/random.txt" >"$out/random.diff"; then
   echo "softroce vm: rxe's random-program streams differ from $random_recording:" >&2
   head -40 "$out/random.diff" >&2
+  failed=$((failed + 1))
+fi
+# The same for the wide programs (SENDs, READs, atomics, receives with
+# buffers; FakeRxeAgreesWithRxeOnWidePrograms, 100 programs).
+wide_recording=tests/testdata/rxe_random_wide_streams.txt
+grep -a '^WIDE ' "$out/vm/console.log" | tr -d '\r' >"$out/wide.txt"
+if [ "${RECORD:-0}" = 1 ]; then
+  { grep '^#' "$wide_recording"; cat "$out/wide.txt"; } >"$out/new.txt"
+  mv "$out/new.txt" "$wide_recording"
+elif ! diff <(grep -v '^#' "$wide_recording") "$out/wide.txt" >"$out/wide.diff"; then
+  echo "softroce vm: rxe's wide-program streams differ from $wide_recording:" >&2
+  head -40 "$out/wide.diff" >&2
   failed=$((failed + 1))
 fi
 echo "softroce vm: ${passed} passed, ${failed} failed, ${skipped} skipped ($out)"
