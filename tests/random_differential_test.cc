@@ -773,9 +773,10 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxe) {
 // host the fake (one NIC, and two joined by a fabric) is compared with that
 // recording.
 // env RPMA_HARNESS_WIDE_PROGRAMS=N: the harness's own test: how many wide
-//   programs FakeRxeAgreesWithRxeOnWidePrograms compares (default 100,
-//   from seed RPMA_HARNESS_WIDE_SEED, default 3000001; the recording holds
-//   the default range).
+//   programs FakeRxeAgreesWithRxeOnWidePrograms compares (default 100; the
+//   recording holds seeds 3000001..3000100).
+// env RPMA_HARNESS_WIDE_SEED=N: the harness's own test: the first wide
+//   program's seed (default 3000001).
 TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnWidePrograms) {
   const std::string backend = GetParam().name;
   if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
