@@ -412,12 +412,25 @@ class RandomDifferential : public ConformanceTest {
     // Atomics (wide programs only) need REMOTE_ATOMIC: an MR of their own
     // over the same buffer.
     bool has_atomics = false;
+    bool brings_back = false;  // READs or atomics
     for (const Step& step : p.steps) {
       for (const WriteOp& op : step.writes) {
         has_atomics = has_atomics || op.kind == OpKind::kFetchAdd ||
                       op.kind == OpKind::kCmpSwap;
+        brings_back = brings_back || op.kind != OpKind::kWrite;
       }
     }
+    // What READs and atomics bring back lands in a client buffer of its
+    // own: in the source buffer a later WR would read bytes a READ still
+    // in flight writes, which ibv_post_send(3) leaves undefined (no fence)
+    // and which rxe, pipelining WRs behind a READ, and the fake, one WR at
+    // a time, answer differently (wide seed 3000183).
+    back_buffer_.assign(brings_back ? kBuffer : 0, 0);
+    back_mr_ = brings_back ? nic(client()).RegMr(client().pd,
+                                                 back_buffer_.data(),
+                                                 back_buffer_.size(),
+                                                 IBV_ACCESS_LOCAL_WRITE)
+                           : nullptr;
     atomic_mr_ =
         has_atomics
             ? nic(server()).RegMr(
@@ -523,14 +536,21 @@ class RandomDifferential : public ConformanceTest {
     if (read_only != nullptr) nic(server()).DeregMr(read_only);
     if (atomic_mr_ != nullptr) nic(server()).DeregMr(atomic_mr_);
     atomic_mr_ = nullptr;
+    if (back_mr_ != nullptr) {
+      uint64_t fnv = 1469598103934665603ull;  // FNV-1a, as the client's
+      for (uint8_t byte : back_buffer_) fnv = (fnv ^ byte) * 1099511628211ull;
+      RecordLine("landed back fnv1a=" + std::to_string(fnv));
+      nic(client()).DeregMr(back_mr_);
+    }
+    back_mr_ = nullptr;
     EndSection();
     return Canonical(TakeStream());
   }
 
   // A write WR (WriteWr, faults applied) made into op.kind: a SEND from the
-  // same source bytes, a READ of the same remote range into them, an atomic
-  // on the 8 bytes at the target with the result into the source's first
-  // 8 bytes.
+  // same source bytes, a READ of the same remote range into the same offset
+  // of back_buffer_, an atomic on the 8 bytes at the target with the result
+  // into back_buffer_'s first 8 bytes.
   void ShapeOp(const WriteOp& op, ibv_send_wr* wr, ibv_sge* sge) {
     const bool imm = op.imm;
     switch (op.kind) {
@@ -544,6 +564,12 @@ class RandomDifferential : public ConformanceTest {
       case OpKind::kRead:
         wr->opcode = IBV_WR_RDMA_READ;
         wr->imm_data = 0;
+        if (wr->num_sge == 1 && back_mr_ != nullptr) {
+          sge->addr = sge->addr -
+                      reinterpret_cast<uint64_t>(client().buffer.data()) +
+                      reinterpret_cast<uint64_t>(back_buffer_.data());
+          sge->lkey = back_mr_->lkey;
+        }
         return;
       case OpKind::kFetchAdd:
       case OpKind::kCmpSwap: {
@@ -560,8 +586,8 @@ class RandomDifferential : public ConformanceTest {
         wr->wr.atomic.rkey = rkey;
         wr->wr.atomic.compare_add = op.kind == OpKind::kFetchAdd ? 3 : 0;
         wr->wr.atomic.swap = 0x0101010101010101ull;
-        *sge = ibv_sge{reinterpret_cast<uint64_t>(client().buffer.data()), 8,
-                       client().mr->lkey};
+        *sge = ibv_sge{reinterpret_cast<uint64_t>(back_buffer_.data()), 8,
+                       back_mr_->lkey};
         wr->sg_list = sge;
         wr->num_sge = 1;
         return;
@@ -623,6 +649,9 @@ class RandomDifferential : public ConformanceTest {
     return Diff(rxe, fake, "one process: ", "two NICs:    ");
   }
   ibv_mr* atomic_mr_ = nullptr;  // RunProgram, while a program runs
+  // Where READs and atomics land (RunProgram, while a program runs).
+  std::vector<uint8_t> back_buffer_;
+  ibv_mr* back_mr_ = nullptr;
   std::string reference_ = "rdma_core";
   std::string candidate_ = "fake_rxe";
 

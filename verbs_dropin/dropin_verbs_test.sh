@@ -216,7 +216,7 @@ if ! command -v ibv_devinfo >/dev/null || ! command -v ibv_rc_pingpong >/dev/nul
   for c in DevinfoSpec DevinfoRxe RcPingpong RcPingpongEvents1MiB RcPingpongRxeGid \
            RcPingpongRxeWithoutGidFailsAtRtr RcPingpongNewSendApi \
            RcPingpongNewSendApiRxeEvents SrqPingpong UcPingpong \
-           UcPingpongEvents64KiB; do
+           UcPingpongEvents64KiB AsyncwatchWaitsForEvents; do
     skip "$c" "ibverbs-utils is not installed (tools/harness deps installs it)"
   done
   finish
@@ -232,6 +232,17 @@ devinfo_spec() {
     grep -q 'GID\[  0\]:.*fe80:0000:0000:0000' <<<"$out"
 }
 check DevinfoSpec devinfo_spec
+# Debian's ibv_asyncwatch blocks in ibv_get_async_event on the context's
+# async fd, printing each event; nothing raises one here, so after 2 s it
+# must still be waiting (timeout's 124), having named a real fd.
+asyncwatch_waits() {
+  local out rc
+  out=$(on_fake -- timeout 2 ibv_asyncwatch 2>&1)
+  rc=$?
+  echo "$out"
+  [[ $rc == 124 ]] && grep -qE '^fake0: async event FD [0-9]+$' <<<"$out"
+}
+check AsyncwatchWaitsForEvents asyncwatch_waits
 devinfo_rxe() {
   local out
   out=$(on_fake RPMA_HARNESS_PERSONALITY=rxe -- ibv_devinfo -v) || { echo "$out"; return 1; }
