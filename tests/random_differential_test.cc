@@ -710,6 +710,71 @@ class RandomDifferential : public ConformanceTest {
     return p;
   }
 
+  // Inside the VM: each program on rxe and on the fake; the first three
+  // that differ are shrunk and reported. With RPMA_HARNESS_PRINT_STREAMS=1
+  // rxe's streams are printed as "PREFIX seed=N LINE" for the recording.
+  void AgainstLiveRxe(const std::vector<Program>& programs,
+                      const char* prefix, const char* what) {
+    const bool print = std::getenv("RPMA_HARNESS_PRINT_STREAMS") != nullptr;
+    int differing = 0;
+    for (const Program& p : programs) {
+      std::vector<std::string> rxe;
+      const std::string diff = Compare(p, &rxe);
+      if (print) {
+        for (const std::string& line : rxe) {
+          std::printf("%s seed=%llu %s\n", prefix,
+                      static_cast<unsigned long long>(p.seed), line.c_str());
+        }
+      }
+      if (!diff.empty() && ++differing <= 3) ReportDifference(p, diff);
+    }
+    std::printf("%s: %zu programs, %d differ\n", what, programs.size(),
+                differing);
+  }
+
+  // On a host: the fake against rxe's recording at `path` ("PREFIX seed=N
+  // LINE" lines). A missing recording, or a program it does not hold, is a
+  // failure: a replay that compares nothing proves nothing.
+  void AgainstRecording(const std::vector<Program>& programs,
+                        const std::string& path, const std::string& prefix,
+                        const char* what) {
+    std::ifstream recording(path);
+    ASSERT_TRUE(recording.good())
+        << path << " is missing (a data dependency of this test)";
+    const std::string tag = prefix + " seed=";
+    std::map<uint64_t, std::vector<std::string>> rxe;
+    std::string line;
+    while (std::getline(recording, line)) {
+      if (line.rfind(tag, 0) != 0) continue;
+      const size_t space = line.find(' ', tag.size());
+      const uint64_t seed =
+          std::stoull(line.substr(tag.size(), space - tag.size()));
+      rxe[seed].push_back(space == std::string::npos ? ""
+                                                     : line.substr(space + 1));
+    }
+    int compared = 0;
+    std::vector<uint64_t> unrecorded;
+    for (const Program& p : programs) {
+      auto it = rxe.find(p.seed);
+      if (it == rxe.end()) {
+        unrecorded.push_back(p.seed);
+        continue;
+      }
+      const std::string diff = Diff(it->second, RunProgram(p));
+      ++compared;
+      EXPECT_TRUE(diff.empty()) << "program " << p.seed << " (" << AsCode(p)
+                                << ") differs from rxe:" << diff;
+    }
+    std::printf("%s: %d programs compared with rxe's recording\n", what,
+                compared);
+    EXPECT_EQ(static_cast<size_t>(compared), programs.size())
+        << unrecorded.size() << " programs (the first: seed "
+        << (unrecorded.empty() ? 0 : unrecorded.front())
+        << ") have no rxe recording in " << path
+        << ": record them in the soft-RoCE VM (tools/softroce_vm/ci.sh with "
+           "RECORD=1) or run the seeds the recording holds";
+  }
+
   void ReportDifference(const Program& p, const std::string& diff) {
     const Program minimal = Shrink(p);
     const std::string minimal_diff = Compare(minimal, nullptr);
@@ -731,67 +796,13 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxe) {
   const int first = EnvInt("RPMA_HARNESS_RANDOM_SEED", 1);
   std::vector<Program> programs = RegressionPrograms();
   for (int i = 0; i < count; ++i) programs.push_back(Generate(first + i));
-  const bool print = std::getenv("RPMA_HARNESS_PRINT_STREAMS") != nullptr;
-
   if (backend == "rdma_core") {
-    int differing = 0;
-    for (const Program& p : programs) {
-      std::vector<std::string> rxe;
-      const std::string diff = Compare(p, &rxe);
-      if (print) {
-        for (const std::string& line : rxe) {
-          std::printf("RANDOM seed=%llu %s\n",
-                      static_cast<unsigned long long>(p.seed), line.c_str());
-        }
-      }
-      if (!diff.empty()) {
-        if (++differing <= 3) ReportDifference(p, diff);
-      }
-    }
-    std::printf("random differential: %zu programs, %d differ\n",
-                programs.size(), differing);
+    AgainstLiveRxe(programs, "RANDOM", "random differential");
     return;
   }
-
-  // On a host: the fake against rxe's recording. A missing recording, or a
-  // program it does not hold, is a failure: a replay that compares nothing
-  // proves nothing.
-  std::ifstream recording("tests/testdata/rxe_random_streams.txt");
-  ASSERT_TRUE(recording.good())
-      << "tests/testdata/rxe_random_streams.txt is missing (a data "
-         "dependency of this test)";
-  std::map<uint64_t, std::vector<std::string>> rxe;
-  std::string line;
-  while (std::getline(recording, line)) {
-    if (line.rfind("RANDOM seed=", 0) != 0) continue;
-    const size_t space = line.find(' ', 12);
-    const uint64_t seed = std::stoull(line.substr(12, space - 12));
-    rxe[seed].push_back(space == std::string::npos ? ""
-                                                   : line.substr(space + 1));
-  }
-  int compared = 0;
-  std::vector<uint64_t> unrecorded;
-  for (const Program& p : programs) {
-    auto it = rxe.find(p.seed);
-    if (it == rxe.end()) {
-      unrecorded.push_back(p.seed);
-      continue;
-    }
-    const std::string diff = Diff(it->second, RunProgram(p));
-    ++compared;
-    EXPECT_TRUE(diff.empty()) << "program " << p.seed << " (" << AsCode(p)
-                              << ") differs from rxe:" << diff;
-  }
-  std::printf(
-      "random differential: %d programs compared with rxe's recording\n",
-      compared);
-  EXPECT_EQ(static_cast<size_t>(compared), programs.size())
-      << unrecorded.size() << " programs (the first: seed "
-      << (unrecorded.empty() ? 0 : unrecorded.front())
-      << ") have no rxe recording: record them in the soft-RoCE VM "
-         "(tools/softroce_vm/README.md, RPMA_HARNESS_PRINT_STREAMS=1) or "
-         "run the seeds the recording holds (RPMA_HARNESS_RANDOM_SEED=1, "
-         "RPMA_HARNESS_RANDOM_PROGRAMS<=200)";
+  // On a host: the fake against rxe's recording.
+  AgainstRecording(programs, "tests/testdata/rxe_random_streams.txt",
+                   "RANDOM", "random differential");
 }
 
 // The wider programs (SENDs, READs, atomics, receives with buffers, each
@@ -815,51 +826,11 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnWidePrograms) {
   std::vector<Program> programs;
   for (int i = 0; i < count; ++i) programs.push_back(Generate(first + i, true));
   if (backend == "rdma_core") {
-    const bool print = std::getenv("RPMA_HARNESS_PRINT_STREAMS") != nullptr;
-    int differing = 0;
-    for (const Program& p : programs) {
-      std::vector<std::string> rxe;
-      const std::string diff = Compare(p, &rxe);
-      if (print) {
-        for (const std::string& line : rxe) {
-          std::printf("WIDE seed=%llu %s\n",
-                      static_cast<unsigned long long>(p.seed), line.c_str());
-        }
-      }
-      if (!diff.empty() && ++differing <= 3) ReportDifference(p, diff);
-    }
-    std::printf("random differential (wide): %zu programs, %d differ\n",
-                programs.size(), differing);
+    AgainstLiveRxe(programs, "WIDE", "random differential (wide)");
     return;
   }
-  std::ifstream recording("tests/testdata/rxe_random_wide_streams.txt");
-  ASSERT_TRUE(recording.good())
-      << "tests/testdata/rxe_random_wide_streams.txt is missing (a data "
-         "dependency of this test)";
-  std::map<uint64_t, std::vector<std::string>> rxe;
-  std::string line;
-  while (std::getline(recording, line)) {
-    if (line.rfind("WIDE seed=", 0) != 0) continue;
-    const size_t space = line.find(' ', 10);
-    const uint64_t seed = std::stoull(line.substr(10, space - 10));
-    rxe[seed].push_back(space == std::string::npos ? ""
-                                                   : line.substr(space + 1));
-  }
-  int compared = 0;
-  for (const Program& p : programs) {
-    auto it = rxe.find(p.seed);
-    if (it == rxe.end()) continue;
-    const std::string diff = Diff(it->second, RunProgram(p));
-    ++compared;
-    EXPECT_TRUE(diff.empty()) << "wide program " << p.seed << " (" << AsCode(p)
-                              << ") differs from rxe:" << diff;
-  }
-  std::printf("random differential (wide): %d programs compared with rxe's "
-              "recording\n",
-              compared);
-  EXPECT_EQ(static_cast<size_t>(compared), programs.size())
-      << "wide programs without an rxe recording: record them in the "
-         "soft-RoCE VM (tools/softroce_vm/ci.sh with RECORD=1)";
+  AgainstRecording(programs, "tests/testdata/rxe_random_wide_streams.txt",
+                   "WIDE", "random differential (wide)");
 }
 
 // The fake in one process against the same fake as two NICs that meet only

@@ -172,29 +172,23 @@ elif ! diff <(grep -v '^#' "$recording") "$out/streams.txt" >"$out/streams.diff"
   cat "$out/streams.diff" >&2
   failed=$((failed + 1))
 fi
-# The random programs' rxe streams: the host's random_differential_test
-# holds the fake to them (in the VM it compares rxe with the fake directly).
-random_recording=tests/testdata/rxe_random_streams.txt
-grep -a '^RANDOM ' "$out/vm/console.log" | tr -d '\r' >"$out/random.txt"
-if [ "${RECORD:-0}" = 1 ]; then
-  { grep '^#' "$random_recording"; cat "$out/random.txt"; } >"$out/new.txt"
-  mv "$out/new.txt" "$random_recording"
-elif ! diff <(grep -v '^#' "$random_recording") "$out/random.txt" >"$out/random.diff"; then
-  echo "softroce vm: rxe's random-program streams differ from $random_recording:" >&2
-  head -40 "$out/random.diff" >&2
-  failed=$((failed + 1))
-fi
-# The same for the wide programs (SENDs, READs, atomics, receives with
-# buffers; FakeRxeAgreesWithRxeOnWidePrograms, 100 programs).
-wide_recording=tests/testdata/rxe_random_wide_streams.txt
-grep -a '^WIDE ' "$out/vm/console.log" | tr -d '\r' >"$out/wide.txt"
-if [ "${RECORD:-0}" = 1 ]; then
-  { grep '^#' "$wide_recording"; cat "$out/wide.txt"; } >"$out/new.txt"
-  mv "$out/new.txt" "$wide_recording"
-elif ! diff <(grep -v '^#' "$wide_recording") "$out/wide.txt" >"$out/wide.diff"; then
-  echo "softroce vm: rxe's wide-program streams differ from $wide_recording:" >&2
-  head -40 "$out/wide.diff" >&2
-  failed=$((failed + 1))
-fi
+# The random programs' rxe streams (RANDOM: the narrow programs; WIDE: the
+# wide ones, SENDs, READs, atomics and receives with buffers): the host's
+# random_differential_test holds the fake to them (in the VM it compares
+# rxe with the fake directly). PREFIX FILE: renewed with RECORD=1, else
+# live rxe must print it again.
+for rec in RANDOM:tests/testdata/rxe_random_streams.txt \
+  WIDE:tests/testdata/rxe_random_wide_streams.txt; do
+  IFS=: read -r prefix recording <<<"$rec"
+  grep -a "^$prefix " "$out/vm/console.log" | tr -d '\r' >"$out/$prefix.txt"
+  if [ "${RECORD:-0}" = 1 ]; then
+    { grep '^#' "$recording"; cat "$out/$prefix.txt"; } >"$out/new.txt"
+    mv "$out/new.txt" "$recording"
+  elif ! diff <(grep -v '^#' "$recording") "$out/$prefix.txt" >"$out/$prefix.diff"; then
+    echo "softroce vm: rxe's $prefix program streams differ from $recording:" >&2
+    head -40 "$out/$prefix.diff" >&2
+    failed=$((failed + 1))
+  fi
+done
 echo "softroce vm: ${passed} passed, ${failed} failed, ${skipped} skipped ($out)"
 [ "$failed" -eq 0 ]
