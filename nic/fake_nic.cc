@@ -1380,17 +1380,7 @@ int FakeNic::GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) {
         *event = device->async_events.front();
         device->async_events.pop_front();
         ConsumeFd(device->async_fd);
-        switch (event->event_type) {
-          case IBV_EVENT_CQ_ERR:
-            if (Cq* c = FindCq(event->element.cq)) c->async_unacked++;
-            break;
-          case IBV_EVENT_SRQ_LIMIT_REACHED:
-          case IBV_EVENT_SRQ_ERR:
-            if (Srq* s = FindSrq(event->element.srq)) s->async_unacked++;
-            break;
-          default:
-            break;
-        }
+        if (unsigned int* unacked = UnackedAsyncLocked(*event)) ++*unacked;
         return 0;
       }
       fd = device->async_fd;
@@ -1412,33 +1402,39 @@ int FakeNic::GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) {
 void FakeNic::AckAsyncEvent(ibv_async_event* event) {
   if (event == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
-  switch (event->event_type) {
+  unsigned int* unacked = UnackedAsyncLocked(*event);
+  if (unacked != nullptr && *unacked > 0) --*unacked;
+}
+
+// The CQ or SRQ an event names (the element its type selects), or nullptr
+// for a port or device event.
+static const void* AffiliatedObject(const ibv_async_event& event) {
+  switch (event.event_type) {
     case IBV_EVENT_CQ_ERR:
-      if (Cq* c = FindCq(event->element.cq)) {
-        if (c->async_unacked > 0) c->async_unacked--;
-      }
-      break;
+      return event.element.cq;
     case IBV_EVENT_SRQ_LIMIT_REACHED:
     case IBV_EVENT_SRQ_ERR:
-      if (Srq* s = FindSrq(event->element.srq)) {
-        if (s->async_unacked > 0) s->async_unacked--;
-      }
-      break;
+      return event.element.srq;
     default:
-      break;
+      return nullptr;
   }
+}
+
+unsigned int* FakeNic::UnackedAsyncLocked(const ibv_async_event& event) {
+  const void* object = AffiliatedObject(event);
+  if (object == nullptr) return nullptr;
+  if (event.event_type == IBV_EVENT_CQ_ERR) {
+    Cq* c = FindCq(event.element.cq);
+    return c != nullptr ? &c->async_unacked : nullptr;
+  }
+  Srq* s = FindSrq(event.element.srq);
+  return s != nullptr ? &s->async_unacked : nullptr;
 }
 
 void FakeNic::DropAsyncEventsLocked(Device* device, const void* object) {
   auto& queue = device->async_events;
   for (auto it = queue.begin(); it != queue.end();) {
-    const ibv_async_event& e = *it;
-    const bool of_it =
-        (e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == object) ||
-        ((e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED ||
-          e.event_type == IBV_EVENT_SRQ_ERR) &&
-         e.element.srq == object);
-    if (of_it) {
+    if (AffiliatedObject(*it) == object) {
       it = queue.erase(it);
       ConsumeFd(device->async_fd);
     } else {

@@ -963,6 +963,9 @@ class FakeNic final : public VerbsBackend {
   // A CQ or SRQ is destroyed: its events not yet got go (uverbs drops them
   // from the async file's list as the object goes).
   void DropAsyncEventsLocked(Device* device, const void* object);
+  // The count of got-and-not-acked events of the CQ or SRQ an event names
+  // (nullptr: a port event, or the object is gone).
+  unsigned int* UnackedAsyncLocked(const ibv_async_event& event);
   // The responder takes the receive at the head of its queue (the QP's or
   // its SRQ's); every path that consumes one for a message goes through
   // here, which raises the SRQ's limit event.
