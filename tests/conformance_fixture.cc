@@ -440,6 +440,13 @@ void ConformanceTest::RecordLine(const std::string& line) {
   stream_.push_back(section_ + line);
 }
 
+void ConformanceTest::RecordDigest(const std::string& name,
+                                   const std::vector<uint8_t>& bytes) {
+  uint64_t fnv = 1469598103934665603ull;  // FNV-1a over every byte
+  for (uint8_t byte : bytes) fnv = (fnv ^ byte) * 1099511628211ull;
+  RecordLine("landed " + name + " fnv1a=" + std::to_string(fnv));
+}
+
 std::vector<uint32_t> ConformanceTest::WriteSizes() {
   return {0, 1, 64, 1023, 1024, 1025, 4096, 64 * 1024};
 }
@@ -504,9 +511,7 @@ void ConformanceTest::EndSection() {
     RecordLine(landed.str());
   }
   if (record_client_digest_ && !client_.buffer.empty()) {
-    uint64_t fnv = 1469598103934665603ull;  // FNV-1a over every byte
-    for (uint8_t byte : client_.buffer) fnv = (fnv ^ byte) * 1099511628211ull;
-    RecordLine("landed client fnv1a=" + std::to_string(fnv));
+    RecordDigest("client", client_.buffer);
   }
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);

@@ -147,6 +147,8 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // A post's return code and which WR of the chain *bad_wr names (-1: none).
   void RecordPost(const char* what, int ret, int bad_index = -1);
   void RecordLine(const std::string& line);
+  // A "landed NAME fnv1a=N" line: FNV-1a over every byte of `bytes`.
+  void RecordDigest(const std::string& name, const std::vector<uint8_t>& bytes);
 
   // Sections let one test run the same case at several write sizes, each on
   // a fresh connection: BeginSection tags the stream lines that follow;

@@ -537,9 +537,7 @@ class RandomDifferential : public ConformanceTest {
     if (atomic_mr_ != nullptr) nic(server()).DeregMr(atomic_mr_);
     atomic_mr_ = nullptr;
     if (back_mr_ != nullptr) {
-      uint64_t fnv = 1469598103934665603ull;  // FNV-1a, as the client's
-      for (uint8_t byte : back_buffer_) fnv = (fnv ^ byte) * 1099511628211ull;
-      RecordLine("landed back fnv1a=" + std::to_string(fnv));
+      RecordDigest("back", back_buffer_);
       nic(client()).DeregMr(back_mr_);
     }
     back_mr_ = nullptr;
