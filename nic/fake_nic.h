@@ -283,6 +283,16 @@ struct Personality {
   // later, which the fake does not model). Found by the random
   // differential (programs 500, 644, 748: a 7-slot send queue).
   bool sq_flush_follows_requester_index = false;
+  // A QP that enters ERR with both queues holding WRs: which queue's
+  // flushes come first. The spec orders neither (C10-42 flushes each queue
+  // in its own order); the fake flushes the send queue first. rxe 6.1
+  // flushes the receive queue first: rxe_qp.c rxe_qp_error schedules the
+  // responder's task (whose check_resource flushes the RQ) before the
+  // completer's (rxe_drain_resp_pkts flushes the SQ), and both run as
+  // tasklets in that order, whichever path moved the QP to ERR. Seen on a
+  // shared CQ; found by the random differential's duplex programs (6000005:
+  // a receive, then a SEND that runs out of RNR retries and one behind it).
+  bool flushes_receive_queue_first = false;
 
   // The device's limits (ibv_query_device): a personality is the whole
   // NIC, so Personality::Rxe() reports and enforces rxe's (max_sge 32,
@@ -817,6 +827,8 @@ class FakeNic final : public VerbsBackend {
   // HasReadyWork without unmarking anything (the wake-up test).
   bool AnyReadyWork();
   void ExecuteOrFlushOne(Qp* qp);
+  // In ERR: the receive queue's head completes with IBV_WC_WR_FLUSH_ERR.
+  void FlushOneReceive(Qp* qp);
   void ExecuteSendWqe(Qp* qp);
   // ExecuteSendWqe's READ and atomics, once the responder accepted them.
   void ExecuteReadOrAtomic(Qp* qp, Qp* responder);
@@ -982,6 +994,11 @@ class FakeNic final : public VerbsBackend {
   int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
                      const char* why);
   void ResetQpQueues(Qp* qp);
+  // ibv_modify_qp to ERR: receives stranded by Personality::
+  // flushes_receives_posted_in_err go back to the receive queue to flush.
+  void FlushStrandedReceives(Qp* qp);
+  // rdma_disconnect's own move of the local QP to ERR (an ibv_modify_qp).
+  void DisconnectQpToErr(Qp* qp);
   struct CmQpParams {
     uint32_t dest_qp_num = 0;
     uint8_t retry_cnt = 7;

@@ -1094,6 +1094,13 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
   return 0;
 }
 
+// librdmacm's rdma_disconnect moves the local QP to ERR with ibv_modify_qp
+// (ucma_modify_qp_err): what a program's own ibv_modify_qp to ERR does.
+void FakeNic::DisconnectQpToErr(Qp* qp) {
+  FlushStrandedReceives(qp);
+  SetQpState(qp, IBV_QPS_ERR, "rdma_disconnect");
+}
+
 // rdma_disconnect(3): the local QP goes to ERR now (librdmacm moves it
 // before sending the DREQ), the peer's QP when the DREQ arrives, and each
 // side gets exactly one DISCONNECTED: the peer on the DREQ, we on the DREP.
@@ -1104,7 +1111,7 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   CmId* c = FindId(id);
   if (c == nullptr) return CmFail(EINVAL);
   if (c->state == CmState::kDisconnected) {
-    if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
+    if (c->qp != nullptr) DisconnectQpToErr(c->qp);
     return 0;
   }
   if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
@@ -1141,11 +1148,11 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
     // Meanwhile the id may have gone, or the peer's DREQ have come.
     if (FindId(id) != c) return CmFail(EINVAL);
     if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
-      if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
+      if (c->qp != nullptr) DisconnectQpToErr(c->qp);
       return 0;
     }
   }
-  if (c->qp != nullptr) SetQpState(c->qp, IBV_QPS_ERR, "rdma_disconnect");
+  if (c->qp != nullptr) DisconnectQpToErr(c->qp);
   c->state = CmState::kDisconnected;
   const uint64_t local = c->handle;
   if (c->link != 0) {

@@ -700,9 +700,14 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
     return;
   }
   // Error state (IB spec C10-42): outstanding and later WRs complete
-  // with IBV_WC_WR_FLUSH_ERR, send queue first, in posting order. The
-  // opcode is undefined for error CQEs (ibv_poll_cq(3)); we report the
-  // WR's own opcode so traces stay readable.
+  // with IBV_WC_WR_FLUSH_ERR, each queue in posting order, the send queue
+  // first unless Personality::flushes_receive_queue_first. The opcode is
+  // undefined for error CQEs (ibv_poll_cq(3)); we report the WR's own
+  // opcode so traces stay readable.
+  if (config_.personality.flushes_receive_queue_first && !qp->rq.empty()) {
+    FlushOneReceive(qp);
+    return;
+  }
   if (!qp->sq.empty() && (qp->sq_ring_slots == 0 || qp->sq_flushable > 0)) {
     if (qp->sq_flushable > 0) --qp->sq_flushable;
     SendWqe wqe = std::move(qp->sq.front());
@@ -712,6 +717,10 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
     return;
   }
   if (qp->rq.empty()) return;  // sends left without a completion (see above)
+  FlushOneReceive(qp);
+}
+
+void FakeNic::FlushOneReceive(Qp* qp) {
   RecvWqe wqe = std::move(qp->rq.front());
   qp->rq.pop_front();
   ibv_wc wc;

@@ -56,6 +56,7 @@ Personality Personality::Rxe() {
   p.peer_qp_to_err_on_dreq = false;
   p.flushes_receives_posted_in_err = false;
   p.sq_flush_follows_requester_index = true;
+  p.flushes_receive_queue_first = true;
   return p;
 }
 

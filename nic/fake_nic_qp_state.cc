@@ -236,23 +236,27 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   // two-process differential: tests/conformance_fixture.h
   // "fake_rxe_fabric").
   if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
-  if (next == IBV_QPS_ERR && !qp->stranded_rq.empty()) {
-    // Every ibv_modify_qp to ERR, from ERR too, runs rxe_qp_error (rxe_qp.c
-    // rxe_qp_from_attr), whose responder run flushes the whole receive queue
-    // (rxe_resp.c check_resource in QP_STATE_ERROR): the receives stranded
-    // by Personality::flushes_receives_posted_in_err flush now. Found by
-    // the random differential (program 936).
-    while (!qp->stranded_rq.empty()) {
-      qp->rq.push_back(std::move(qp->stranded_rq.front()));
-      qp->stranded_rq.pop_front();
-    }
-    qp->stranded_recvs = 0;
-    MarkMaybeReady(qp);
-  }
+  if (next == IBV_QPS_ERR) FlushStrandedReceives(qp);
   if (next != current) SetQpState(qp, next, why);
   a.qp_state = next;
   a.cur_qp_state = next;
   return 0;
+}
+
+void FakeNic::FlushStrandedReceives(Qp* qp) {
+  // Every ibv_modify_qp to ERR, from ERR too, runs rxe_qp_error (rxe_qp.c
+  // rxe_qp_from_attr), whose responder run flushes the whole receive queue
+  // (rxe_resp.c check_resource in QP_STATE_ERROR): the receives stranded
+  // by Personality::flushes_receives_posted_in_err flush now. Found by
+  // the random differential (program 936; and duplex program 6000044,
+  // where the ibv_modify_qp is librdmacm's in rdma_disconnect).
+  if (qp->stranded_rq.empty()) return;
+  while (!qp->stranded_rq.empty()) {
+    qp->rq.push_back(std::move(qp->stranded_rq.front()));
+    qp->stranded_rq.pop_front();
+  }
+  qp->stranded_recvs = 0;
+  MarkMaybeReady(qp);
 }
 
 void FakeNic::ResetQpQueues(Qp* qp) {

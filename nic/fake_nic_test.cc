@@ -2367,6 +2367,65 @@ TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
   EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
 }
 
+// A QP that enters ERR holding receives and a send, one CQ for both: the
+// order of their flushes (Personality::flushes_receive_queue_first).
+class FlushOrderTest : public FakeNicTest {
+ protected:
+  std::vector<uint64_t> FlushOrder(const Personality& personality) {
+    FakeNicConfig config;
+    config.personality = personality;
+    MakeNic(config);
+    ConnectHosts();
+    std::vector<uint64_t> order;
+    EXPECT_EQ(PostRecv(server_, 1, 0, 8), 0);
+    EXPECT_EQ(PostRecv(server_, 2, 8, 8), 0);
+    // Posted in manual mode, not yet executed when the QP leaves RTS.
+    EXPECT_EQ(PostRdma(server_.qp, IBV_WR_RDMA_WRITE, 3, server_, 0, 8,
+                       RemoteAddr(client_, 0), client_.mr->rkey,
+                       IBV_SEND_SIGNALED),
+              0);
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    EXPECT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+    nic_->RunUntilIdle();
+    for (const ibv_wc& wc : PollAll(server_.cq)) {
+      EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+      order.push_back(wc.wr_id);
+    }
+    return order;
+  }
+};
+
+TEST_F(FlushOrderTest, RxeFlushesTheReceiveQueueBeforeTheSendQueue) {
+  EXPECT_EQ(FlushOrder(Personality::Rxe()), (std::vector<uint64_t>{1, 2, 3}));
+}
+
+// Spec keeps the send queue first (C10-42 orders each queue only).
+TEST_F(FlushOrderTest, SpecFlushesTheSendQueueFirst) {
+  EXPECT_EQ(FlushOrder(Personality::Spec()), (std::vector<uint64_t>{3, 1, 2}));
+}
+
+// librdmacm's rdma_disconnect moves the QP to ERR with ibv_modify_qp, which
+// on rxe flushes the receives that waited in ERR (duplex program 6000044).
+TEST_F(FakeNicTest, RxeDisconnectFlushesReceivesPostedInErr) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  ConnectHosts();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(PostRecv(client_, 7, 0, 8), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(client_.cq).empty());
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+}
+
 // ---- handles and the quiet fast path (issue 14)
 // ------------------------------
 

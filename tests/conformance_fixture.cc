@@ -440,6 +440,22 @@ void ConformanceTest::RecordLine(const std::string& line) {
   stream_.push_back(section_ + line);
 }
 
+std::string ConformanceTest::LandedRanges(const std::vector<uint8_t>& b) {
+  std::ostringstream landed;
+  size_t i = 0;
+  while (i < b.size()) {
+    if (b[i] == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < b.size() && b[j] != 0) ++j;
+    landed << " [" << i << "," << j << ")";
+    i = j;
+  }
+  return landed.tellp() == 0 ? " none" : landed.str();
+}
+
 void ConformanceTest::RecordDigest(const std::string& name,
                                    const std::vector<uint8_t>& bytes) {
   uint64_t fnv = 1469598103934665603ull;  // FNV-1a over every byte
@@ -489,26 +505,8 @@ void ConformanceTest::EndSection() {
                " server=" + std::to_string(QpState(server_)));
   }
   if (!server_.buffer.empty()) {
-    // The server buffer starts zeroed and the client's pattern has no 0, so
-    // the non-zero ranges are exactly the bytes that landed.
-    std::ostringstream landed;
-    landed << "landed";
-    size_t i = 0;
-    bool any = false;
-    const std::vector<uint8_t>& b = server_.buffer;
-    while (i < b.size()) {
-      if (b[i] == 0) {
-        ++i;
-        continue;
-      }
-      size_t j = i;
-      while (j < b.size() && b[j] != 0) ++j;
-      landed << " [" << i << "," << j << ")";
-      any = true;
-      i = j;
-    }
-    if (!any) landed << " none";
-    RecordLine(landed.str());
+    // The server buffer starts zeroed and the client's pattern has no 0.
+    RecordLine("landed" + LandedRanges(server_.buffer));
   }
   if (record_client_digest_ && !client_.buffer.empty()) {
     RecordDigest("client", client_.buffer);

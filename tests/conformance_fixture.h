@@ -147,6 +147,10 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // A post's return code and which WR of the chain *bad_wr names (-1: none).
   void RecordPost(const char* what, int ret, int bad_index = -1);
   void RecordLine(const std::string& line);
+  // The non-zero ranges of `bytes` as " [a,b) [c,d)", or " none": in a
+  // buffer that started zeroed and took only never-0 patterns, exactly the
+  // bytes that landed.
+  static std::string LandedRanges(const std::vector<uint8_t>& bytes);
   // A "landed NAME fnv1a=N" line: FNV-1a over every byte of `bytes`.
   void RecordDigest(const std::string& name, const std::vector<uint8_t>& bytes);
 

@@ -21,9 +21,13 @@
 // On a host the same programs also run as two NICs joined by a fabric
 // directory (the "fake_rxe_fabric" instance, against the same recording),
 // and OneProcessAgreesWithTwo runs wider programs (SENDs, READs, atomics,
-// receives with buffers; RPMA_HARNESS_FABRIC_PROGRAMS, default 150) in one
-// process and as two NICs and compares everything, the client's buffer
-// included.
+// receives with buffers, and every other one a duplex program with traffic
+// both ways; RPMA_HARNESS_FABRIC_PROGRAMS, default 150) in one process and
+// as two NICs and compares everything, the client's buffer included.
+//
+// Three flavours of programs (Flavour) are recorded on rxe: the narrow ones
+// above, the wide ones (FakeRxeAgreesWithRxeOnWidePrograms) and the duplex
+// ones (FakeRxeAgreesWithRxeOnDuplexPrograms).
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,7 +46,18 @@
 namespace rpma_harness {
 namespace {
 
-enum class Fault { kNone, kBadRkey, kOutOfBounds, kReadOnlyMr, kInline };
+// kBadLkey and kOtherPdLkey (duplex programs only) spoil the source's last
+// SGE: its lkey XOR 0x5a5a, or the lkey of an MR over the same bytes in
+// another PD of the poster.
+enum class Fault {
+  kNone,
+  kBadRkey,
+  kOutOfBounds,
+  kReadOnlyMr,
+  kInline,
+  kBadLkey,
+  kOtherPdLkey
+};
 
 // What a WriteOp posts. The recorded programs (rxe's streams) are all
 // writes; the wider programs of OneProcessAgreesWithTwo use them all.
@@ -55,6 +70,9 @@ struct WriteOp {
   Fault fault = Fault::kNone;
   uint32_t dst = 0;  // server buffer offset (READ: read from there)
   OpKind kind = OpKind::kWrite;
+  // The source cut into this many SGEs (duplex programs), far apart in the
+  // source buffer (SourcePieces).
+  uint8_t sges = 1;
 };
 
 enum class StepKind {
@@ -73,6 +91,13 @@ struct Step {
   // kRecv: each receive takes this many bytes of the server buffer (0: no
   // SGE), the r-th at offset r * recv_len.
   uint32_t recv_len = 0;
+  // Duplex programs: the step runs the other way round. kWrites: the server
+  // posts (WRITEs and SENDs only) into the client's inbox; kRecv: the
+  // client posts the receives (in its inbox); kServerNoRemoteWrite: the
+  // client's QP loses remote write.
+  bool reverse = false;
+  // kRecv: each receive's bytes in this many SGEs, 100 bytes apart.
+  uint8_t recv_sges = 1;
 };
 
 struct Program {
@@ -80,7 +105,18 @@ struct Program {
   uint8_t rnr_retry = 0;
   uint32_t max_send_wr = 16;
   std::vector<Step> steps;
+  // Traffic both ways, multi-SGE sources and receives, local faults: the
+  // server has an outbox to send from and the client an inbox to take it.
+  bool duplex = false;
 };
+
+// Which programs Generate draws. Each flavour keeps its seeds' programs
+// forever (rxe's recordings hold them): a new feature is a new flavour.
+//  - kNarrow: writes with and without imm, receives without buffers.
+//  - kWide: also SENDs, READs and atomics, receives with buffers.
+//  - kDuplex: kWide, and traffic in both directions, sources and receives
+//    cut into several SGEs, bad lkeys and lkeys of another PD.
+enum class Flavour { kNarrow, kWide, kDuplex };
 
 // splitmix64: the same numbers on every platform and compiler.
 class Rng {
@@ -101,17 +137,74 @@ class Rng {
 
 constexpr uint32_t kBuffer = 64 * 1024;
 
-// `wide`: also SENDs, READs and atomics, and receives with a buffer (the
-// recorded seeds are generated without it: their programs never change).
-Program Generate(uint64_t seed, bool wide = false) {
+// Duplex programs run both ways, and a program must not send towards a QP
+// that may be in ERR: rxe's requester then retries until its retransmit
+// timer runs out (retry_cnt x 4.096 us x 2^timeout, ~17 s at rdma_cm's
+// timeout 19) where the fake ends the WR at once (time is steps,
+// docs/fidelity.md). Every WR that may fail puts its poster's QP in ERR
+// (IB spec 10.8.3.1: a requester error completes the WR in error and the
+// QP enters ERR) and perhaps the responder's, so once one is drawn the
+// program keeps to that direction: the poster's later WRs flush, and
+// nothing goes the other way. Duplex programs have rnr_retry 0, so no WR
+// waits on RNR for a receive (a WR that would is one that fails); waiting
+// on RNR is the narrow and wide programs' part.
+class DuplexGuard {
+ public:
+  // Whether a kWrites step may run the given way.
+  bool MayRun(bool reverse) const { return locked_ < 0 || locked_ == reverse; }
+  // The ops of a step that runs `reverse`: locks the direction when one
+  // may fail.
+  void Ran(bool reverse, const std::vector<WriteOp>& ops) {
+    int& receives = receives_[reverse];
+    for (const WriteOp& op : ops) {
+      const bool consumes =
+          op.kind == OpKind::kSend || (op.kind == OpKind::kWrite && op.imm);
+      bool may_fail = op.fault != Fault::kNone;
+      may_fail = may_fail || (op.kind == OpKind::kWrite && no_write_[reverse]);
+      may_fail = may_fail || op.kind == OpKind::kFetchAdd ||
+                 op.kind == OpKind::kCmpSwap;
+      if (consumes) {
+        if (receives <= 0) may_fail = true;  // RNR, rnr_retry 0
+        if (op.kind == OpKind::kSend && op.size > min_recv_len_[reverse]) {
+          may_fail = true;  // a receive too short: LOC_LEN_ERR
+        }
+        --receives;
+      }
+      if (may_fail) locked_ = reverse ? 1 : 0;
+    }
+  }
+  // `count` receives of `recv_len` bytes (0: no buffer) posted by the
+  // server (!reverse) or the client.
+  void Received(bool reverse, int count, uint32_t recv_len) {
+    receives_[reverse] += count;
+    min_recv_len_[reverse] = std::min(min_recv_len_[reverse], recv_len);
+  }
+  // The responder of `reverse` traffic loses remote write.
+  void NoRemoteWrite(bool reverse) { no_write_[reverse] = true; }
+  // The client's QP goes to ERR: nothing may go towards it any more.
+  void ClientErr() { locked_ = 0; }
+
+ private:
+  int locked_ = -1;  // -1: both ways; 0: client to server only; 1: reverse
+  int receives_[2] = {0, 0};  // [0]: the server's, [1]: the client's
+  uint32_t min_recv_len_[2] = {UINT32_MAX, UINT32_MAX};
+  bool no_write_[2] = {false, false};
+};
+
+Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
+  const bool wide = flavour != Flavour::kNarrow;
+  const bool duplex = flavour == Flavour::kDuplex;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
   Program p;
   p.seed = seed;
+  p.duplex = duplex;
   p.rnr_retry = rng.Chance(60) ? 0 : 7;
+  if (duplex) p.rnr_retry = 0;  // DuplexGuard
   p.max_send_wr = rng.Chance(30) ? 4 : 16;
-  const uint32_t steps = 1 + rng.Below(6);
+  const uint32_t steps = 1 + rng.Below(6) + (duplex ? rng.Below(4) : 0);
   // wide: the percentage of ops that keep the fault drawn for them.
   const uint32_t fault_share = wide ? 100 * rng.Below(3) / 2 : 100;
+  DuplexGuard guard;
   if (wide && rng.Chance(70)) {
     // Receives first, so that more SENDs and writes with imm find one.
     Step recv;
@@ -119,6 +212,12 @@ Program Generate(uint64_t seed, bool wide = false) {
     recv.count = 2 + static_cast<int>(rng.Below(7));
     recv.recv_len = rng.Chance(50) ? 4096 : 16384;
     p.steps.push_back(recv);
+    guard.Received(false, recv.count, recv.recv_len);
+    if (duplex && rng.Chance(70)) {
+      recv.reverse = true;
+      p.steps.push_back(recv);
+      guard.Received(true, recv.count, recv.recv_len);
+    }
   }
   static const uint32_t kSizes[] = {0,    1,    64,   1023,  1024,
                                     1025, 2048, 4096, 65536, 3000};
@@ -132,8 +231,17 @@ Program Generate(uint64_t seed, bool wide = false) {
         static const uint32_t kRecvLens[] = {8, 1024, 3000, 4096, 16384};
         step.recv_len = kRecvLens[rng.Below(5)];
       }
+      if (duplex) {
+        step.reverse = rng.Chance(40);
+        if (step.recv_len >= 16 && rng.Chance(40)) step.recv_sges = 2;
+        guard.Received(step.reverse, step.count, step.recv_len);
+      }
     } else if (roll < 88) {
       step.kind = StepKind::kWrites;
+      if (duplex) {
+        step.reverse = rng.Chance(40);
+        if (!guard.MayRun(step.reverse)) step.reverse = !step.reverse;
+      }
       const uint32_t n = rng.Chance(15) ? 4 + rng.Below(8) : 1 + rng.Below(3);
       for (uint32_t i = 0; i < n; ++i) {
         WriteOp w;
@@ -158,6 +266,9 @@ Program Generate(uint64_t seed, bool wide = false) {
                    : k < 90 ? OpKind::kRead
                    : k < 95 ? OpKind::kFetchAdd
                             : OpKind::kCmpSwap;
+          if (step.reverse && w.kind != OpKind::kWrite) {
+            w.kind = OpKind::kSend;  // the server brings nothing back
+          }
           if (w.kind == OpKind::kRead && w.fault == Fault::kInline) {
             w.fault = Fault::kNone;  // a READ has no inline form
           }
@@ -168,10 +279,28 @@ Program Generate(uint64_t seed, bool wide = false) {
             if (w.fault == Fault::kInline) w.fault = Fault::kNone;
           }
         }
+        if (duplex) {
+          const bool atomic =
+              w.kind == OpKind::kFetchAdd || w.kind == OpKind::kCmpSwap;
+          if (!atomic && w.size > 0 && w.size <= 8192 && rng.Chance(35)) {
+            w.sges = static_cast<uint8_t>(2 + rng.Below(2));
+          }
+          const uint32_t local = rng.Below(100);
+          if (w.size > 0 && w.fault != Fault::kInline &&
+              rng.Below(100) < fault_share) {
+            if (local < 6) w.fault = Fault::kBadLkey;
+            if (local >= 6 && local < 10) w.fault = Fault::kOtherPdLkey;
+          }
+        }
         step.writes.push_back(w);
       }
+      if (duplex) guard.Ran(step.reverse, step.writes);
     } else if (roll < 92) {
       step.kind = StepKind::kServerNoRemoteWrite;
+      if (duplex) {
+        step.reverse = rng.Chance(40);
+        guard.NoRemoteWrite(step.reverse);
+      }
     } else if (roll < 95) {
       // With rnr_retry 7 a write may be parked on RNR: it would meet the
       // responder in ERR (see below), so those programs take the client to
@@ -193,6 +322,7 @@ Program Generate(uint64_t seed, bool wide = false) {
         }
         break;
       }
+      guard.ClientErr();
     } else {
       step.kind = StepKind::kDisconnect;
     }
@@ -214,6 +344,10 @@ const char* FaultName(Fault f) {
       return "Fault::kReadOnlyMr";
     case Fault::kInline:
       return "Fault::kInline";
+    case Fault::kBadLkey:
+      return "Fault::kBadLkey";
+    case Fault::kOtherPdLkey:
+      return "Fault::kOtherPdLkey";
   }
   return "?";
 }
@@ -263,14 +397,25 @@ std::string AsCode(const Program& p) {
       out << "WriteOp{" << w.size << ", " << (w.imm ? "true" : "false") << ", "
           << (w.signaled ? "true" : "false") << ", " << FaultName(w.fault)
           << ", " << w.dst;
-      if (w.kind != OpKind::kWrite) out << ", " << OpKindName(w.kind);
+      if (w.kind != OpKind::kWrite || w.sges != 1) {
+        out << ", " << OpKindName(w.kind);
+      }
+      if (w.sges != 1) out << ", " << int{w.sges};
       out << "}, ";
     }
     out << "}";
-    if (s.recv_len != 0) out << ", " << s.recv_len;
+    if (s.recv_len != 0 || s.reverse || s.recv_sges != 1) {
+      out << ", " << s.recv_len;
+    }
+    if (s.reverse || s.recv_sges != 1) {
+      out << ", " << (s.reverse ? "true" : "false");
+    }
+    if (s.recv_sges != 1) out << ", " << int{s.recv_sges};
     out << "},";
   }
-  out << "}}";
+  out << "}";
+  if (p.duplex) out << ", true";
+  out << "}";
   return out.str();
 }
 
@@ -367,6 +512,38 @@ std::vector<Program> RegressionPrograms() {
                 0,
                 {WriteOp{1025, true, true, Fault::kBadRkey, 24097}}},
            Step{StepKind::kRecv, 1, {}}, Step{StepKind::kServerErr, 0, {}}}},
+      // A QP enters ERR holding receives and sends, one CQ for both: rxe
+      // flushes the receive queue first (Personality::
+      // flushes_receive_queue_first). Duplex program 6000005, shrunk.
+      Program{1000008,
+              0,
+              16,
+              {Step{StepKind::kRecv, 1, {}, 16384},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 10461},
+                     WriteOp{0, true, true, Fault::kInline, 18898,
+                             OpKind::kSend}},
+                    0,
+                    true}},
+              true},
+      // rdma_disconnect's ibv_modify_qp to ERR flushes a receive posted
+      // in ERR, as another modify to ERR does (program 936). Duplex
+      // program 6000044, shrunk by hand: the server's SEND finds a receive
+      // without a buffer, the client's QP goes to ERR, a receive waits
+      // there until the disconnect.
+      Program{1000009,
+              0,
+              16,
+              {Step{StepKind::kRecv, 1, {}, 0, true},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{1025, true, true, Fault::kNone, 0, OpKind::kSend}},
+                    0,
+                    true},
+               Step{StepKind::kRecv, 1, {}, 0, true},
+               Step{StepKind::kDisconnect, 0, {}}},
+              true},
   };
 }
 
@@ -400,6 +577,10 @@ class RandomDifferential : public ConformanceTest {
     options.max_send_sge = 1;
     options.max_inline_data = 64;
     options.rnr_retry_count = p.rnr_retry;
+    if (p.duplex) {
+      options.max_send_sge = 3;
+      options.max_recv_sge = 2;
+    }
     Connect(options);
     if (HasFatalFailure()) return {};
     // A short RNR timer (0.01 ms, IB spec table 45): an rnr_retry 7 write
@@ -441,6 +622,8 @@ class RandomDifferential : public ConformanceTest {
     ibv_mr* read_only = nic(server()).RegMr(
         server().pd, server().buffer.data(), server().buffer.size(),
         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (p.duplex) SetUpDuplex();
+    if (HasFatalFailure()) return {};
     uint64_t wr_id = 1;
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const Step& step = p.steps[i];
@@ -450,60 +633,88 @@ class RandomDifferential : public ConformanceTest {
           // One chain, one call: a WR parked on RNR retries when rxe's RNR
           // timer fires, after the whole chain is in; the fake's background
           // thread could otherwise slip between two calls.
+          // Server receives land in its buffer, the client's (duplex) in
+          // its inbox; two SGEs split the receive with 100 bytes between.
+          Endpoint& side = step.reverse ? client() : server();
+          const uint64_t base = reinterpret_cast<uint64_t>(
+              step.reverse ? inbox_.data() : server().buffer.data());
+          const uint32_t lkey =
+              step.reverse ? inbox_mr_->lkey : server().mr->lkey;
+          const uint32_t gap = step.recv_sges > 1 ? 100 : 0;
           std::vector<ibv_recv_wr> recvs(static_cast<size_t>(step.count));
-          std::vector<ibv_sge> recv_sges(recvs.size());
+          std::vector<ibv_sge> recv_sges(recvs.size() * 2);
           for (size_t r = 0; r < recvs.size(); ++r) {
             recvs[r] = ibv_recv_wr{};
             recvs[r].wr_id = wr_id++;
             if (step.recv_len > 0) {
-              recv_sges[r] = ibv_sge{
-                  reinterpret_cast<uint64_t>(server().buffer.data()) +
-                      (r * step.recv_len) % (kBuffer - step.recv_len + 1),
-                  step.recv_len, server().mr->lkey};
-              recvs[r].sg_list = &recv_sges[r];
-              recvs[r].num_sge = 1;
+              const uint64_t at =
+                  base + (r * step.recv_len) % (kBuffer - step.recv_len - gap + 1);
+              ibv_sge* sge = &recv_sges[2 * r];
+              if (step.recv_sges > 1) {
+                const uint32_t half = step.recv_len / 2;
+                sge[0] = ibv_sge{at, half, lkey};
+                sge[1] = ibv_sge{at + half + gap, step.recv_len - half, lkey};
+              } else {
+                sge[0] = ibv_sge{at, step.recv_len, lkey};
+              }
+              recvs[r].sg_list = sge;
+              recvs[r].num_sge = step.recv_sges;
             }
             if (r > 0) recvs[r - 1].next = &recvs[r];
           }
           ibv_recv_wr* bad = nullptr;
-          const int ret = nic(server()).PostRecv(server().qp, &recvs[0], &bad);
+          const int ret = nic(side).PostRecv(side.qp, &recvs[0], &bad);
           int bad_index = -1;
           for (size_t r = 0; ret != 0 && r < recvs.size(); ++r) {
             if (bad == &recvs[r]) bad_index = static_cast<int>(r);
           }
-          RecordPost("recv server", ret, bad_index);
+          RecordPost(step.reverse ? "recv client" : "recv server", ret,
+                     bad_index);
           break;
         }
         case StepKind::kWrites: {
-          std::vector<ibv_sge> sges(step.writes.size());
+          // Client to server, or (duplex, reverse) the server's outbox to
+          // the client's inbox.
+          const bool rev = step.reverse;
+          const uint64_t target = reinterpret_cast<uint64_t>(
+              rev ? inbox_.data() : server().buffer.data());
+          const uint32_t target_rkey = rev ? inbox_mr_->rkey : server().mr->rkey;
+          ibv_mr* target_read_only = rev ? inbox_read_only_ : read_only;
+          std::vector<ibv_sge> sges(step.writes.size() * kMaxSges);
           std::vector<ibv_send_wr> wrs(step.writes.size());
           for (size_t w = 0; w < step.writes.size(); ++w) {
             const WriteOp& op = step.writes[w];
+            ibv_sge* sge = &sges[w * kMaxSges];
             uint32_t dst = op.dst;
             if (op.fault == Fault::kOutOfBounds) dst = kBuffer - op.size + 1;
             const uint64_t id = wr_id++;
             wrs[w] = WriteWr(id, 0, dst, op.size, op.imm,
                              0x1000 + static_cast<uint32_t>(id), op.signaled,
-                             &sges[w]);
-            if (op.size == 0) {
-              // Still name the target: a zero-length write's rkey and VA
-              // are not checked (C9-88), whatever they are.
-              wrs[w].wr.rdma.rkey = server().mr->rkey;
-              wrs[w].wr.rdma.remote_addr =
-                  reinterpret_cast<uint64_t>(server().buffer.data()) + dst;
+                             sge);
+            if (rev && wrs[w].num_sge == 1) {
+              sge->addr = reinterpret_cast<uint64_t>(outbox_.data());
+              sge->lkey = outbox_mr_->lkey;
             }
+            // A zero-length write still names the target: its rkey and VA
+            // are not checked (C9-88), whatever they are.
+            wrs[w].wr.rdma.rkey = target_rkey;
+            wrs[w].wr.rdma.remote_addr = target + dst;
             if (op.fault == Fault::kBadRkey) wrs[w].wr.rdma.rkey ^= 0x5a5a;
-            if (op.fault == Fault::kReadOnlyMr && read_only != nullptr) {
-              wrs[w].wr.rdma.rkey = read_only->rkey;
+            if (op.fault == Fault::kReadOnlyMr && target_read_only != nullptr) {
+              wrs[w].wr.rdma.rkey = target_read_only->rkey;
             }
             if (op.fault == Fault::kInline) {
               wrs[w].send_flags |= IBV_SEND_INLINE;
             }
-            ShapeOp(op, &wrs[w], &sges[w]);
+            if (op.sges > 1 && wrs[w].num_sge == 1) {
+              wrs[w].num_sge = SourcePieces(op.sges, sge);
+            }
+            ShapeOp(op, &wrs[w], sge);
+            SpoilSource(op, rev, &wrs[w]);
             if (w > 0) wrs[w - 1].next = &wrs[w];
           }
           ibv_send_wr* bad = nullptr;
-          PostSend(client(), &wrs[0], &bad);
+          PostSend(rev ? server() : client(), &wrs[0], &bad);
           break;
         }
         case StepKind::kServerErr:
@@ -520,9 +731,10 @@ class RandomDifferential : public ConformanceTest {
         case StepKind::kServerNoRemoteWrite: {
           ibv_qp_attr a{};
           a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-          RecordPost(
-              "modify server access=REMOTE_READ",
-              nic(server()).ModifyQp(server().qp, &a, IBV_QP_ACCESS_FLAGS));
+          Endpoint& side = step.reverse ? client() : server();
+          RecordPost(step.reverse ? "modify client access=REMOTE_READ"
+                                  : "modify server access=REMOTE_READ",
+                     nic(side).ModifyQp(side.qp, &a, IBV_QP_ACCESS_FLAGS));
           break;
         }
         case StepKind::kDisconnect:
@@ -541,9 +753,91 @@ class RandomDifferential : public ConformanceTest {
       nic(client()).DeregMr(back_mr_);
     }
     back_mr_ = nullptr;
+    if (p.duplex) TearDownDuplex();
     EndSection();
     return Canonical(TakeStream());
   }
+
+  // Duplex programs: the server's outbox (a pattern of its own, never 0)
+  // and the client's inbox (zero; its non-zero ranges are what landed),
+  // a read-only MR over the inbox, and each side's second PD with an MR
+  // over the poster's source bytes (Fault::kOtherPdLkey).
+  void SetUpDuplex() {
+    outbox_.resize(kBuffer);
+    for (size_t i = 0; i < outbox_.size(); ++i) outbox_[i] = Pattern(i + 97);
+    inbox_.assign(kBuffer, 0);
+    outbox_mr_ = nic(server()).RegMr(server().pd, outbox_.data(), kBuffer,
+                                     IBV_ACCESS_LOCAL_WRITE);
+    inbox_mr_ = nic(client()).RegMr(
+        client().pd, inbox_.data(), kBuffer,
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+            IBV_ACCESS_REMOTE_READ);
+    inbox_read_only_ =
+        nic(client()).RegMr(client().pd, inbox_.data(), kBuffer,
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    for (int s = 0; s < 2; ++s) {
+      Endpoint& side = s == 0 ? client() : server();
+      other_pd_[s] = nic(side).AllocPd(side.id->verbs);
+      void* source = s == 0 ? client().buffer.data() : outbox_.data();
+      other_pd_mr_[s] = other_pd_[s] == nullptr
+                            ? nullptr
+                            : nic(side).RegMr(other_pd_[s], source, kBuffer,
+                                              IBV_ACCESS_LOCAL_WRITE);
+    }
+    ASSERT_TRUE(outbox_mr_ != nullptr && inbox_mr_ != nullptr &&
+                inbox_read_only_ != nullptr && other_pd_mr_[0] != nullptr &&
+                other_pd_mr_[1] != nullptr);
+  }
+
+  // Records the inbox's landed ranges, then frees what SetUpDuplex made.
+  void TearDownDuplex() {
+    RecordLine("landed inbox" + LandedRanges(inbox_));
+    for (int s = 0; s < 2; ++s) {
+      Endpoint& side = s == 0 ? client() : server();
+      if (other_pd_mr_[s] != nullptr) nic(side).DeregMr(other_pd_mr_[s]);
+      if (other_pd_[s] != nullptr) nic(side).DeallocPd(other_pd_[s]);
+      other_pd_mr_[s] = nullptr;
+      other_pd_[s] = nullptr;
+    }
+    if (inbox_read_only_ != nullptr) nic(client()).DeregMr(inbox_read_only_);
+    if (inbox_mr_ != nullptr) nic(client()).DeregMr(inbox_mr_);
+    if (outbox_mr_ != nullptr) nic(server()).DeregMr(outbox_mr_);
+    inbox_read_only_ = inbox_mr_ = outbox_mr_ = nullptr;
+  }
+
+  // The one SGE at sge[0] cut into `pieces` SGEs of near-equal length
+  // (the last takes the remainder), each kPieceStride bytes after the one
+  // before in the same buffer. Returns the SGE count.
+  static int SourcePieces(uint8_t pieces, ibv_sge* sge) {
+    const ibv_sge whole = sge[0];
+    const uint32_t each = whole.length / pieces;
+    for (uint8_t j = 0; j < pieces; ++j) {
+      sge[j].addr = whole.addr + j * kPieceStride;
+      sge[j].length = j + 1 < pieces ? each : whole.length - each * j;
+      sge[j].lkey = whole.lkey;
+    }
+    return pieces;
+  }
+
+  // Fault::kBadLkey / kOtherPdLkey on the WR's last SGE.
+  void SpoilSource(const WriteOp& op, bool reverse, ibv_send_wr* wr) {
+    if (wr->num_sge == 0) return;
+    ibv_sge& last = wr->sg_list[wr->num_sge - 1];
+    if (op.fault == Fault::kBadLkey) last.lkey ^= 0x5a5a;
+    if (op.fault == Fault::kOtherPdLkey && other_pd_mr_[reverse] != nullptr) {
+      last.lkey = other_pd_mr_[reverse]->lkey;
+    }
+  }
+
+  static constexpr int kMaxSges = 3;
+  static constexpr uint32_t kPieceStride = 8195;
+  std::vector<uint8_t> outbox_;  // duplex: the server's source
+  std::vector<uint8_t> inbox_;   // duplex: where the server's traffic lands
+  ibv_mr* outbox_mr_ = nullptr;
+  ibv_mr* inbox_mr_ = nullptr;
+  ibv_mr* inbox_read_only_ = nullptr;
+  ibv_pd* other_pd_[2] = {nullptr, nullptr};  // [0] client, [1] server
+  ibv_mr* other_pd_mr_[2] = {nullptr, nullptr};
 
   // A write WR (WriteWr, faults applied) made into op.kind: a SEND from the
   // same source bytes, a READ of the same remote range into the same offset
@@ -562,11 +856,11 @@ class RandomDifferential : public ConformanceTest {
       case OpKind::kRead:
         wr->opcode = IBV_WR_RDMA_READ;
         wr->imm_data = 0;
-        if (wr->num_sge == 1 && back_mr_ != nullptr) {
-          sge->addr = sge->addr -
-                      reinterpret_cast<uint64_t>(client().buffer.data()) +
-                      reinterpret_cast<uint64_t>(back_buffer_.data());
-          sge->lkey = back_mr_->lkey;
+        for (int j = 0; j < wr->num_sge && back_mr_ != nullptr; ++j) {
+          sge[j].addr = sge[j].addr -
+                        reinterpret_cast<uint64_t>(client().buffer.data()) +
+                        reinterpret_cast<uint64_t>(back_buffer_.data());
+          sge[j].lkey = back_mr_->lkey;
         }
         return;
       case OpKind::kFetchAdd:
@@ -822,13 +1116,45 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnWidePrograms) {
   const int count = EnvInt("RPMA_HARNESS_WIDE_PROGRAMS", 100);
   const int first = EnvInt("RPMA_HARNESS_WIDE_SEED", 3000001);
   std::vector<Program> programs;
-  for (int i = 0; i < count; ++i) programs.push_back(Generate(first + i, true));
+  for (int i = 0; i < count; ++i) {
+    programs.push_back(Generate(first + i, Flavour::kWide));
+  }
   if (backend == "rdma_core") {
     AgainstLiveRxe(programs, "WIDE", "random differential (wide)");
     return;
   }
   AgainstRecording(programs, "tests/testdata/rxe_random_wide_streams.txt",
                    "WIDE", "random differential (wide)");
+}
+
+// The duplex programs (Flavour::kDuplex: the wide programs' ops, and the
+// server writing and sending into the client's inbox, receives on both
+// sides, sources and receives in several SGEs, bad lkeys and lkeys of
+// another PD) against live rxe, as the wide ones: in the VM with
+// RPMA_HARNESS_PRINT_STREAMS=1 rxe's streams are printed for
+// tests/testdata/rxe_random_duplex_streams.txt, on a host both fakes are
+// compared with that recording.
+// env RPMA_HARNESS_DUPLEX_PROGRAMS=N: the harness's own test: how many
+//   duplex programs FakeRxeAgreesWithRxeOnDuplexPrograms compares (default
+//   100; the recording holds seeds 6000001..6000100).
+// env RPMA_HARNESS_DUPLEX_SEED=N: the harness's own test: the first duplex
+//   program's seed (default 6000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDuplexPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  record_client_digest_ = true;
+  const int count = EnvInt("RPMA_HARNESS_DUPLEX_PROGRAMS", 100);
+  const int first = EnvInt("RPMA_HARNESS_DUPLEX_SEED", 6000001);
+  std::vector<Program> programs;
+  for (int i = 0; i < count; ++i) {
+    programs.push_back(Generate(first + i, Flavour::kDuplex));
+  }
+  if (backend == "rdma_core") {
+    AgainstLiveRxe(programs, "DUPLEX", "random differential (duplex)");
+    return;
+  }
+  AgainstRecording(programs, "tests/testdata/rxe_random_duplex_streams.txt",
+                   "DUPLEX", "random differential (duplex)");
 }
 
 // The fake in one process against the same fake as two NICs that meet only
@@ -854,7 +1180,10 @@ TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
   // by side, opcode and status.
   std::map<std::string, int> reached;
   for (int i = 0; i < count; ++i) {
-    const Program p = Generate(5000001 + static_cast<uint64_t>(i), true);
+    // Every other program is a duplex one: both directions cross the
+    // fabric.
+    const Program p = Generate(5000001 + static_cast<uint64_t>(i),
+                               i % 2 == 0 ? Flavour::kWide : Flavour::kDuplex);
     std::vector<std::string> reference;
     const std::string diff = Compare(p, &reference);
     if (!diff.empty() && ++differing <= 3) ReportDifference(p, diff);
@@ -877,7 +1206,11 @@ TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
   for (const char* want :
        {"client status=0 opcode=0", "client status=0 opcode=2",
         "client status=0 opcode=3", "client status=0 opcode=4",
-        "server status=0 opcode=128", "server status=0 opcode=129"}) {
+        "server status=0 opcode=128", "server status=0 opcode=129",
+        // and (duplex programs) the server's own SENDs and writes, taken
+        // by the client's receives.
+        "server status=0 opcode=0", "server status=0 opcode=1",
+        "client status=0 opcode=128"}) {
     EXPECT_GT(reached[want], 0) << want << " never reached";
   }
 }

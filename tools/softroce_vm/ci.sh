@@ -100,8 +100,9 @@ for dir in 10-write-with-imm 12-srq-ping-pong; do
 done
 
 status=0
-# random_differential_test: 200 random programs and 100 wide ones, each on
-# rxe and on the fake in the VM (~0.7 s a program under TCG).
+# random_differential_test: 200 random programs, 100 wide ones and 100
+# duplex ones, each on rxe and on the fake in the VM (~0.7 s a program under
+# TCG).
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
   --timeout 900 --binary-timeout 500 \
   --env RPMA_HARNESS_RANDOM_PROGRAMS=200 \
@@ -173,12 +174,14 @@ elif ! diff <(grep -v '^#' "$recording") "$out/streams.txt" >"$out/streams.diff"
   failed=$((failed + 1))
 fi
 # The random programs' rxe streams (RANDOM: the narrow programs; WIDE: the
-# wide ones, SENDs, READs, atomics and receives with buffers): the host's
+# wide ones, SENDs, READs, atomics and receives with buffers; DUPLEX: both
+# directions, several SGEs, local protection faults): the host's
 # random_differential_test holds the fake to them (in the VM it compares
 # rxe with the fake directly). PREFIX FILE: renewed with RECORD=1, else
 # live rxe must print it again.
 for rec in RANDOM:tests/testdata/rxe_random_streams.txt \
-  WIDE:tests/testdata/rxe_random_wide_streams.txt; do
+  WIDE:tests/testdata/rxe_random_wide_streams.txt \
+  DUPLEX:tests/testdata/rxe_random_duplex_streams.txt; do
   IFS=: read -r prefix recording <<<"$rec"
   grep -a "^$prefix " "$out/vm/console.log" | tr -d '\r' >"$out/$prefix.txt"
   if [ "${RECORD:-0}" = 1 ]; then
