@@ -1123,6 +1123,16 @@ void FakeNic::RnrNakHead(Qp* qp) {
   }
   if (qp->rnr_retry != 7) {
     if (head.rnr_retries_left == 0) {
+      // The NAK answered packet head.next_packet (a SEND's FIRST, a write
+      // with imm's LAST): rxe_req.c update_state passes the WR only when
+      // that packet ended it (CompleteSend, Personality::
+      // sq_flush_follows_requester_index). Found by the duplex programs
+      // (6000212: a two-packet SEND refused with RNR at its FIRST).
+      qp->failed_on_last_packet =
+          head.next_packet + 1 >=
+          fake_nic_internal::PacketCount(
+              head.total_length(),
+              fake_nic_internal::MtuBytes(qp->attr.path_mtu));
       SendWqe wqe = std::move(qp->sq.front());
       qp->sq.pop_front();
       const char* why = "RNR retries exhausted";

@@ -2317,6 +2317,46 @@ TEST_F(SendFlushInErrTest, RxeLeavesWrsUnflushedWhenTheRingWrapsOntoItsIndex) {
   EXPECT_EQ(FlushedAfterRunning(), 1u);
 }
 
+// An RNR NAK (rnr_retry 0) at a two-packet SEND's FIRST packet leaves the
+// index on the SEND, as a NAK there does: rxe_req.c update_state passes a
+// WR on its last packet only (duplex program 6000212).
+TEST_F(SendFlushInErrTest, RxeRnrAtASendsFirstPacketLeavesTheIndexOnIt) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  QpOptions options;
+  options.max_send_wr = 4;      // 7 WRs on rxe: an 8-slot ring
+  options.accept_rnr_retry = 0;  // the client's QP
+  ConnectHosts(options);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(nic_->QueryQp(client_.qp, &attr, IBV_QP_PATH_MTU, &init), 0);
+  const uint32_t mtu = 128u << attr.path_mtu;
+  ASSERT_LT(mtu, client_.buf.size());
+  // A SEND of MTU + 1 bytes (two packets) and six writes, none run before
+  // RunUntilIdle (manual mode), as if posted at once; the server has no
+  // receive.
+  ibv_sge send_sge = {reinterpret_cast<uintptr_t>(client_.buf.data()),
+                      mtu + 1, client_.mr->lkey};
+  ibv_send_wr send{};
+  send.wr_id = 1;
+  send.opcode = IBV_WR_SEND;
+  send.send_flags = IBV_SEND_SIGNALED;
+  send.sg_list = &send_sge;
+  send.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(nic_->PostSend(client_.qp, &send, &bad), 0);
+  ASSERT_EQ(PostChain(2, 6), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 7u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  // Index 1 (the SEND's err path), producer 7: two more bring the
+  // producer to 9, slot 1, where the index is: not flushed.
+  ASSERT_EQ(PostChain(10, 2), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 0u);
+}
+
 TEST_F(SendFlushInErrTest, SpecFlushesEveryWrPostedInErr) {
   ConnectAndFail(Personality::Spec());
   ASSERT_EQ(PostChain(1, 4), 0);

@@ -546,6 +546,38 @@ std::vector<Program> RegressionPrograms() {
                Step{StepKind::kRecv, 1, {}, 0, true},
                Step{StepKind::kDisconnect, 0, {}}},
               true},
+      // A two-packet SEND refused with an RNR NAK at its FIRST packet
+      // (rnr_retry 0) leaves rxe's requester index on it, as a NAK there
+      // does (Personality::sq_flush_follows_requester_index): the next
+      // post's three WRs bring the 8-slot ring's producer to the index and
+      // stay unflushed. Duplex program 6000212, shrunk.
+      Program{1000010,
+              0,
+              4,
+              {Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{1025, true, true, Fault::kNone, 11270,
+                             OpKind::kSend},
+                     WriteOp{0, true, true, Fault::kNone, 50660,
+                             OpKind::kSend, 3},
+                     WriteOp{0, true, true, Fault::kNone, 45364},
+                     WriteOp{0, false, true, Fault::kNone, 13719,
+                             OpKind::kSend, 3},
+                     WriteOp{0, true, true, Fault::kNone, 35768},
+                     WriteOp{0, true, true, Fault::kNone, 15489,
+                             OpKind::kWrite, 3}},
+                    0,
+                    true},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 60835,
+                             OpKind::kSend},
+                     WriteOp{0, false, true, Fault::kNone, 0, OpKind::kSend},
+                     WriteOp{0, true, true, Fault::kNone, 24104,
+                             OpKind::kSend}},
+                    0,
+                    true}},
+              true},
   };
 }
 
