@@ -293,6 +293,25 @@ struct Personality {
   // shared CQ; found by the random differential's duplex programs (6000005:
   // a receive, then a SEND that runs out of RNR retries and one behind it).
   bool flushes_receive_queue_first = false;
+  // A post refused for the QP rather than for a WR of it returns EINVAL
+  // with *bad_wr NULL on rxe, where the spec personality names the first
+  // WR: a receive to a QP in RESET or attached to an SRQ (rdma-core
+  // providers/rxe/rxe.c rxe_post_recv returns before its loop), and a send
+  // to a QP below RTS. rxe_post_send queues every WR in the shared ring,
+  // then its doorbell (post_send_db's write to the kernel; rxe_verbs.c
+  // rxe_post_send: req.state < READY is -EINVAL) fails and that error is
+  // returned, so those WRs keep their slots (a WR the loop refused first
+  // is still *bad_wr, the return still EINVAL). Found by the random
+  // differential's duplex programs (6000013: a send after RESET).
+  bool refusal_for_the_qp_leaves_bad_wr_null = false;
+  // Send WRs posted while the QP is in SQD (or below RTS, where
+  // refusal_for_the_qp_leaves_bad_wr_null keeps them queued) start only at
+  // a later ibv_post_send once it is back in RTS: rxe runs its requester
+  // from the doorbell (rxe_verbs.c rxe_post_send), and the move to RTS
+  // (rxe_qp.c rxe_qp_from_attr) only sets req.state. The spec personality
+  // starts them when the QP returns to RTS. Found by the duplex programs
+  // (6000107: a write posted in SQD, then SQD -> RTS, never completes).
+  bool queued_sends_wait_for_a_doorbell = false;
 
   // The device's limits (ibv_query_device): a personality is the whole
   // NIC, so Personality::Rxe() reports and enforces rxe's (max_sge 32,
@@ -994,11 +1013,14 @@ class FakeNic final : public VerbsBackend {
   int ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
                      const char* why);
   void ResetQpQueues(Qp* qp);
+  // Whether ibv_modify_qp may move `qp` to `next` at all (the state table).
+  bool QpMayMoveTo(const Qp* qp, ibv_qp_state next) const;
   // ibv_modify_qp to ERR: receives stranded by Personality::
   // flushes_receives_posted_in_err go back to the receive queue to flush.
   void FlushStrandedReceives(Qp* qp);
-  // rdma_disconnect's own move of the local QP to ERR (an ibv_modify_qp).
-  void DisconnectQpToErr(Qp* qp);
+  // rdma_disconnect's own move of the local QP to ERR (an ibv_modify_qp):
+  // 0 or its errno.
+  int DisconnectQpToErr(Qp* qp);
   struct CmQpParams {
     uint32_t dest_qp_num = 0;
     uint8_t retry_cnt = 7;

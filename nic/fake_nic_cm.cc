@@ -1095,10 +1095,13 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
 }
 
 // librdmacm's rdma_disconnect moves the local QP to ERR with ibv_modify_qp
-// (ucma_modify_qp_err): what a program's own ibv_modify_qp to ERR does.
-void FakeNic::DisconnectQpToErr(Qp* qp) {
-  FlushStrandedReceives(qp);
-  SetQpState(qp, IBV_QPS_ERR, "rdma_disconnect");
+// (cma.c ucma_shutdown -> ucma_modify_qp_err), before it tells the kernel
+// anything: what a program's own ibv_modify_qp to ERR does, refusal
+// included. Returns 0 or the modify's errno.
+int FakeNic::DisconnectQpToErr(Qp* qp) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  return ModifyQpLocked(qp, attr, IBV_QP_STATE, "rdma_disconnect");
 }
 
 // rdma_disconnect(3): the local QP goes to ERR now (librdmacm moves it
@@ -1110,6 +1113,11 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   std::unique_lock<std::mutex> lock(mu_);
   CmId* c = FindId(id);
   if (c == nullptr) return CmFail(EINVAL);
+  // The modify comes first: a QP it refuses (one in RESET) fails the call
+  // with EINVAL, and nothing is sent.
+  if (c->qp != nullptr && !QpMayMoveTo(c->qp, IBV_QPS_ERR)) {
+    return CmFail(EINVAL);
+  }
   if (c->state == CmState::kDisconnected) {
     if (c->qp != nullptr) DisconnectQpToErr(c->qp);
     return 0;

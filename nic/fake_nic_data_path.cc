@@ -219,8 +219,32 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // until this call returns and made then only for work that is left.
   const bool sends_at_post = background_running_;
   const WorkWakeDeferral wake_on_return(this, sends_at_post);
+  // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
+  // sends with EINVAL. A QP in ERR accepts them and completes them with
+  // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
+  // QP in Error state" fix; rxe only refuses state < RTS). SQD accepts them
+  // too (rxe: req.state DRAIN >= READY) and starts them once back in RTS.
+  const bool below_rts = q->base.state != IBV_QPS_RTS &&
+                         q->base.state != IBV_QPS_ERR &&
+                         q->base.state != IBV_QPS_SQD;
+  // Personality::refusal_for_the_qp_leaves_bad_wr_null: rxe's provider
+  // queues the WRs and its doorbell is what fails.
+  const bool doorbell_refuses =
+      below_rts && config_.personality.refusal_for_the_qp_leaves_bad_wr_null;
+  // Personality::queued_sends_wait_for_a_doorbell: this call's doorbell
+  // starts whatever waits in the send queue when the QP is in RTS; posted
+  // in SQD (or below RTS) the WRs wait for a later one.
+  if (config_.personality.queued_sends_wait_for_a_doorbell) {
+    q->sq_waits_for_doorbell = q->base.state != IBV_QPS_RTS &&
+                               q->base.state != IBV_QPS_ERR;
+    if (q->base.state == IBV_QPS_RTS) MarkMaybeReady(q);
+  }
   auto refuse = [&](ibv_send_wr* w, int err, const char* why) {
     *bad_wr = w;
+    // The doorbell rings after the loop stopped at `w`, and its error is
+    // what the call returns (providers/rxe/rxe.c rxe_post_send: err ? err
+    // : rc).
+    if (doorbell_refuses) err = EINVAL;
     FakeNicEvent event;
     event.kind = FakeNicEvent::Kind::kPostFailed;
     event.qp_num = q->base.qp_num;
@@ -231,16 +255,10 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     Record(std::move(event));
     RingSendDoorbellInErr(q);
     // The WRs before `w` were posted: they go as they would have.
-    if (w != wr && background_running_) RunRequesterNow(q);
+    if (w != wr && background_running_ && !below_rts) RunRequesterNow(q);
     return PostErrno(err);
   };
-  // ibv_post_send(3) / rxe_verbs.c rxe_post_send: a QP below RTS refuses
-  // sends with EINVAL. A QP in ERR accepts them and completes them with
-  // IBV_WC_WR_FLUSH_ERR (IB spec C10-42, as cited by the rdmavt "post WR to a
-  // QP in Error state" fix; rxe only refuses state < RTS). SQD accepts them
-  // too (rxe: req.state DRAIN >= READY) and starts them once back in RTS.
-  if (q->base.state != IBV_QPS_RTS && q->base.state != IBV_QPS_ERR &&
-      q->base.state != IBV_QPS_SQD) {
+  if (below_rts && !doorbell_refuses) {
     return refuse(wr, EINVAL, "qp not in RTS");
   }
   // ibv_wr_complete(3): "the entire posting will be aborted" on a failure.
@@ -318,6 +336,11 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       q->sq_prod = (q->sq_prod + 1) & (q->sq_ring_slots - 1);
     MarkMaybeReady(q);
   }
+  if (doorbell_refuses) {
+    // Every WR is in the ring, keeping its slot (they go if the QP reaches
+    // RTS and a later doorbell rings); the doorbell fails, *bad_wr NULL.
+    return refuse(nullptr, EINVAL, "qp not in RTS (doorbell)");
+  }
   RingSendDoorbellInErr(q);
   // Under background progress the posting thread runs the requester
   // itself, as rxe does inside ibv_post_send (rxe_verbs.c rxe_post_send),
@@ -354,13 +377,17 @@ int FakeNic::PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   // first send; in RESET they are refused (rxe_verbs.c rxe_post_recv:
   // state < INIT is EINVAL). In ERR they are accepted and flushed (IB spec
   // C10-42; rdmavt's "post receive for QP in ERR state" fix).
-  if (q->base.state == IBV_QPS_RESET) {
-    return refuse(wr, EINVAL, "qp in RESET");
-  }
+  // Personality::refusal_for_the_qp_leaves_bad_wr_null: rxe's provider
+  // returns before it looks at a WR (providers/rxe/rxe.c rxe_post_recv).
+  ibv_recv_wr* const named =
+      config_.personality.refusal_for_the_qp_leaves_bad_wr_null ? nullptr : wr;
   // A QP attached to an SRQ has no receive queue of its own: rxe_verbs.c
   // rxe_post_recv refuses with EINVAL (IB spec C10-97.2.1).
   if (q->srq != nullptr) {
-    return refuse(wr, EINVAL, "qp uses an SRQ: post to the SRQ");
+    return refuse(named, EINVAL, "qp uses an SRQ: post to the SRQ");
+  }
+  if (q->base.state == IBV_QPS_RESET) {
+    return refuse(named, EINVAL, "qp in RESET");
   }
   for (ibv_recv_wr* w = wr; w != nullptr; w = w->next) {
     if (w->num_sge < 0 || w->num_sge > static_cast<int>(q->cap.max_recv_sge) ||
@@ -557,6 +584,11 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
     return sq_work || !qp->rq.empty();
   }
   if (qp->base.state != IBV_QPS_RTS || qp->sq.empty()) return false;
+  // (A cold member, read only under the personality that needs it.)
+  if (config_.personality.queued_sends_wait_for_a_doorbell &&
+      qp->sq_waits_for_doorbell) {
+    return false;
+  }
   const SendWqe& head = qp->sq.front();
   // In another process's hands: its answer (fake_nic_remote.cc) goes on.
   if (head.in_flight) return false;
@@ -892,6 +924,16 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     event.text = why;
     Record(std::move(event));
     SetQpState(responder, IBV_QPS_ERR, why);
+    // The NAK answered the message's first packet: the requester index
+    // passes the WR only if that packet ended it (rxe_req.c update_state;
+    // Personality::sq_flush_follows_requester_index). Found by wide seed
+    // 3000102: a two-packet write to a QP without remote write.
+    qp->failed_on_last_packet =
+        fake_nic_internal::PacketCount(
+            IsAtomic(wqe.opcode) || wqe.opcode == IBV_WR_RDMA_READ
+                ? 0
+                : wqe.total_length(),
+            fake_nic_internal::MtuBytes(qp->attr.path_mtu)) == 1;
     CompleteSend(qp, wqe, IBV_WC_REM_INV_REQ_ERR, 0);
     SetQpState(qp, IBV_QPS_ERR, why);
     return;

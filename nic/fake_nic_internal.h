@@ -518,6 +518,9 @@ struct Qp {
   // later one: on rxe every later message is dropped too
   // (Personality::uc_cut_message_stalls_responder); RESET clears it.
   bool uc_stalled = false;
+  // Personality::queued_sends_wait_for_a_doorbell: WRs were posted while
+  // the QP was not in RTS; they start at the next PostSend in RTS.
+  bool sq_waits_for_doorbell = false;
   uint32_t dest_qp_num = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:

@@ -57,6 +57,8 @@ Personality Personality::Rxe() {
   p.flushes_receives_posted_in_err = false;
   p.sq_flush_follows_requester_index = true;
   p.flushes_receive_queue_first = true;
+  p.refusal_for_the_qp_leaves_bad_wr_null = true;
+  p.queued_sends_wait_for_a_doorbell = true;
   return p;
 }
 

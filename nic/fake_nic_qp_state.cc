@@ -78,8 +78,15 @@ constexpr TypeColumn kUcColumn = {
 // rxe), so no transition from or to it is valid.
 Transition QpTransition(const TypeColumn& c, ibv_qp_state from,
                         ibv_qp_state to) {
+  // Linux's table (kernel core/verbs.c qp_state_table, which
+  // ib_modify_qp_is_ok reads for every driver, rxe_qp.c rxe_qp_chk_attr
+  // included) lets every state go to RESET and to ERR but RESET, which
+  // goes only to INIT (or stays). Found by the duplex programs (6000337:
+  // rdma_disconnect, whose first step is an ibv_modify_qp to ERR, of a QP
+  // in RESET fails with EINVAL on rxe).
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
-    return {from != IBV_QPS_SQE, 0, 0};
+    return {from != IBV_QPS_SQE && !(to == IBV_QPS_ERR && from == IBV_QPS_RESET),
+            0, 0};
   }
   switch (from) {
     case IBV_QPS_RESET:
@@ -121,6 +128,12 @@ int FakeNic::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   Qp* q = FindQp(qp);
   if (q == nullptr || attr == nullptr) return EINVAL;
   return ModifyQpLocked(q, *attr, attr_mask, "ibv_modify_qp");
+}
+
+bool FakeNic::QpMayMoveTo(const Qp* qp, ibv_qp_state next) const {
+  return QpTransition(qp->base.qp_type == IBV_QPT_UC ? kUcColumn : kRcColumn,
+                      qp->base.state, next)
+      .valid;
 }
 
 int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,

@@ -2376,6 +2376,16 @@ TEST_F(SendFlushInErrTest, RxeRingStartsOverAfterReset) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RESET;
   ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  // RESET goes to INIT only (kernel qp_state_table), then to ERR.
+  attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), EINVAL);
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                               IBV_QP_ACCESS_FLAGS),
+            0);
   attr.qp_state = IBV_QPS_ERR;
   ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
   // Index and producer both 0 after RESET: the doorbell of the first post
@@ -2443,6 +2453,42 @@ TEST_F(FlushOrderTest, RxeFlushesTheReceiveQueueBeforeTheSendQueue) {
 // Spec keeps the send queue first (C10-42 orders each queue only).
 TEST_F(FlushOrderTest, SpecFlushesTheSendQueueFirst) {
   EXPECT_EQ(FlushOrder(Personality::Spec()), (std::vector<uint64_t>{3, 1, 2}));
+}
+
+// A post refused for the QP, not for a WR of it: rxe returns EINVAL with
+// *bad_wr NULL (Personality::refusal_for_the_qp_leaves_bad_wr_null), the
+// spec personality names the first WR.
+TEST_F(FakeNicTest, RefusalForTheQpLeavesBadWrNullOnRxe) {
+  for (const Personality& personality :
+       {Personality::Rxe(), Personality::Spec()}) {
+    SCOPED_TRACE(personality.name);
+    FakeNicConfig config;
+    config.personality = personality;
+    MakeNic(config);
+    ConnectHosts();
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+    const bool rxe = personality.refusal_for_the_qp_leaves_bad_wr_null;
+    ibv_send_wr* bad_send = nullptr;
+    EXPECT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
+                       RemoteAddr(server_, 0), server_.mr->rkey,
+                       IBV_SEND_SIGNALED, 0, nullptr, &bad_send),
+              EINVAL);
+    EXPECT_EQ(bad_send, rxe ? nullptr : &wr_);
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(client_.buf.data()), 8,
+                   client_.mr->lkey};
+    ibv_recv_wr recv{};
+    recv.sg_list = &sge;
+    recv.num_sge = 1;
+    ibv_recv_wr* bad_recv = nullptr;
+    EXPECT_EQ(nic_->PostRecv(client_.qp, &recv, &bad_recv), EINVAL);
+    EXPECT_EQ(bad_recv, rxe ? nullptr : &recv);
+    nic_->RunUntilIdle();
+    EXPECT_TRUE(PollAll(client_.cq).empty());
+    client_ = Host{};
+    server_ = Host{};
+  }
 }
 
 // librdmacm's rdma_disconnect moves the QP to ERR with ibv_modify_qp, which
