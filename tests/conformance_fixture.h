@@ -144,6 +144,7 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // success and on error alike (ibv_poll_cq(3) leaves them undefined on
   // error, so a personality must reproduce its NIC's values).
   void Record(const char* side_name, const ibv_wc& wc);
+  static std::string WcLine(const char* side_name, const ibv_wc& wc);
   // A post's return code and which WR of the chain *bad_wr names (-1: none).
   void RecordPost(const char* what, int ret, int bad_index = -1);
   void RecordLine(const std::string& line);
@@ -177,6 +178,10 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // sides): on the fake it runs the NIC until idle; on a kernel driver it
   // polls until nothing arrives for drain_quiet_ms_.
   void DrainAndRecord(Endpoint& side);
+  // DrainAndRecord of the client, then of the server, in one wait: on a
+  // kernel driver both CQs are polled until neither has had a completion
+  // for drain_quiet_ms_ (the lines come out as the two calls write them).
+  void DrainBothAndRecord();
   bool compare_with_recording_ = true;
   // EndSection also records a digest of the client's buffer (READ and
   // atomic results land there), as a "landed client" line.
