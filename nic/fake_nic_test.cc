@@ -183,6 +183,22 @@ class FakeNicTest : public ::testing::Test {
     ASSERT_EQ(nic_->Accept(server_.id, &param), 0);
   }
 
+  // A NIC of `personality`, then ConnectHosts.
+  void ConnectHostsAs(const Personality& personality,
+                      const QpOptions& options = QpOptions{}) {
+    FakeNicConfig config;
+    config.personality = personality;
+    MakeNic(config);
+    ConnectHosts(options);
+  }
+
+  // ibv_modify_qp(host's QP, ERR).
+  int ModifyToErr(Host& host) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    return nic_->ModifyQp(host.qp, &attr, IBV_QP_STATE);
+  }
+
   void ConnectHosts(const QpOptions& options = QpOptions{}) {
     PrepareHosts(options);
     SendConnect();
@@ -2321,13 +2337,10 @@ TEST_F(SendFlushInErrTest, RxeLeavesWrsUnflushedWhenTheRingWrapsOntoItsIndex) {
 // index on the SEND, as a NAK there does: rxe_req.c update_state passes a
 // WR on its last packet only (duplex program 6000212).
 TEST_F(SendFlushInErrTest, RxeRnrAtASendsFirstPacketLeavesTheIndexOnIt) {
-  FakeNicConfig config;
-  config.personality = Personality::Rxe();
-  MakeNic(config);
   QpOptions options;
   options.max_send_wr = 4;      // 7 WRs on rxe: an 8-slot ring
   options.accept_rnr_retry = 0;  // the client's QP
-  ConnectHosts(options);
+  ConnectHostsAs(Personality::Rxe(), options);
   ibv_qp_attr attr{};
   ibv_qp_init_attr init{};
   ASSERT_EQ(nic_->QueryQp(client_.qp, &attr, IBV_QP_PATH_MTU, &init), 0);
@@ -2395,13 +2408,8 @@ TEST_F(SendFlushInErrTest, RxeRingStartsOverAfterReset) {
 }
 
 TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
-  FakeNicConfig config;
-  config.personality = Personality::Rxe();
-  MakeNic(config);
-  ConnectHosts();
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  ConnectHostsAs(Personality::Rxe());
+  ASSERT_EQ(ModifyToErr(server_), 0);
   nic_->RunUntilIdle();
   EXPECT_TRUE(PollAll(server_.cq).empty());
   // rxe_post_recv does not run the responder: posted in ERR, it waits.
@@ -2409,7 +2417,7 @@ TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
   nic_->RunUntilIdle();
   EXPECT_TRUE(PollAll(server_.cq).empty());
   // Another ibv_modify_qp to ERR runs rxe_qp_error, which flushes it.
-  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(ModifyToErr(server_), 0);
   nic_->RunUntilIdle();
   std::vector<ibv_wc> wcs = PollAll(server_.cq);
   ASSERT_EQ(wcs.size(), 1u);
@@ -2422,10 +2430,7 @@ TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {
 class FlushOrderTest : public FakeNicTest {
  protected:
   std::vector<uint64_t> FlushOrder(const Personality& personality) {
-    FakeNicConfig config;
-    config.personality = personality;
-    MakeNic(config);
-    ConnectHosts();
+    ConnectHostsAs(personality);
     std::vector<uint64_t> order;
     EXPECT_EQ(PostRecv(server_, 1, 0, 8), 0);
     EXPECT_EQ(PostRecv(server_, 2, 8, 8), 0);
@@ -2434,9 +2439,7 @@ class FlushOrderTest : public FakeNicTest {
                        RemoteAddr(client_, 0), client_.mr->rkey,
                        IBV_SEND_SIGNALED),
               0);
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    EXPECT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_STATE), 0);
+    EXPECT_EQ(ModifyToErr(server_), 0);
     nic_->RunUntilIdle();
     for (const ibv_wc& wc : PollAll(server_.cq)) {
       EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
@@ -2462,10 +2465,7 @@ TEST_F(FakeNicTest, RefusalForTheQpLeavesBadWrNullOnRxe) {
   for (const Personality& personality :
        {Personality::Rxe(), Personality::Spec()}) {
     SCOPED_TRACE(personality.name);
-    FakeNicConfig config;
-    config.personality = personality;
-    MakeNic(config);
-    ConnectHosts();
+    ConnectHostsAs(personality);
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_RESET;
     ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
@@ -2494,13 +2494,8 @@ TEST_F(FakeNicTest, RefusalForTheQpLeavesBadWrNullOnRxe) {
 // librdmacm's rdma_disconnect moves the QP to ERR with ibv_modify_qp, which
 // on rxe flushes the receives that waited in ERR (duplex program 6000044).
 TEST_F(FakeNicTest, RxeDisconnectFlushesReceivesPostedInErr) {
-  FakeNicConfig config;
-  config.personality = Personality::Rxe();
-  MakeNic(config);
-  ConnectHosts();
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(nic_->ModifyQp(client_.qp, &attr, IBV_QP_STATE), 0);
+  ConnectHostsAs(Personality::Rxe());
+  ASSERT_EQ(ModifyToErr(client_), 0);
   ASSERT_EQ(PostRecv(client_, 7, 0, 8), 0);
   nic_->RunUntilIdle();
   EXPECT_TRUE(PollAll(client_.cq).empty());
