@@ -1484,12 +1484,18 @@ TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
   for (const char* want :
        {"client status=0 opcode=0", "client status=0 opcode=2",
         "client status=0 opcode=3", "client status=0 opcode=4",
-        "server status=0 opcode=128", "server status=0 opcode=129",
-        // and (duplex programs) the server's own SENDs and writes, taken
-        // by the client's receives.
-        "server status=0 opcode=0", "server status=0 opcode=1",
-        "client status=0 opcode=128"}) {
+        "server status=0 opcode=128", "server status=0 opcode=129"}) {
     EXPECT_GT(reached[want], 0) << want << " never reached";
+  }
+  // And, with the default count or more (a shorter run, as the sanitizer
+  // stage's, may miss them), the duplex programs' reverse traffic: the
+  // server's own SENDs and writes, taken by the client's receives.
+  if (count >= 150) {
+    for (const char* want : {"server status=0 opcode=0",
+                             "server status=0 opcode=1",
+                             "client status=0 opcode=128"}) {
+      EXPECT_GT(reached[want], 0) << want << " never reached";
+    }
   }
 }
 
@@ -1575,6 +1581,11 @@ std::vector<std::string> ClassesOf(const std::string& line) {
 // fails here. Prints the table of what is reached, with counts, and the
 // classes reached but not yet listed (add them to the list).
 TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
+  // The recordings are the host's data; the soft-RoCE VM makes them.
+  const char* backend = std::getenv("RPMA_HARNESS_BACKEND");
+  if (backend != nullptr && std::string(backend) == "rdma-core") {
+    GTEST_SKIP() << "reads the recordings on a host";
+  }
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
   for (const char* flavour : {"RANDOM", "WIDE", "DUPLEX"}) {
     const std::string path =

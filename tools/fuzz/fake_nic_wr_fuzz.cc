@@ -79,6 +79,9 @@ class WrProgram {
   Side sides_[2];
   uint64_t next_wr_id_ = 1;
   std::set<uint64_t> accepted_;
+  // Personality::refusal_for_the_qp_leaves_bad_wr_null: a post refused for
+  // the QP names no WR (the sends stay queued, the receives are not).
+  bool qp_refusal_names_no_wr_ = false;
   std::set<uint64_t> completed_;
 };
 
@@ -101,6 +104,8 @@ FakeNicConfig WrProgram::Config() {
       break;
   }
   config.seed = in_->U8();
+  qp_refusal_names_no_wr_ =
+      config.personality.refusal_for_the_qp_leaves_bad_wr_null;
   return config;
 }
 
@@ -195,6 +200,10 @@ void WrProgram::PostSendChain(int side) {
     for (int i = 0; i < chain; ++i) {
       if (bad == &wrs[i]) accepted = i;
     }
+    // Refused for the QP (rxe): every WR is queued and *bad_wr is NULL.
+    if (accepted < 0 && bad == nullptr && qp_refusal_names_no_wr_) {
+      accepted = chain;
+    }
     if (accepted < 0) Violation("PostSend failed without naming a posted WR");
   }
   for (int i = 0; i < accepted; ++i) accepted_.insert(wrs[i].wr_id);
@@ -220,6 +229,10 @@ void WrProgram::PostRecvChain(int side) {
     accepted = -1;
     for (int i = 0; i < chain; ++i) {
       if (bad == &wrs[i]) accepted = i;
+    }
+    // Refused for the QP (rxe): nothing is queued and *bad_wr is NULL.
+    if (accepted < 0 && bad == nullptr && qp_refusal_names_no_wr_) {
+      accepted = 0;
     }
     if (accepted < 0) Violation("PostRecv failed without naming a posted WR");
   }
