@@ -325,15 +325,12 @@ int FakeNic::RealDepth(int requested) const {
 }
 
 void FakeNic::SetQpState(Qp* qp, ibv_qp_state state, const char* why) {
+  // CompleteSend's mark is for the move that follows that completion only.
+  const bool runs_twice = qp->requester_runs_twice_in_err;
+  qp->requester_runs_twice_in_err = false;
   if (qp->base.state == state) return;
   qp->base.state = state;
-  if (state == IBV_QPS_ERR && qp->sq_ring_slots != 0) {
-    // rxe_qp.c rxe_qp_error: the completer runs (and flushes the whole send
-    // ring), and so does the requester once (Personality::
-    // sq_flush_follows_requester_index).
-    qp->RequesterRunInErr();
-    qp->sq_flushable = qp->sq.size();
-  }
+  if (state == IBV_QPS_ERR) qp->RunErrorTasks(runs_twice);
   // The QP may have work now (RTS, or ERR with queued WRs to flush), and so
   // may its peer (a WR parked on an RNR wait ends once we stop answering).
   MarkMaybeReady(qp);

@@ -775,6 +775,19 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
     qp->AdvanceRequesterIndex();
   }
   qp->failed_on_last_packet = true;
+  // A READ's responder runs from a scheduled tasklet (rxe_resp.c
+  // rxe_resp_queue_pkt: must_sched for RDMA_READ_REQUEST), so the answer
+  // that ends a READ in error reaches the completer while the requester's
+  // task is still busy: rxe_qp_error's rxe_run_task(&qp->req.task, 1)
+  // finds it BUSY and arms it (rxe_task.c rxe_do_task, TASK_STATE_ARMED),
+  // and the requester takes its err path once more before it stops. Flushes
+  // and the retry counters' errors are the completer's own, not an answer.
+  // Recorded on rxe: regression program 1000015 (duplex seed 6000021).
+  if (wqe.opcode == IBV_WR_RDMA_READ && status != IBV_WC_SUCCESS &&
+      status != IBV_WC_WR_FLUSH_ERR && status != IBV_WC_RETRY_EXC_ERR &&
+      status != IBV_WC_RNR_RETRY_EXC_ERR) {
+    qp->requester_runs_twice_in_err = true;
+  }
   // IB spec 10.7.3.1 (quoted in rxe_comp.c do_complete): an error completion is
   // always generated, even for an unsignaled WR.
   if (!wqe.signaled && status == IBV_WC_SUCCESS) return;

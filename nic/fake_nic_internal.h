@@ -521,6 +521,9 @@ struct Qp {
   // Personality::queued_sends_wait_for_a_doorbell: WRs were posted while
   // the QP was not in RTS; they start at the next PostSend in RTS.
   bool sq_waits_for_doorbell = false;
+  // A READ's answer ended it in error: entering ERR, the requester runs
+  // twice (CompleteSend sets it, SetQpState spends it).
+  bool requester_runs_twice_in_err = false;
   uint32_t dest_qp_num = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:
@@ -573,6 +576,16 @@ struct Qp {
     if (sq_ring_slots == 0 || req_index == sq_prod) return false;
     AdvanceRequesterIndex();
     return true;
+  }
+  // rxe_qp.c rxe_qp_error, run by every move to ERR (from ERR too:
+  // rxe_qp_from_attr calls it for any IB_QPS_ERR): the requester runs once
+  // (twice after a READ's error answer, see CompleteSend) and the completer
+  // flushes the whole send ring (rxe_comp.c rxe_drain_resp_pkts).
+  void RunErrorTasks(bool requester_twice) {
+    if (sq_ring_slots == 0) return;
+    RequesterRunInErr();
+    if (requester_twice) RequesterRunInErr();
+    sq_flushable = sq.size();
   }
   // Where an incoming SEND / WRITE_WITH_IMM takes its receive from.
   Ring<RecvWqe>& ReceiveQueue() { return srq != nullptr ? srq->rq : rq; }

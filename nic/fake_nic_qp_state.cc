@@ -250,6 +250,12 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   // "fake_rxe_fabric").
   if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
   if (next == IBV_QPS_ERR) FlushStrandedReceives(qp);
+  if (next == IBV_QPS_ERR && current == IBV_QPS_ERR) {
+    // ERR to ERR runs rxe_qp_error again: WRs a doorbell in ERR left
+    // queued flush now (duplex program 6000021).
+    qp->RunErrorTasks(false);
+    MarkMaybeReady(qp);
+  }
   if (next != current) SetQpState(qp, next, why);
   a.qp_state = next;
   a.cur_qp_state = next;

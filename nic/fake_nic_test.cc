@@ -2370,6 +2370,50 @@ TEST_F(SendFlushInErrTest, RxeRnrAtASendsFirstPacketLeavesTheIndexOnIt) {
   EXPECT_EQ(FlushedAfterRunning(), 0u);
 }
 
+// WRs a doorbell in ERR left queued (the ring wrapped onto the index)
+// flush at the next ibv_modify_qp to ERR: from ERR too it runs
+// rxe_qp_error, whose completer flushes the whole ring (duplex program
+// 6000021).
+TEST_F(SendFlushInErrTest, RxeModifyToErrAgainFlushesWrsLeftQueued) {
+  ConnectAndFail(Personality::Rxe());
+  ASSERT_EQ(PostChain(1, 7), 0);  // producer 0, index 2: flushed
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ASSERT_EQ(PostChain(8, 7), 0);  // producer 7, index 3: flushed
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+  ASSERT_EQ(PostChain(15, 4), 0);  // producer 3 == index 3: left queued
+  EXPECT_EQ(FlushedAfterRunning(), 0u);
+  ASSERT_EQ(ModifyToErr(client_), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 4u);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_ERR);
+}
+
+// A READ refused by the responder (bad rkey) with writes behind it: rxe
+// answers the READ from the responder's scheduled tasklet, so its error
+// reaches the completer while the requester's task is busy, and the
+// requester takes its err path twice (regression program 1000015).
+TEST_F(SendFlushInErrTest, RxeReadErrorRunsTheRequesterTwiceInErr) {
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  MakeNic(config);
+  QpOptions options;
+  options.max_send_wr = 4;  // 7 WRs on rxe: an 8-slot ring
+  ConnectHosts(options);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_READ, 100, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey ^ 1,
+                     IBV_SEND_SIGNALED),
+            0);
+  ASSERT_EQ(PostChain(1, 2), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  // Index 1 after the READ, 3 after two runs in ERR; producer 3 + 7 = 10,
+  // slot 2: the doorbell finds a WQE at the index, all seven flush (after
+  // one run the index would be 2, on the producer: none would).
+  ASSERT_EQ(PostChain(3, 7), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 7u);
+}
+
 TEST_F(SendFlushInErrTest, SpecFlushesEveryWrPostedInErr) {
   ConnectAndFail(Personality::Spec());
   ASSERT_EQ(PostChain(1, 4), 0);

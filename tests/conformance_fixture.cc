@@ -476,50 +476,40 @@ void ConformanceTest::BeginSection(const std::string& tag) {
   section_ = tag.empty() ? "" : tag + " ";
 }
 
-void ConformanceTest::DrainAndRecord(Endpoint& side) {
-  if (side.cq == nullptr) return;
+void ConformanceTest::DrainAndRecord(Endpoint& side) { DrainAndRecord({&side}); }
+
+void ConformanceTest::DrainBothAndRecord() { DrainAndRecord({&client_, &server_}); }
+
+void ConformanceTest::DrainAndRecord(std::initializer_list<Endpoint*> sides) {
+  std::vector<Endpoint*> polled;
+  for (Endpoint* side : sides) {
+    if (side->cq != nullptr) polled.push_back(side);
+  }
+  const auto name = [this](const Endpoint* side) {
+    return side == &client_ ? "client" : "server";
+  };
   ibv_wc wc;
   if (fake_ != nullptr) {
-    Settle();
-    while (nic(side).PollCq(side.cq, 1, &wc) == 1) {
-      Record(&side == &client_ ? "client" : "server", wc);
+    for (Endpoint* side : polled) {
+      Settle();
+      while (nic(*side).PollCq(side->cq, 1, &wc) == 1) Record(name(side), wc);
     }
     return;
   }
-  // A kernel driver: whatever is still to come arrives well within 300 ms
-  // of the last completion (flushes follow the error that caused them).
-  const auto quiet = std::chrono::milliseconds(drain_quiet_ms_);
-  auto quiet_until = std::chrono::steady_clock::now() + quiet;
-  while (std::chrono::steady_clock::now() < quiet_until) {
-    if (nic(side).PollCq(side.cq, 1, &wc) == 1) {
-      Record(&side == &client_ ? "client" : "server", wc);
-      quiet_until = std::chrono::steady_clock::now() + quiet;
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-}
-
-void ConformanceTest::DrainBothAndRecord() {
-  if (fake_ != nullptr || client_.cq == nullptr || server_.cq == nullptr) {
-    DrainAndRecord(client_);
-    DrainAndRecord(server_);
-    return;
-  }
-  // A kernel driver: both CQs polled in turn until neither has had a
-  // completion for drain_quiet_ms_, then the client's lines and the
-  // server's, as two DrainAndRecord calls would record them, in one quiet
-  // window instead of two.
-  std::vector<std::string> lines[2];
+  // A kernel driver: whatever is still to come arrives well within
+  // drain_quiet_ms_ of the last completion (flushes follow the error that
+  // caused them). Every side's CQ is polled in turn until none has had a
+  // completion for that long; then each side's lines are recorded in the
+  // order of `sides`, as one call per side would record them, in one quiet
+  // window instead of one per side.
+  std::vector<std::vector<std::string>> lines(polled.size());
   const auto quiet = std::chrono::milliseconds(drain_quiet_ms_);
   auto quiet_until = std::chrono::steady_clock::now() + quiet;
   while (std::chrono::steady_clock::now() < quiet_until) {
     bool any = false;
-    for (int s = 0; s < 2; ++s) {
-      Endpoint& side = s == 0 ? client_ : server_;
-      ibv_wc wc;
-      if (nic(side).PollCq(side.cq, 1, &wc) == 1) {
-        lines[s].push_back(WcLine(s == 0 ? "client" : "server", wc));
+    for (size_t s = 0; s < polled.size(); ++s) {
+      if (nic(*polled[s]).PollCq(polled[s]->cq, 1, &wc) == 1) {
+        lines[s].push_back(WcLine(name(polled[s]), wc));
         any = true;
       }
     }
@@ -530,7 +520,7 @@ void ConformanceTest::DrainBothAndRecord() {
     }
   }
   for (auto& side_lines : lines) {
-    for (std::string& line : side_lines) RecordLine(line);
+    for (const std::string& line : side_lines) RecordLine(line);
   }
 }
 

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -182,6 +183,8 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // kernel driver both CQs are polled until neither has had a completion
   // for drain_quiet_ms_ (the lines come out as the two calls write them).
   void DrainBothAndRecord();
+  // The one drain both use: the sides whose CQ exists, recorded in order.
+  void DrainAndRecord(std::initializer_list<Endpoint*> sides);
   bool compare_with_recording_ = true;
   // EndSection also records a digest of the client's buffer (READ and
   // atomic results land there), as a "landed client" line.

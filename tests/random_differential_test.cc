@@ -712,6 +712,35 @@ std::vector<Program> RegressionPrograms() {
                Step{StepKind::kModifyState, IBV_QPS_RESET, {}, 0, true},
                Step{StepKind::kDisconnect, 0, {}}},
               true},
+      // A READ refused for its rkey with two writes behind it, then seven
+      // WRs posted in ERR: rxe flushes them at the doorbell. The READ's
+      // answer comes from the responder's scheduled tasklet, and the
+      // requester takes its err path twice in ERR, so its index is off
+      // the producer's slot (CompleteSend). Duplex program 6000021, shrunk;
+      // the whole program also needs a second ibv_modify_qp to ERR to
+      // flush WRs a doorbell left queued (Qp::RunErrorTasks).
+      Program{1000015,
+              0,
+              4,
+              {Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{1, false, true, Fault::kBadRkey, 0, OpKind::kRead},
+                     WriteOp{0, false, true, Fault::kNone, 0},
+                     WriteOp{0, false, true, Fault::kNone, 0}}},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{0, true, true, Fault::kNone, 0},
+                     WriteOp{1046, true, true, Fault::kNone, 23629},
+                     WriteOp{65536, true, true, Fault::kNone, 0, OpKind::kRead},
+                     WriteOp{1023, true, true, Fault::kNone, 57597},
+                     WriteOp{65536, false, true, Fault::kNone, 0},
+                     WriteOp{1024, true, false, Fault::kNone, 42568},
+                     WriteOp{65536, true, false, Fault::kNone, 0, OpKind::kSend},
+                     WriteOp{67, false, false, Fault::kInline, 1698,
+                             OpKind::kWrite, 3},
+                     WriteOp{65536, true, true, Fault::kBadLkey, 0,
+                             OpKind::kRead}}}},
+              true},
   };
 }
 
@@ -1382,18 +1411,6 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnWidePrograms) {
                    "WIDE", "random differential (wide)");
 }
 
-// Duplex programs whose difference from rxe is open: left out of every run
-// and named in docs/fidelity.md ("Differences that remain").
-//  - 6000021: a READ refused for its rkey with writes behind it in one post,
-//    then a post in ERR whose WRs rxe flushes and the fake does not. Which
-//    WRs rxe's requester had sent before the READ's NAK came back (the
-//    responder answers a READ from a scheduled tasklet, rxe_resp.c
-//    rxe_resp_queue_pkt) decides its requester index; a READ that
-//    succeeds before a SEND's RNR NAK behaves the other way round
-//    (6000021 and a program its shrinking tried), so no one rule agrees
-//    with both.
-bool IsOpenDuplexSeed(uint64_t seed) { return seed == 6000021; }
-
 // The duplex programs (Flavour::kDuplex: the wide programs' ops, and the
 // server writing and sending into the client's inbox, receives on both
 // sides, sources and receives in several SGEs, bad lkeys and lkeys of
@@ -1403,7 +1420,7 @@ bool IsOpenDuplexSeed(uint64_t seed) { return seed == 6000021; }
 // compared with that recording.
 // env RPMA_HARNESS_DUPLEX_PROGRAMS=N: the harness's own test: how many
 //   duplex programs FakeRxeAgreesWithRxeOnDuplexPrograms compares (default
-//   200; the recording holds seeds 6000001..6000200 but the open ones).
+//   200; the recording holds seeds 6000001..6000200).
 // env RPMA_HARNESS_DUPLEX_SEED=N: the harness's own test: the first duplex
 //   program's seed (default 6000001).
 TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDuplexPrograms) {
@@ -1414,14 +1431,8 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDuplexPrograms) {
   const int first = EnvInt("RPMA_HARNESS_DUPLEX_SEED", 6000001);
   std::vector<Program> programs;
   for (int i = 0; i < count; ++i) {
-    const uint64_t seed = static_cast<uint64_t>(first + i);
-    if (IsOpenDuplexSeed(seed)) {
-      std::printf("duplex program %llu left out: an open difference "
-                  "(docs/fidelity.md)\n",
-                  static_cast<unsigned long long>(seed));
-      continue;
-    }
-    programs.push_back(Generate(seed, Flavour::kDuplex));
+    programs.push_back(
+        Generate(static_cast<uint64_t>(first + i), Flavour::kDuplex));
   }
   if (backend == "rdma_core") {
     AgainstLiveRxe(programs, "DUPLEX", "random differential (duplex)");

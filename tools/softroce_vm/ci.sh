@@ -100,7 +100,7 @@ for dir in 10-write-with-imm 12-srq-ping-pong; do
 done
 
 status=0
-# random_differential_test: 200 random programs (and 14 regressions), 100
+# random_differential_test: 200 random programs (and 15 regressions), 100
 # wide ones and 199 duplex ones, each on rxe and on the fake in the VM
 # (0.5-1 s a program under TCG).
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
