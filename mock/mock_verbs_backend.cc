@@ -64,6 +64,7 @@ MockVerbsBackend::MockVerbsBackend() {
   ON_CALL(*this, Reject).WillByDefault(FailWith(-1));
   ON_CALL(*this, Disconnect).WillByDefault(FailWith(-1));
   ON_CALL(*this, MigrateId).WillByDefault(FailWith(-1));
+  ON_CALL(*this, SetOption).WillByDefault(FailWith(-1));
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ON_CALL(*this, CreateSrq).WillByDefault(FailWith<ibv_srq*>(nullptr));
   ON_CALL(*this, DestroySrq).WillByDefault(Return(ENOSYS));
@@ -138,6 +139,7 @@ void MockVerbsBackend::DelegateToFake(std::shared_ptr<VerbsBackend> fake) {
   ON_CALL(*this, Disconnect)
       .WillByDefault(Invoke(f, &VerbsBackend::Disconnect));
   ON_CALL(*this, MigrateId).WillByDefault(Invoke(f, &VerbsBackend::MigrateId));
+  ON_CALL(*this, SetOption).WillByDefault(Invoke(f, &VerbsBackend::SetOption));
   // ---- librpma 1.3: SRQs, extended device query, MR advice (issue 10) ----
   ON_CALL(*this, CreateSrq).WillByDefault(Invoke(f, &VerbsBackend::CreateSrq));
   ON_CALL(*this, DestroySrq)

@@ -100,6 +100,10 @@ class MockVerbsBackend : public VerbsBackend {
                uint8_t private_data_len),
               (override));
   MOCK_METHOD(int, Disconnect, (rdma_cm_id * id), (override));
+  MOCK_METHOD(int, SetOption,
+              (rdma_cm_id * id, int level, int optname, void* optval,
+               size_t optlen),
+              (override));
   MOCK_METHOD(int, MigrateId, (rdma_cm_id * id, rdma_event_channel* channel),
               (override));
   MOCK_METHOD(int, ModifyQp, (ibv_qp * qp, ibv_qp_attr* attr, int attr_mask),

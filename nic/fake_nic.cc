@@ -1028,7 +1028,10 @@ bool FakeNic::Quiescent() {
   std::lock_guard<std::mutex> lock(mu_);
   if (HasReadyWork()) return false;
   for (Qp* qp : qp_order_) {
-    if (!qp->sq.empty() && qp->sq.front().in_flight) return false;
+    if (!qp->sq.empty() && qp->sq.front().in_flight &&
+        !qp->sq.front().stalled()) {
+      return false;
+    }
   }
   return true;
 }

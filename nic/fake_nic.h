@@ -312,6 +312,20 @@ struct Personality {
   // starts them when the QP returns to RTS. Found by the duplex programs
   // (6000107: a write posted in SQD, then SQD -> RTS, never completes).
   bool queued_sends_wait_for_a_doorbell = false;
+  // A WR that the responder does not answer (in ERR, RESET, gone), with a
+  // write or SEND behind it whose source fails its local checks: rxe's
+  // requester builds that WR while the first waits for its ACK and takes
+  // its err path (rxe_req.c finish_packet), after which the first WR is
+  // never retried to its end: nothing completes and the QP stays in RTS
+  // until it leaves RTS (ibv_modify_qp, rdma_disconnect). The spec
+  // personality ends the first WR with RETRY_EXC_ERR. Found by the retry
+  // programs (7000193: a zero-length write, then one with a bad lkey,
+  // towards a QP in ERR), and recorded in 12 variants on rxe (either side
+  // posting, zero-length or not, a SEND or writes first, the bad SGE in
+  // the first packet or a later one): 11 stalled; one (7000270) ended the
+  // first WR in RETRY_EXC_ERR in one run and stalled in another, so it is
+  // a race in rxe, and the random programs keep away from it.
+  bool local_error_behind_unanswered_wr_stalls = false;
 
   // The device's limits (ibv_query_device): a personality is the whole
   // NIC, so Personality::Rxe() reports and enforces rxe's (max_sge 32,
@@ -582,6 +596,8 @@ class FakeNic final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int SetOption(rdma_cm_id* id, int level, int optname, void* optval,
+                size_t optlen) override;
   int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
   // ---- verbs without rdma_cm (issue 22; fake_nic_verbs.cc) ----
@@ -887,6 +903,14 @@ class FakeNic final : public VerbsBackend {
   // The first packet (of `count`, path MTU `mtu`) whose source bytes fail
   // rxe_req.c's per-packet copy_data, and the requester's status for it;
   // `count` when none does (inline data: none).
+  // Personality::local_error_behind_unanswered_wr_stalls: whether a write
+  // or SEND behind `qp`'s unanswered head fails its local checks; if so
+  // the head stays in flight for good.
+  bool StallsBehindUnansweredHead(Qp* qp);
+  // Whether a write's or SEND's source fails its local checks, at which of
+  // the message's packets (in the QP's path MTU) and with what status.
+  bool SourceFails(Qp* qp, const SendWqe& wqe, uint32_t* packet,
+                   ibv_wc_status* status);
   uint32_t FirstBadSourcePacket(Qp* qp, const SendWqe& wqe, uint32_t mtu,
                                 uint32_t count, ibv_wc_status* status);
   // ---- the responder (fake_nic_responder.cc): rxe_resp.c's checks, one

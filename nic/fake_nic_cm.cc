@@ -576,6 +576,39 @@ int FakeNic::Listen(rdma_cm_id* id, int /*backlog*/) {
   return 0;
 }
 
+// rdma_set_option(3), as cma.c / ucma.c answer it: the options of an RC id
+// that change nothing the fake models are accepted; RDMA_OPTION_ID_ACK_TIMEOUT
+// (a uint8_t) becomes the QP's timeout when the CM moves it to RTS
+// (rdma_set_ack_timeout; CmModifyQpToRts); RDMA_OPTION_IB_PATH needs an IB
+// path record the fake does not have; anything else is ENOSYS, as
+// ucma_set_option answers an unknown option.
+int FakeNic::SetOption(rdma_cm_id* id, int level, int optname, void* optval,
+                       size_t optlen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CmId* c = FindId(id);
+  if (c == nullptr) return CmFail(EINVAL);
+  // ucma_set_option copies the value in (memdup_user): EFAULT without one.
+  if (optval == nullptr) return CmFail(EFAULT);
+  if (level == RDMA_OPTION_IB) {
+    return CmFail(optname == RDMA_OPTION_IB_PATH ? EOPNOTSUPP : ENOSYS);
+  }
+  if (level != RDMA_OPTION_ID) return CmFail(ENOSYS);
+  switch (optname) {
+    case RDMA_OPTION_ID_TOS:
+      return optlen == sizeof(uint8_t) ? 0 : CmFail(EINVAL);
+    case RDMA_OPTION_ID_REUSEADDR:
+    case RDMA_OPTION_ID_AFONLY:
+      return optlen == sizeof(int) ? 0 : CmFail(EINVAL);
+    case RDMA_OPTION_ID_ACK_TIMEOUT:
+      if (optlen != sizeof(uint8_t)) return CmFail(EINVAL);
+      c->ack_timeout = *static_cast<const uint8_t*>(optval) & 31;
+      c->ack_timeout_set = true;
+      return 0;
+    default:
+      return CmFail(ENOSYS);
+  }
+}
+
 int FakeNic::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   std::lock_guard<std::mutex> lock(mu_);
   CmId* c = FindId(id);
@@ -1142,6 +1175,7 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
         std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (FindId(id) == c && c->qp == qp && qp->base.state == IBV_QPS_RTS &&
            !qp->sq.empty() && !qp->link_dead &&
+           !qp->sq.front().stalled() &&
            std::chrono::steady_clock::now() < deadline) {
       if (!qp->sq.front().in_flight) {
         const size_t before = qp->sq.size();

@@ -752,6 +752,49 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
   FlushOneReceive(qp);
 }
 
+bool FakeNic::SourceFails(Qp* qp, const SendWqe& wqe, uint32_t* packet,
+                          ibv_wc_status* status) {
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const uint32_t packets =
+      fake_nic_internal::PacketCount(wqe.total_length(), mtu);
+  *packet = FirstBadSourcePacket(qp, wqe, mtu, packets, status);
+  return *packet < packets;
+}
+
+bool FakeNic::StallsBehindUnansweredHead(Qp* qp) {
+  // The WRs the requester builds while the head waits for its ACK: writes
+  // and SENDs (no fence); it stops at a READ or an atomic, whose local
+  // SGE only the response touches (a conservative bound: rxe may send
+  // those and go on).
+  for (size_t i = 1; i < qp->sq.size(); ++i) {
+    const SendWqe& wqe = qp->sq.at(i);
+    if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) return false;
+    uint32_t packet = 0;
+    ibv_wc_status unused = IBV_WC_SUCCESS;
+    if (!SourceFails(qp, wqe, &packet, &unused)) continue;
+    // The head stays in flight for good (QpHasReadyWork: no timer, no
+    // answer frees it); the requester's index has passed every WR up to the
+    // failed one (rxe_req.c err). Called once per head: its caller runs
+    // when the head gets no answer, which a head in flight for good never
+    // gets again.
+    SendWqe& head = qp->sq.front();
+    head.in_flight = true;
+    head.token = SendWqe::kStalledToken;
+    for (size_t k = 0; k <= i; ++k) qp->AdvanceRequesterIndex();
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kExecute;
+    event.qp_num = qp->base.qp_num;
+    event.wr_id = head.wr_id;
+    event.opcode = head.opcode;
+    event.text =
+        "no answer, and a later WR failed locally: the requester stalls "
+        "(Personality::local_error_behind_unanswered_wr_stalls)";
+    Record(std::move(event));
+    return true;
+  }
+  return false;
+}
+
 void FakeNic::FlushOneReceive(Qp* qp) {
   RecvWqe wqe = std::move(qp->rq.front());
   qp->rq.pop_front();
@@ -919,6 +962,22 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   const char* refused = nullptr;
   const RequestVerdict verdict = CheckRequest(responder, head.opcode, &refused);
   if (verdict == RequestVerdict::kNoAnswer) {
+    // rxe's requester builds each packet from the source SGEs as it sends
+    // it (rxe_req.c finish_packet: LOC_PROT_ERR / LOC_QP_OP_ERR), all of a
+    // message's packets before any answer can come: a bad source SGE fails
+    // the WR locally whether or not the responder would answer (retry
+    // program 7000010). A READ's or an atomic's local SGE is only written
+    // by the response (rxe_comp.c do_read / do_atomic).
+    uint32_t packet = 0;
+    ibv_wc_status local = IBV_WC_SUCCESS;
+    if ((is_send || is_write) && SourceFails(qp, head, &packet, &local)) {
+      FailOnSourcePacket(qp, local, packet);
+      return;
+    }
+    if (config_.personality.local_error_behind_unanswered_wr_stalls &&
+        StallsBehindUnansweredHead(qp)) {
+      return;
+    }
     if (!RequesterWaitsForRetransmit(qp, refused)) {
       fail(IBV_WC_RETRY_EXC_ERR, refused);
     }

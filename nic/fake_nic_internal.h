@@ -62,6 +62,10 @@ class Ring {
   size_t size() const { return size_; }
   T& front() { return slots_[head_]; }
   const T& front() const { return slots_[head_]; }
+  // The i-th entry from the front (i < size()).
+  const T& at(size_t i) const {
+    return slots_[(head_ + i) & (capacity_ - 1)];
+  }
   // A cleared slot at the back, counted in size() at once.
   T& emplace_back() {
     if (size_ == capacity_) Grow();
@@ -354,6 +358,11 @@ struct SendWqeFields {
   bool waiting_for_receive = false;
   bool hook_consulted = false;  // the execute hook was asked
   bool in_flight = false;
+  // In flight for good, with this token no answer or timer carries
+  // (Personality::local_error_behind_unanswered_wr_stalls): nothing but
+  // the QP leaving RTS ends it, and nobody waits for it.
+  static constexpr uint64_t kStalledToken = ~uint64_t{0};
+  bool stalled() const { return in_flight && token == kStalledToken; }
   // Transport retries spent on requests nobody answered (the responder QP
   // is gone, not yet RTR, or its process exited): see
   // FakeNic::RequesterWaitsForRetransmit.
@@ -659,6 +668,10 @@ struct CmId {
   // RDMA_MAX_RESP_RES already replaced by the device's limit).
   uint8_t initiator_depth = 0;
   uint8_t responder_resources = 0;
+  // rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the QP's timeout at RTS
+  // instead of the CM's (cma.c rdma_set_ack_timeout, cma_modify_qp_rts).
+  uint8_t ack_timeout = 0;
+  bool ack_timeout_set = false;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
   // In FakeNic::bound_ under BoundKey(local_addr, local_port): BindAddr
   // set both, and nothing changes them on a bound id (ResolveAddr picks a

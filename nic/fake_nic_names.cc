@@ -59,6 +59,7 @@ Personality Personality::Rxe() {
   p.flushes_receive_queue_first = true;
   p.refusal_for_the_qp_leaves_bad_wr_null = true;
   p.queued_sends_wait_for_a_doorbell = true;
+  p.local_error_behind_unanswered_wr_stalls = true;
   return p;
 }
 

@@ -354,7 +354,9 @@ int FakeNic::CmModifyQpToRts(Qp* qp, const CmQpParams& params,
   rts.max_rd_atomic = params.initiator_depth;
   rts.retry_cnt = params.retry_cnt;
   rts.rnr_retry = params.rnr_retry;
-  rts.timeout = config_.caps->cm_qp_timeout;
+  rts.timeout = qp->id != nullptr && qp->id->ack_timeout_set
+                    ? qp->id->ack_timeout
+                    : config_.caps->cm_qp_timeout;
   return ModifyQpLocked(qp, rts,
                         IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
                             IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |

@@ -1536,6 +1536,68 @@ TEST_F(FakeNicTest, AckCmEventTwiceFailsWithEinval) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+// rdma_set_option(3) as cma.c / ucma.c answer it: the ACK timeout (one
+// byte) set before the QP reaches RTS is its timeout there; the CM's
+// otherwise.
+TEST_F(FakeNicTest, SetOptionAckTimeoutBecomesTheQpsTimeout) {
+  PrepareHosts();
+  uint8_t timeout = 9;
+  ASSERT_EQ(nic_->SetOption(client_.id, RDMA_OPTION_ID,
+                            RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                            sizeof(timeout)),
+            0);
+  SendConnect();
+  TakeConnectRequest();
+  timeout = 12;
+  ASSERT_EQ(nic_->SetOption(server_.id, RDMA_OPTION_ID,
+                            RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                            sizeof(timeout)),
+            0);
+  SendAccept();
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(nic_->QueryQp(client_.qp, &attr, IBV_QP_TIMEOUT, &init), 0);
+  EXPECT_EQ(attr.timeout, 9);
+  ASSERT_EQ(nic_->QueryQp(server_.qp, &attr, IBV_QP_TIMEOUT, &init), 0);
+  EXPECT_EQ(attr.timeout, 12);
+}
+
+TEST_F(FakeNicTest, SetOptionRefusesWhatTheKernelRefuses) {
+  PrepareHosts();
+  uint8_t byte = 9;
+  int flag = 1;
+  auto set = [&](int level, int name, void* value, size_t len) {
+    errno = 0;
+    const int ret = nic_->SetOption(client_.id, level, name, value, len);
+    return ret == 0 ? 0 : errno;
+  };
+  // ucma_set_option_id: the ACK timeout and the TOS are one byte,
+  // REUSEADDR and AFONLY an int.
+  EXPECT_EQ(set(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &flag,
+                sizeof(flag)),
+            EINVAL);
+  EXPECT_EQ(set(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &byte, sizeof(byte)), 0);
+  EXPECT_EQ(set(RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &flag,
+                sizeof(flag)),
+            0);
+  EXPECT_EQ(set(RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &byte,
+                sizeof(byte)),
+            EINVAL);
+  EXPECT_EQ(set(RDMA_OPTION_ID, 99, &flag, sizeof(flag)), ENOSYS);
+  EXPECT_EQ(set(RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, &flag, sizeof(flag)),
+            EOPNOTSUPP);
+  EXPECT_EQ(set(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, nullptr, 1), EFAULT);
+  // An id the NIC never made.
+  rdma_cm_id stranger{};
+  errno = 0;
+  EXPECT_EQ(nic_->SetOption(&stranger, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS,
+                            &byte, sizeof(byte)),
+            -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
 TEST_F(FakeNicTest, MigrateIdMovesQueuedEvents) {
   PrepareHosts();
   rdma_event_channel* other = nic_->CreateEventChannel();
@@ -2449,6 +2511,72 @@ TEST_F(SendFlushInErrTest, RxeRingStartsOverAfterReset) {
   // finds its WQE, so it flushes.
   ASSERT_EQ(PostChain(40, 3), 0);
   EXPECT_EQ(FlushedAfterRunning(), 3u);
+}
+
+// The requester reads a write's or a SEND's source as it builds each
+// packet (rxe_req.c finish_packet), before any answer: a bad lkey fails the
+// WR locally even towards a responder in ERR, which would never answer
+// (retry program 7000010; rxe: LOC_QP_OP_ERR, not RETRY_EXC_ERR).
+TEST_F(FakeNicTest, BadSourceFailsLocallyTowardsAResponderInErr) {
+  ConnectHostsAs(Personality::Rxe());
+  ASSERT_EQ(ModifyToErr(server_), 0);
+  nic_->RunUntilIdle();
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 5, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey,
+                     IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_QP_OP_ERR);
+}
+
+// Personality::local_error_behind_unanswered_wr_stalls: a write the
+// responder in ERR never answers, and a write with a bad lkey behind it in
+// the same post. rxe's requester fails the second while the first waits:
+// nothing completes, the QP stays in RTS, and leaving RTS flushes both
+// (retry program 7000193). spec: the first ends in RETRY_EXC_ERR.
+class UnansweredHeadTest : public FakeNicTest {
+ protected:
+  // The server's QP in ERR; the client posts a write of 8 bytes (wr_id 1)
+  // and one of 1 byte from a bad lkey (wr_id 2), then the NIC runs (manual
+  // mode: both are queued before either executes).
+  void PostGoodThenBadSource(const Personality& personality) {
+    ConnectHostsAs(personality);
+    ASSERT_EQ(ModifyToErr(server_), 0);
+    nic_->RunUntilIdle();
+    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
+                       RemoteAddr(server_, 0), server_.mr->rkey,
+                       IBV_SEND_SIGNALED),
+              0);
+    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 2, client_, 0, 1,
+                       RemoteAddr(server_, 0), server_.mr->rkey,
+                       IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77),
+              0);
+    nic_->RunUntilIdle();
+  }
+};
+
+TEST_F(UnansweredHeadTest, RxeStallsWhenALaterWrFailsLocally) {
+  ASSERT_NO_FATAL_FAILURE(PostGoodThenBadSource(Personality::Rxe()));
+  EXPECT_TRUE(PollAll(client_.cq).empty());
+  EXPECT_EQ(State(client_.qp), IBV_QPS_RTS);
+  // Only leaving RTS ends them.
+  ASSERT_EQ(ModifyToErr(client_), 0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+TEST_F(UnansweredHeadTest, SpecEndsTheUnansweredWrWithRetryExc) {
+  ASSERT_NO_FATAL_FAILURE(PostGoodThenBadSource(Personality::Spec()));
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_ERR);
 }
 
 TEST_F(FakeNicTest, RxeStrandedReceiveFlushesOnAnotherMoveToErr) {

@@ -281,6 +281,14 @@ void ConformanceTest::Connect(const QpOptions& options,
   param.initiator_depth = options.client_initiator_depth;
   param.retry_count = options.retry_count;
   param.rnr_retry_count = options.rnr_retry_count;
+  uint8_t ack_timeout = options.ack_timeout;
+  if (ack_timeout != 0) {
+    ASSERT_EQ(nic(client_).SetOption(client_.id, RDMA_OPTION_ID,
+                                     RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+                                     sizeof(ack_timeout)),
+              0)
+        << std::strerror(errno);
+  }
   ASSERT_EQ(nic(client_).Connect(client_.id, &param), 0);
 
   rdma_cm_event* request = nullptr;
@@ -292,6 +300,13 @@ void ConformanceTest::Connect(const QpOptions& options,
   server_.channel = nic(server_).CreateEventChannel();
   ASSERT_EQ(nic(server_).MigrateId(server_.id, server_.channel), 0);
   if (before_accept) before_accept();
+  if (ack_timeout != 0) {
+    ASSERT_EQ(nic(server_).SetOption(server_.id, RDMA_OPTION_ID,
+                                     RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+                                     sizeof(ack_timeout)),
+              0)
+        << std::strerror(errno);
+  }
   param.responder_resources = options.server_responder_resources;
   param.initiator_depth = options.server_initiator_depth;
   ASSERT_EQ(nic(server_).Accept(server_.id, &param), 0) << std::strerror(errno);

@@ -62,6 +62,10 @@ struct QpOptions {
   int sq_sig_all = 0;
   uint8_t rnr_retry_count = 7;
   uint8_t retry_count = 7;
+  // Both ids' RDMA_OPTION_ID_ACK_TIMEOUT (rdma_set_option(3)) before
+  // connect / accept: the QPs' local ACK timeout, 4.096 us x 2^value
+  // (0: leave rdma_cm's).
+  uint8_t ack_timeout = 0;
   // rdma_conn_param's RDMA READ depths of rdma_connect (client) and
   // rdma_accept (server).
   uint8_t client_initiator_depth = 1;

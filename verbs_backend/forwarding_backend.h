@@ -125,6 +125,10 @@ class ForwardingBackend : public VerbsBackend {
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override {
     return target_->MigrateId(id, channel);
   }
+  int SetOption(rdma_cm_id* id, int level, int optname, void* optval,
+                size_t optlen) override {
+    return target_->SetOption(id, level, optname, optval, optlen);
+  }
   int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override {
     return target_->ModifyQp(qp, attr, attr_mask);
   }

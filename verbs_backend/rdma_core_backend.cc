@@ -184,6 +184,10 @@ int RdmaCoreBackend::Reject(rdma_cm_id* id, const void* private_data,
   return rdma_reject(id, private_data, private_data_len);
 }
 int RdmaCoreBackend::Disconnect(rdma_cm_id* id) { return rdma_disconnect(id); }
+int RdmaCoreBackend::SetOption(rdma_cm_id* id, int level, int optname,
+                               void* optval, size_t optlen) {
+  return rdma_set_option(id, level, optname, optval, optlen);
+}
 int RdmaCoreBackend::MigrateId(rdma_cm_id* id, rdma_event_channel* channel) {
   return rdma_migrate_id(id, channel);
 }

@@ -72,6 +72,8 @@ class RdmaCoreBackend final : public VerbsBackend {
              uint8_t private_data_len) override;
   int Disconnect(rdma_cm_id* id) override;
   int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) override;
+  int SetOption(rdma_cm_id* id, int level, int optname, void* optval,
+                size_t optlen) override;
   int ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
 
   // ---- verbs without rdma_cm (issue 22) ----

@@ -130,6 +130,10 @@ int UnavailableBackend::MigrateId(rdma_cm_id*, rdma_event_channel*) {
   Fail();
   return -1;
 }
+int UnavailableBackend::SetOption(rdma_cm_id*, int, int, void*, size_t) {
+  Fail();
+  return -1;
+}
 int UnavailableBackend::ModifyQp(ibv_qp*, ibv_qp_attr*, int) { return Fail(); }
 
 // ---- verbs without rdma_cm (issue 22) ----

@@ -56,6 +56,7 @@ class UnavailableBackend final : public VerbsBackend {
   int Reject(rdma_cm_id*, const void*, uint8_t) override;
   int Disconnect(rdma_cm_id*) override;
   int MigrateId(rdma_cm_id*, rdma_event_channel*) override;
+  int SetOption(rdma_cm_id*, int, int, void*, size_t) override;
   int ModifyQp(ibv_qp*, ibv_qp_attr*, int) override;
 
   // ---- verbs without rdma_cm (issue 22) ----

@@ -218,6 +218,11 @@ class VerbsBackend {
   virtual int Disconnect(rdma_cm_id* id) = 0;
   // rdma_migrate_id(3): events of `id` arrive on `channel` from now on. "cm".
   virtual int MigrateId(rdma_cm_id* id, rdma_event_channel* channel) = 0;
+  // rdma_set_option(3): RDMA_OPTION_ID_ACK_TIMEOUT (a uint8_t, before the
+  // QP reaches RTS) sets the QP's local ACK timeout, 4.096 us x 2^value;
+  // RDMA_OPTION_ID_TOS, _REUSEADDR and _AFONLY are accepted. "cm".
+  virtual int SetOption(rdma_cm_id* id, int level, int optname, void* optval,
+                        size_t optlen) = 0;
 
   // ---- librpma 1.3: shared receive queues, extended device query, MR advice
   // (added for issue 10; kept at the end of the interface to ease merging).

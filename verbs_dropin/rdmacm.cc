@@ -684,28 +684,12 @@ int rdma_ack_cm_event(rdma_cm_event* event) {
   return 0;
 }
 
-// rdma_set_option(3): the options a connected RC id may take are accepted
-// and have no effect on the fake (it models no TOS, no fabric timeouts of
-// its own); an option it does not know is EINVAL as in cma.c.
+// rdma_set_option(3): the NIC's (FakeNic::SetOption), which keeps the ACK
+// timeout for the QP and accepts TOS, REUSEADDR and AFONLY.
 int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval,
                     size_t optlen) {
-  if (id == nullptr || optval == nullptr) return Fail(EINVAL);
-  switch (level) {
-    case RDMA_OPTION_ID:
-      switch (optname) {
-        case RDMA_OPTION_ID_TOS:
-        case RDMA_OPTION_ID_REUSEADDR:
-        case RDMA_OPTION_ID_AFONLY:
-        case RDMA_OPTION_ID_ACK_TIMEOUT:
-          return optlen >= 1 ? 0 : Fail(EINVAL);
-        default:
-          return Fail(ENOSYS);
-      }
-    case RDMA_OPTION_IB:
-      return optname == RDMA_OPTION_IB_PATH ? Fail(EOPNOTSUPP) : Fail(ENOSYS);
-    default:
-      return Fail(ENOSYS);
-  }
+  if (id == nullptr) return Fail(EINVAL);
+  return Nic().SetOption(id, level, optname, optval, optlen);
 }
 
 // ---- devices ----
