@@ -903,9 +903,9 @@ class FakeNic final : public VerbsBackend {
   // The first packet (of `count`, path MTU `mtu`) whose source bytes fail
   // rxe_req.c's per-packet copy_data, and the requester's status for it;
   // `count` when none does (inline data: none).
-  // Personality::local_error_behind_unanswered_wr_stalls: whether a write
-  // or SEND behind `qp`'s unanswered head fails its local checks; if so
-  // the head stays in flight for good.
+  // Personality::local_error_behind_unanswered_wr_stalls (false without
+  // it): whether a write or SEND behind `qp`'s unanswered head fails its
+  // local checks; if so the head stays in flight for good.
   bool StallsBehindUnansweredHead(Qp* qp);
   // Whether a write's or SEND's source fails its local checks, at which of
   // the message's packets (in the QP's path MTU) and with what status.

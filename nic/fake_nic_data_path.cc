@@ -762,6 +762,9 @@ bool FakeNic::SourceFails(Qp* qp, const SendWqe& wqe, uint32_t* packet,
 }
 
 bool FakeNic::StallsBehindUnansweredHead(Qp* qp) {
+  if (!config_.personality.local_error_behind_unanswered_wr_stalls) {
+    return false;
+  }
   // The WRs the requester builds while the head waits for its ACK: writes
   // and SENDs (no fence); it stops at a READ or an atomic, whose local
   // SGE only the response touches (a conservative bound: rxe may send
@@ -974,10 +977,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       FailOnSourcePacket(qp, local, packet);
       return;
     }
-    if (config_.personality.local_error_behind_unanswered_wr_stalls &&
-        StallsBehindUnansweredHead(qp)) {
-      return;
-    }
+    if (StallsBehindUnansweredHead(qp)) return;
     if (!RequesterWaitsForRetransmit(qp, refused)) {
       fail(IBV_WC_RETRY_EXC_ERR, refused);
     }

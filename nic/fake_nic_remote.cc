@@ -438,10 +438,7 @@ bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
 void FakeNic::RequesterTimesOut(Qp* qp, const std::string& why) {
   if (qp->sq.empty() || qp->sq.front().stalled()) return;
   // As in one process (ExecuteSendWqe's no-answer branch).
-  if (config_.personality.local_error_behind_unanswered_wr_stalls &&
-      StallsBehindUnansweredHead(qp)) {
-    return;
-  }
+  if (StallsBehindUnansweredHead(qp)) return;
   if (RequesterWaitsForRetransmit(qp, why)) return;
   EndHeadWr(qp, IBV_WC_RETRY_EXC_ERR, why.c_str());
 }

@@ -2513,24 +2513,6 @@ TEST_F(SendFlushInErrTest, RxeRingStartsOverAfterReset) {
   EXPECT_EQ(FlushedAfterRunning(), 3u);
 }
 
-// The requester reads a write's or a SEND's source as it builds each
-// packet (rxe_req.c finish_packet), before any answer: a bad lkey fails the
-// WR locally even towards a responder in ERR, which would never answer
-// (retry program 7000010; rxe: LOC_QP_OP_ERR, not RETRY_EXC_ERR).
-TEST_F(FakeNicTest, BadSourceFailsLocallyTowardsAResponderInErr) {
-  ConnectHostsAs(Personality::Rxe());
-  ASSERT_EQ(ModifyToErr(server_), 0);
-  nic_->RunUntilIdle();
-  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 5, client_, 0, 8,
-                     RemoteAddr(server_, 0), server_.mr->rkey,
-                     IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77),
-            0);
-  nic_->RunUntilIdle();
-  std::vector<ibv_wc> wcs = PollAll(client_.cq);
-  ASSERT_EQ(wcs.size(), 1u);
-  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_QP_OP_ERR);
-}
-
 // Personality::local_error_behind_unanswered_wr_stalls: a write the
 // responder in ERR never answers, and a write with a bad lkey behind it in
 // the same post. rxe's requester fails the second while the first waits:
@@ -2538,13 +2520,18 @@ TEST_F(FakeNicTest, BadSourceFailsLocallyTowardsAResponderInErr) {
 // (retry program 7000193). spec: the first ends in RETRY_EXC_ERR.
 class UnansweredHeadTest : public FakeNicTest {
  protected:
-  // The server's QP in ERR; the client posts a write of 8 bytes (wr_id 1)
-  // and one of 1 byte from a bad lkey (wr_id 2), then the NIC runs (manual
-  // mode: both are queued before either executes).
-  void PostGoodThenBadSource(const Personality& personality) {
+  // Connected hosts of `personality`, the server's QP in ERR: a responder
+  // that never answers.
+  void ConnectToADeadServer(const Personality& personality) {
     ConnectHostsAs(personality);
     ASSERT_EQ(ModifyToErr(server_), 0);
     nic_->RunUntilIdle();
+  }
+  // The client posts a write of 8 bytes (wr_id 1) and one of 1 byte from a
+  // bad lkey (wr_id 2) towards a dead server, then the NIC runs (manual
+  // mode: both are queued before either executes).
+  void PostGoodThenBadSource(const Personality& personality) {
+    ASSERT_NO_FATAL_FAILURE(ConnectToADeadServer(personality));
     ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
                        RemoteAddr(server_, 0), server_.mr->rkey,
                        IBV_SEND_SIGNALED),
@@ -2556,6 +2543,22 @@ class UnansweredHeadTest : public FakeNicTest {
     nic_->RunUntilIdle();
   }
 };
+
+// The requester reads a write's or a SEND's source as it builds each
+// packet (rxe_req.c finish_packet), before any answer: a bad lkey fails the
+// WR locally even towards a responder in ERR, which would never answer
+// (retry program 7000010; rxe: LOC_QP_OP_ERR, not RETRY_EXC_ERR).
+TEST_F(UnansweredHeadTest, BadSourceFailsLocallyTowardsAResponderInErr) {
+  ASSERT_NO_FATAL_FAILURE(ConnectToADeadServer(Personality::Rxe()));
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 5, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey,
+                     IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_QP_OP_ERR);
+}
 
 TEST_F(UnansweredHeadTest, RxeStallsWhenALaterWrFailsLocally) {
   ASSERT_NO_FATAL_FAILURE(PostGoodThenBadSource(Personality::Rxe()));
