@@ -306,7 +306,8 @@ struct Child {
 using ServerBody = std::function<void(Side& server, int in, int out)>;
 
 inline Child Fork(const std::string& dir, ServerBody body,
-                  size_t buffer_size = 65536) {
+                  size_t buffer_size = 65536,
+                  Personality personality = Personality::Spec()) {
   int down[2], up[2];
   if (pipe(down) != 0 || pipe(up) != 0) abort();
   Child child;
@@ -316,7 +317,7 @@ inline Child Fork(const std::string& dir, ServerBody body,
     close(down[1]);
     close(up[0]);
     {
-      Side server(dir, buffer_size);
+      Side server(dir, buffer_size, std::move(personality));
       body(server, down[0], up[1]);
     }
     _exit(0);

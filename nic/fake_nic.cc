@@ -1066,18 +1066,16 @@ void FakeNic::StartBackgroundProgress() {
         lock.lock();
         continue;
       }
-      if (!transport_timers_.empty()) {
+      if (!transport_timers_.empty() || !dreq_timers_.empty()) {
         FireTransportTimersLocked();
+        FireDreqTimersLocked();
         if (HasReadyWork()) continue;
       }
       work_waiters_++;
-      if (transport_timers_.empty()) {
+      std::chrono::steady_clock::time_point first;
+      if (!NextTimerLocked(&first)) {
         work_cv_.wait(lock);
       } else {
-        auto first = transport_timers_.front().at;
-        for (const TransportTimer& t : transport_timers_) {
-          first = std::min(first, t.at);
-        }
         work_cv_.wait_until(lock, first);
       }
       work_waiters_--;

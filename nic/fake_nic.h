@@ -326,6 +326,28 @@ struct Personality {
   // first WR in RETRY_EXC_ERR in one run and stalled in another, so it is
   // a race in rxe, and the random programs keep away from it.
   bool local_error_behind_unanswered_wr_stalls = false;
+  // rdma_disconnect by one side: the kernel's IB CM does not answer a DREQ
+  // by itself. The side that took it reports DISCONNECTED and answers with
+  // a DREP only when its program calls rdma_disconnect (cma.c
+  // rdma_disconnect: ib_send_cm_dreq fails in IB_CM_DREQ_RCVD, then
+  // ib_send_cm_drep) or destroys its id (cm.c cm_destroy_id,
+  // IB_CM_DREQ_RCVD), or its process exits; until then the side that
+  // disconnected gets no DISCONNECTED of its own. If no DREP comes, its
+  // DREQ's retries run out (cm.c cm_process_send_error, IB_CM_DREQ_ERROR)
+  // and it gets DISCONNECTED with status -ETIMEDOUT (cma.c cma_ib_handler)
+  // after dreq_timeout_ms, in real time, on a NIC that runs in the
+  // background. Measured on rxe: no event within 3 s while the peer had
+  // not disconnected, then DISCONNECTED once it did (tests/api_abuse.c,
+  // group one-sided-disconnect). Spec keeps the fake's older answer: the
+  // DREP at once.
+  bool dreq_waits_for_peer_disconnect = false;
+  // How long an unanswered DREQ is retried: the active side's CM timeout
+  // (cm.c ib_send_cm_req: 2 x packet life time + the remote CM response
+  // timeout, cm_convert_to_ms; rdma_cm's RoCE values
+  // CMA_IBOE_PACKET_LIFETIME 16 and CMA_CM_RESPONSE_TIMEOUT 20: 2 x 256 +
+  // 4096 ms) times CMA_MAX_CM_RETRIES 15 + 1 sends. Derived from the
+  // source, not timed on rxe (the recording waited 3 s).
+  uint32_t dreq_timeout_ms = 16 * (2 * 256 + 4096);
 
   // The device's limits (ibv_query_device): a personality is the whole
   // NIC, so Personality::Rxe() reports and enforces rxe's (max_sge 32,
@@ -1225,6 +1247,22 @@ class FakeNic final : public VerbsBackend {
     std::string why;
   };
   std::vector<TransportTimer> transport_timers_;  // few: one a dead peer's QP
+  // Personality::dreq_waits_for_peer_disconnect: a DREQ no DREP answered;
+  // at `at` its id gets DISCONNECTED with -ETIMEDOUT, unless it has had one.
+  struct DreqTimer {
+    std::chrono::steady_clock::time_point at;
+    uint64_t handle = 0;
+  };
+  std::vector<DreqTimer> dreq_timers_;
+  // The earliest timer of either kind; false when none is armed.
+  bool NextTimerLocked(std::chrono::steady_clock::time_point* at) const;
+  // The DREQ timers that ran out (the background thread's loop).
+  void FireDreqTimersLocked();
+  // The DREQ `c` sent waits for its DREP: arms its timer.
+  void ArmDreqTimer(fake_nic_internal::CmId* c);
+  // `c` took a DREQ it has not answered (CmId::drep_owed): the DREP goes
+  // now, and the peer that disconnected gets its DISCONNECTED.
+  void SendDrep(fake_nic_internal::CmId* c);
   // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----
   // The application thread waits on the fabric: reports it, then blocks
   // until a granted step ends the wait (`ready` holds, or any step of this

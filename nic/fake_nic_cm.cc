@@ -364,6 +364,8 @@ void FakeNic::ReleaseId(CmId* c) {
     if (id_by_link_.count(c->link) != 0) {
       if (c->state == CmState::kConnected || c->state == CmState::kAccepted) {
         fabric_->Send(c->link, fake_nic_internal::kFrameDreq, nullptr, 0);
+      } else if (c->state == CmState::kDisconnected && c->drep_owed) {
+        SendDrep(c);  // cm.c cm_destroy_id, IB_CM_DREQ_RCVD
       } else if (c->state == CmState::kRequestReceived) {
         SendCmFrame(c, fake_nic_internal::kFrameRej, kRejectConsumer, {});
       } else if (c->state == CmState::kConnecting) {
@@ -372,6 +374,9 @@ void FakeNic::ReleaseId(CmId* c) {
       id_by_link_.erase(c->link);
     }
     fabric_->Close(c->link);
+  } else if (c->state == CmState::kDisconnected && c->drep_owed) {
+    // cm.c cm_destroy_id in IB_CM_DREQ_RCVD: the DREP the peer waits for.
+    SendDrep(c);
   } else if ((c->state == CmState::kConnected ||
               c->state == CmState::kAccepted) &&
              peer != 0) {
@@ -1153,6 +1158,9 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   }
   if (c->state == CmState::kDisconnected) {
     if (c->qp != nullptr) DisconnectQpToErr(c->qp);
+    // The answer to the peer's DREQ (Personality::
+    // dreq_waits_for_peer_disconnect).
+    if (c->drep_owed) SendDrep(c);
     return 0;
   }
   if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
@@ -1208,16 +1216,26 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
         it->second->disconnect_seen = true;
         DeliverCmEvent(local, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
       });
+    } else {
+      ArmDreqTimer(c);
     }
     return 0;
   }
   const uint64_t peer = c->peer_handle;
-  QueueCmWork("DREQ", [this, local, peer] {
+  const bool waits = config_.personality.dreq_waits_for_peer_disconnect;
+  if (waits) ArmDreqTimer(c);
+  QueueCmWork("DREQ", [this, local, peer, waits] {
     auto it = ids_by_handle_.find(peer);
     if (it != ids_by_handle_.end()) {
       CmId* p = it->second;
       if (p->state == CmState::kConnected || p->state == CmState::kAccepted) {
         p->state = CmState::kDisconnected;
+        // Personality::dreq_waits_for_peer_disconnect: its rdma_disconnect
+        // or rdma_destroy_id answers (SendDrep). A peer that disconnected
+        // too (the DREQs crossed) has sent its own DREQ, which gives us
+        // our DISCONNECTED, and answers neither (cm.c cm_dreq_handler in
+        // IB_CM_DREQ_SENT).
+        p->drep_owed = waits;
         // Personality::peer_qp_to_err_on_dreq.
         if (p->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
           SetQpState(p->qp, IBV_QPS_ERR, "DREQ received");
@@ -1228,6 +1246,7 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
         DeliverCmEvent(peer, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
       }
     }
+    if (waits) return;
     QueueCmWork("DREP", [this, local] {
       auto it = ids_by_handle_.find(local);
       if (it == ids_by_handle_.end() || it->second->disconnect_seen) return;
@@ -1236,6 +1255,66 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
     });
   });
   return 0;
+}
+
+void FakeNic::SendDrep(CmId* c) {
+  c->drep_owed = false;
+  if (c->link != 0) {
+    if (id_by_link_.count(c->link) != 0) {
+      fabric_->Send(c->link, fake_nic_internal::kFrameDrep, nullptr, 0);
+    }
+    return;
+  }
+  const uint64_t peer = c->peer_handle;
+  if (ids_by_handle_.count(peer) == 0) return;  // nobody waits for it
+  QueueCmWork("DREP", [this, peer] {
+    auto it = ids_by_handle_.find(peer);
+    if (it == ids_by_handle_.end() || it->second->disconnect_seen) return;
+    it->second->disconnect_seen = true;
+    DeliverCmEvent(peer, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
+  });
+}
+
+void FakeNic::ArmDreqTimer(CmId* c) {
+  if (!config_.personality.dreq_waits_for_peer_disconnect) return;
+  DreqTimer timer;
+  timer.at = std::chrono::steady_clock::now() +
+             std::chrono::milliseconds(config_.personality.dreq_timeout_ms);
+  timer.handle = c->handle;
+  dreq_timers_.push_back(timer);
+  work_cv_.notify_all();  // the background thread waits until the first
+}
+
+void FakeNic::FireDreqTimersLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < dreq_timers_.size();) {
+    if (dreq_timers_[i].at > now) {
+      ++i;
+      continue;
+    }
+    const uint64_t handle = dreq_timers_[i].handle;
+    dreq_timers_.erase(dreq_timers_.begin() + static_cast<std::ptrdiff_t>(i));
+    auto it = ids_by_handle_.find(handle);
+    // The id may be gone, or have had its DREP (or the peer's DREQ).
+    if (it == ids_by_handle_.end() || it->second->disconnect_seen) continue;
+    // The peer never answered: its program did not call rdma_disconnect.
+    it->second->disconnect_seen = true;
+    DeliverCmEvent(handle, RDMA_CM_EVENT_DISCONNECTED, -ETIMEDOUT, nullptr, 0,
+                   0, 0);
+  }
+}
+
+bool FakeNic::NextTimerLocked(std::chrono::steady_clock::time_point* at) const {
+  bool any = false;
+  for (const TransportTimer& t : transport_timers_) {
+    if (!any || t.at < *at) *at = t.at;
+    any = true;
+  }
+  for (const DreqTimer& t : dreq_timers_) {
+    if (!any || t.at < *at) *at = t.at;
+    any = true;
+  }
+  return any;
 }
 
 // The link dies under a connection. rdma_cm has no message for this; what

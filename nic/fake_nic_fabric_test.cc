@@ -8,6 +8,7 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -318,6 +319,43 @@ TEST_F(FabricTest, DisconnectGivesBothSidesDisconnected) {
   ASSERT_TRUE(child.ReadInfo(&info));
   ASSERT_EQ(client.nic->Disconnect(client.id), 0);
   EXPECT_EQ(client.Next(), RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(child.Wait(), 0);
+}
+
+// rxe (Personality::dreq_waits_for_peer_disconnect), across processes: the
+// side that disconnects gets DISCONNECTED only when the other answers the
+// DREQ with its own rdma_disconnect (the DREP); recorded on rxe
+// (tests/api_abuse.c, group one-sided-disconnect).
+TEST_F(FabricTest, RxeDisconnectedWaitsForThePeersDisconnect) {
+  Child child = Fork(
+      dir_,
+      AcceptOne(port_,
+                [](Side& s, int in, int out) {
+                  CHILD_CHECK(s.Next() == RDMA_CM_EVENT_DISCONNECTED);
+                  SendInfo(out, s);  // took the DREQ
+                  WaitGoOn(in);
+                  CHILD_CHECK(s.nic->Disconnect(s.id) == 0);
+                  WaitGoOn(in);  // stay until the client has its event
+                }),
+      65536, Personality::Rxe());
+  ServerInfo info;
+  ASSERT_TRUE(child.ReadInfo(&info));
+  Side client(dir_, 65536, Personality::Rxe());
+  int status;
+  std::string reply;
+  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
+            RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_TRUE(child.ReadInfo(&info));
+  ASSERT_EQ(client.nic->Disconnect(client.id), 0);
+  ASSERT_TRUE(child.ReadInfo(&info));
+  pollfd ready{client.channel->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&ready, 1, 200), 0)
+      << "DISCONNECTED before the server answered the DREQ";
+  child.GoOn();
+  status = -1;
+  EXPECT_EQ(client.Next(&status), RDMA_CM_EVENT_DISCONNECTED);
+  EXPECT_EQ(status, 0);
+  child.GoOn();
   EXPECT_EQ(child.Wait(), 0);
 }
 

@@ -673,6 +673,10 @@ struct CmId {
   uint8_t ack_timeout = 0;
   bool ack_timeout_set = false;
   bool disconnect_seen = false;  // DISCONNECTED/CONNECT_ERROR queued for us
+  // A DREQ taken and not yet answered with a DREP (Personality::
+  // dreq_waits_for_peer_disconnect): our rdma_disconnect or
+  // rdma_destroy_id sends it.
+  bool drep_owed = false;
   // In FakeNic::bound_ under BoundKey(local_addr, local_port): BindAddr
   // set both, and nothing changes them on a bound id (ResolveAddr picks a
   // source address for an unbound one only). The key is not kept: 32 bytes

@@ -270,6 +270,9 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
       // fake_nic_cm.cc Disconnect's DREQ work, on this side of the link.
       if (id->state == CmState::kConnected || id->state == CmState::kAccepted) {
         id->state = CmState::kDisconnected;
+        // Personality::dreq_waits_for_peer_disconnect: our rdma_disconnect
+        // or rdma_destroy_id answers (SendDrep, fake_nic_cm.cc).
+        id->drep_owed = config_.personality.dreq_waits_for_peer_disconnect;
         if (id->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
           SetQpState(id->qp, IBV_QPS_ERR, "DREQ received");
         }
@@ -279,7 +282,9 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
         DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
                        0);
       }
-      fabric_->Send(link, fake_nic_internal::kFrameDrep, nullptr, 0);
+      if (!config_.personality.dreq_waits_for_peer_disconnect) {
+        fabric_->Send(link, fake_nic_internal::kFrameDrep, nullptr, 0);
+      }
       break;
     case fake_nic_internal::kFrameDrep:
       if (id == nullptr || id->disconnect_seen) return;

@@ -1368,6 +1368,89 @@ TEST_F(FakeNicTest, TwoDevicesMoveBytesBetweenHosts) {
   EXPECT_EQ(memcmp(server_.buf.data(), "across", 6), 0);
 }
 
+// rxe (Personality::dreq_waits_for_peer_disconnect): the kernel's IB CM
+// answers a DREQ only when the peer's program calls rdma_disconnect (cma.c
+// rdma_disconnect -> ib_send_cm_drep), so the side that disconnected gets
+// its DISCONNECTED then, not before; recorded on rxe (tests/api_abuse.c,
+// group one-sided-disconnect: no event within 3 s).
+TEST_F(FakeNicTest, RxeDisconnectedWaitsForThePeersDisconnect) {
+  ConnectHostsAs(Personality::Rxe());
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  nic_->RunUntilIdle();
+  rdma_cm_event* event = nullptr;
+  EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1)
+      << "DISCONNECTED before the server answered the DREQ";
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  event = ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, 0);
+  AckEvent(event);
+  // The DREP went once: nothing more for either side.
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  nic_->RunUntilIdle();
+  EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1);
+  EXPECT_EQ(nic_->GetCmEvent(server_.cm_channel, &event), -1);
+}
+
+// Destroying the id that took the DREQ answers it (cm.c cm_destroy_id in
+// IB_CM_DREQ_RCVD sends the DREP).
+TEST_F(FakeNicTest, RxeDestroyingThePeersIdAnswersTheDreq) {
+  ConnectHostsAs(Personality::Rxe());
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  nic_->DestroyQp(server_.id);
+  ASSERT_EQ(nic_->DestroyId(server_.id), 0);
+  server_.id = nullptr;
+  rdma_cm_event* event =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, 0);
+  AckEvent(event);
+}
+
+// Both sides disconnect before either DREQ arrives: each DREQ gives the
+// other side its one DISCONNECTED (cm.c cm_dreq_handler in IB_CM_DREQ_SENT),
+// and no DREP is needed.
+TEST_F(FakeNicTest, RxeCrossedDisconnectsGiveEachSideOneDisconnected) {
+  ConnectHostsAs(Personality::Rxe());
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  nic_->RunUntilIdle();
+  rdma_cm_event* event = nullptr;
+  EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1);
+  EXPECT_EQ(nic_->GetCmEvent(server_.cm_channel, &event), -1);
+}
+
+// A peer that never answers: the DREQ's retries run out and the side that
+// disconnected gets DISCONNECTED with -ETIMEDOUT (cm.c cm_process_send_error
+// IB_CM_DREQ_ERROR; cma.c cma_ib_handler), after dreq_timeout_ms in real
+// time (rdma_cm's ~74 s, shortened here).
+TEST_F(FakeNicTest, RxeUnansweredDreqTimesOutWithEtimedout) {
+  Personality rxe = Personality::Rxe();
+  rxe.dreq_timeout_ms = 30;
+  ConnectHostsAs(rxe);
+  nic_->StartBackgroundProgress();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_cm_event* event =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, -ETIMEDOUT);
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(30));
+  AckEvent(event);
+  // The server's late rdma_disconnect finds nobody waiting.
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  nic_->StopBackgroundProgress();
+  nic_->RunUntilIdle();
+  EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1);
+}
+
 TEST_F(FakeNicTest, BindAddrTwiceFailsWithEaddrinuse) {
   PrepareHosts();
   rdma_cm_id* id = nullptr;

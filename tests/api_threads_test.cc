@@ -648,17 +648,21 @@ void Connect(Pair* p, size_t region_size, uint32_t queue) {
   ASSERT_EQ(rpma_conn_cfg_delete(&cfg), 0);
 }
 
-// The client ends the connection, then the server; everything is deleted.
+// The client ends the connection, then the server, which answers the
+// client's DREQ: on rxe the client's CLOSED comes only then
+// (Personality::dreq_waits_for_peer_disconnect); everything is deleted.
 void Disconnect(Pair* p) {
   if (p->client != nullptr) {
     EXPECT_EQ(rpma_conn_disconnect(p->client), 0);
-    EXPECT_EQ(NextEvent(p->client), RPMA_CONN_CLOSED);
-    EXPECT_EQ(rpma_conn_delete(&p->client), 0);
   }
   if (p->server != nullptr) {
     EXPECT_EQ(NextEvent(p->server), RPMA_CONN_CLOSED);
     EXPECT_EQ(rpma_conn_disconnect(p->server), 0);
     EXPECT_EQ(rpma_conn_delete(&p->server), 0);
+  }
+  if (p->client != nullptr) {
+    EXPECT_EQ(NextEvent(p->client), RPMA_CONN_CLOSED);
+    EXPECT_EQ(rpma_conn_delete(&p->client), 0);
   }
   if (p->remote != nullptr) {
     EXPECT_EQ(rpma_mr_remote_delete(&p->remote), 0);
@@ -1186,12 +1190,12 @@ void ExpectDisconnectWakesCqWaiter(Pair* p) {
   // (ibv_poll_cq(3): the opcode of an error completion is undefined.)
   EXPECT_EQ(wc.wr_id, 7u);
   ExpectCqEmpty(cq, "client");
-  EXPECT_EQ(NextEvent(p->client), RPMA_CONN_CLOSED);
-  EXPECT_EQ(rpma_conn_delete(&p->client), 0);
-  // The peer's side ends too.
+  // The peer's side ends too; its disconnect answers the client's DREQ.
   EXPECT_EQ(NextEvent(p->server), RPMA_CONN_CLOSED);
   EXPECT_EQ(rpma_conn_disconnect(p->server), 0);
   EXPECT_EQ(rpma_conn_delete(&p->server), 0);
+  EXPECT_EQ(NextEvent(p->client), RPMA_CONN_CLOSED);
+  EXPECT_EQ(rpma_conn_delete(&p->client), 0);
 }
 
 TEST_P(ApiThreadsTest, DisconnectWakesCqWaitOverAPostedReceive) {
@@ -1238,11 +1242,19 @@ TEST_P(ApiThreadsTest, OwnDisconnectWakesAThreadBlockedInNextEvent) {
       << "rpma_conn_next_event returned with no event";
   // Rule 3 broken: a second thread on the connection A waits on.
   ASSERT_EQ(rpma_conn_disconnect(p.client), 0);
+  if (GetParam().make().dreq_waits_for_peer_disconnect) {
+    // rxe: the client's own DISCONNECTED is the server's answer to its
+    // DREQ; until the server disconnects the waiter stays blocked.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(waiter.wait_for(std::chrono::milliseconds(0)),
+              std::future_status::timeout)
+        << "CLOSED before the server answered the DREQ";
+  }
+  EXPECT_EQ(NextEvent(p.server), RPMA_CONN_CLOSED);
+  EXPECT_EQ(rpma_conn_disconnect(p.server), 0);
   EXPECT_EQ(ReturnsWithinBound(&waiter, "rpma_conn_next_event"),
             RPMA_CONN_CLOSED);
   EXPECT_EQ(rpma_conn_delete(&p.client), 0);
-  EXPECT_EQ(NextEvent(p.server), RPMA_CONN_CLOSED);
-  EXPECT_EQ(rpma_conn_disconnect(p.server), 0);
   EXPECT_EQ(rpma_conn_delete(&p.server), 0);
   Disconnect(&p);
 }
@@ -1260,9 +1272,9 @@ TEST_P(ApiThreadsTest, PeerDisconnectWakesAThreadBlockedInNextEvent) {
   ASSERT_EQ(rpma_conn_disconnect(p.client), 0);
   EXPECT_EQ(ReturnsWithinBound(&waiter, "rpma_conn_next_event"),
             RPMA_CONN_CLOSED);
+  EXPECT_EQ(rpma_conn_disconnect(p.server), 0);
   EXPECT_EQ(NextEvent(p.client), RPMA_CONN_CLOSED);
   EXPECT_EQ(rpma_conn_delete(&p.client), 0);
-  EXPECT_EQ(rpma_conn_disconnect(p.server), 0);
   EXPECT_EQ(rpma_conn_delete(&p.server), 0);
   Disconnect(&p);
 }
