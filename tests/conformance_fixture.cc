@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cstdio>
@@ -204,6 +205,50 @@ rdma_cm_event_type ConformanceTest::NextCmEvent(Endpoint& side) {
   rdma_cm_event_type type = event->event;
   nic(side).AckCmEvent(event);
   return type;
+}
+
+namespace {
+
+// rdma_event_str's names for the events a connected id can get (our own
+// table: the fakes' tests do not link librdmacm).
+std::string CmEventText(rdma_cm_event_type type) {
+  switch (type) {
+    case RDMA_CM_EVENT_ESTABLISHED:
+      return "ESTABLISHED";
+    case RDMA_CM_EVENT_DISCONNECTED:
+      return "DISCONNECTED";
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+      return "CONNECT_ERROR";
+    case RDMA_CM_EVENT_REJECTED:
+      return "REJECTED";
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+      return "TIMEWAIT_EXIT";
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      return "DEVICE_REMOVAL";
+    default:
+      return "event" + std::to_string(static_cast<int>(type));
+  }
+}
+
+}  // namespace
+
+void ConformanceTest::RecordCmEvents(int wait_ms) {
+  Settle();
+  for (Endpoint* side : {&client_, &server_}) {
+    if (side->channel == nullptr) continue;
+    int wait = fake_ != nullptr ? 0 : wait_ms;
+    for (;;) {
+      pollfd ready{side->channel->fd, POLLIN, 0};
+      if (poll(&ready, 1, wait) != 1) break;
+      wait = 0;
+      rdma_cm_event* event = nullptr;
+      if (nic(*side).GetCmEvent(side->channel, &event) != 0) break;
+      RecordLine(std::string("cm ") + (side == &client_ ? "client " : "server ") +
+                 CmEventText(event->event) +
+                 " status=" + std::to_string(event->status));
+      nic(*side).AckCmEvent(event);
+    }
+  }
 }
 
 void ConformanceTest::SetUpEndpointQueues(Endpoint& side,

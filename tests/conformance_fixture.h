@@ -153,6 +153,11 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // A post's return code and which WR of the chain *bad_wr names (-1: none).
   void RecordPost(const char* what, int ret, int bad_index = -1);
   void RecordLine(const std::string& line);
+  // The CM events each side's channel holds, as "cm SIDE EVENT status=N"
+  // lines, client first, each acknowledged. On a fake the NICs settle first;
+  // on a real NIC each channel is watched for up to `wait_ms` for its first
+  // event (rdma_cm's DREQ crosses as a MAD: a few ms on rxe).
+  void RecordCmEvents(int wait_ms);
   // The non-zero ranges of `bytes` as " [a,b) [c,d)", or " none": in a
   // buffer that started zeroed and took only never-0 patterns, exactly the
   // bytes that landed.

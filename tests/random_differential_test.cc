@@ -1054,6 +1054,10 @@ class RandomDifferential : public ConformanceTest {
         }
       }
       DrainBothAndRecord();
+      // What rdma_cm tells each side (Personality::
+      // dreq_waits_for_peer_disconnect: on rxe the side that disconnected
+      // hears nothing while its peer has not).
+      if (step.kind == StepKind::kDisconnect) RecordCmEvents(100);
       if (p.duplex) {
         // Each QP's state after every step (Canonical keeps their order).
         RecordLine("state client=" + std::to_string(QpState(client())) +
@@ -1595,7 +1599,7 @@ TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
     }
     for (const std::string& line : reference) {
       const size_t status = line.find(" status=");
-      if (status == std::string::npos) continue;
+      if (status == std::string::npos || line.rfind("cm ", 0) == 0) continue;
       const size_t end = line.find(" byte_len=");
       reached[line.substr(0, line.find(' ')) +
               line.substr(status, end - status)]++;
@@ -1720,6 +1724,11 @@ std::vector<std::string> ClassesOf(const std::string& line) {
       out.push_back(line.substr(0, line.find(" ret=")) + " " +
                     (name != nullptr ? name : std::to_string(ret)));
     }
+  } else if (line.rfind("cm ", 0) == 0) {
+    // "cm SIDE EVENT status=N": the event and whether it failed.
+    const long status = field("status");
+    out.push_back(line.substr(0, line.find(" status=")) +
+                  (status == 0 ? "" : " status " + std::to_string(status)));
   } else if (line.rfind("state ", 0) == 0) {
     for (const char* who : {"client", "server"}) {
       const long state = field(who);
