@@ -154,7 +154,8 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   void RecordPost(const char* what, int ret, int bad_index = -1);
   void RecordLine(const std::string& line);
   // The CM events each side's channel holds, as "cm SIDE EVENT status=N"
-  // lines, client first, each acknowledged. On a fake the NICs settle first;
+  // lines, client first, each acknowledged (TIMEWAIT_EXIT acknowledged and
+  // not recorded: its arrival is a timer the fake does not model). On a fake the NICs settle first;
   // on a real NIC each channel is watched for up to `wait_ms` for its first
   // event (rdma_cm's DREQ crosses as a MAD: a few ms on rxe).
   void RecordCmEvents(int wait_ms);

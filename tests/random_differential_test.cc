@@ -135,7 +135,11 @@ struct Program {
 //    retry_cnt 0-6, so requests may go towards a QP in ERR or RESET (and
 //    end in RETRY_EXC_ERR), and the server may go to ERR with traffic
 //    after it.
-enum class Flavour { kNarrow, kWide, kDuplex, kRetry };
+//  - kDisconnects: kRetry, where rdma_disconnect is a step like any other:
+//    more often, from either side, with traffic after it, and the other
+//    side's disconnect answering it (the CM events of each are compared:
+//    Personality::dreq_waits_for_peer_disconnect).
+enum class Flavour { kNarrow, kWide, kDuplex, kRetry, kDisconnects };
 
 // splitmix64: the same numbers on every platform and compiler.
 class Rng {
@@ -222,7 +226,8 @@ class DuplexGuard {
 
 Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool wide = flavour != Flavour::kNarrow;
-  const bool retry = flavour == Flavour::kRetry;
+  const bool disconnects = flavour == Flavour::kDisconnects;
+  const bool retry = flavour == Flavour::kRetry || disconnects;
   const bool duplex = flavour == Flavour::kDuplex || retry;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
   Program p;
@@ -246,7 +251,8 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
     p.ack_timeout = static_cast<uint8_t>(8 + rng.Below(3));
   }
   p.max_send_wr = rng.Chance(30) ? 4 : 16;
-  const uint32_t steps = 1 + rng.Below(6) + (duplex ? rng.Below(4) : 0);
+  const uint32_t steps = 1 + rng.Below(6) + (duplex ? rng.Below(4) : 0) +
+                         (disconnects ? 2 + rng.Below(4) : 0);
   // wide: the percentage of ops that keep the fault drawn for them.
   const uint32_t fault_share = wide ? 100 * rng.Below(3) / 2 : 100;
   DuplexGuard guard;
@@ -288,7 +294,9 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       p.steps.push_back(step);
       continue;
     }
-    const uint32_t roll = rng.Below(100);
+    // Disconnect programs: one step in six is a rdma_disconnect.
+    const uint32_t roll =
+        disconnects && rng.Chance(17) ? 99 : rng.Below(100);
     if (roll < 30) {
       step.kind = StepKind::kRecv;
       step.count = 1 + static_cast<int>(rng.Below(3));
@@ -410,9 +418,12 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
     } else {
       step.kind = StepKind::kDisconnect;
       if (duplex) step.reverse = rng.Chance(40);
+      // librdmacm moves the disconnecting side's QP to ERR.
+      if (disconnects && step.reverse) hazard.ServerErr();
+      if (disconnects && !step.reverse) hazard.ClientErr();
     }
     p.steps.push_back(step);
-    if (step.kind == StepKind::kDisconnect) break;
+    if (step.kind == StepKind::kDisconnect && !disconnects) break;
   }
   return p;
 }
@@ -1563,6 +1574,24 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnRetryPrograms) {
                  EnvInt("RPMA_HARNESS_RETRY_SEED", 7000001), "RETRY");
 }
 
+// Disconnect programs (Flavour::kDisconnects): retry programs whose
+// rdma_disconnect steps come from either side at any point, with traffic
+// after them, the other side's disconnect answering the first; each side's
+// CM events after each are compared. rxe's streams are in
+// tests/testdata/rxe_random_disconnect_streams.txt.
+// env RPMA_HARNESS_DISCONNECT_PROGRAMS=N: the harness's own test: how many
+//   disconnect programs FakeRxeAgreesWithRxeOnDisconnectPrograms compares
+//   (default 50; the recording holds seeds 8000001..8000050).
+// env RPMA_HARNESS_DISCONNECT_SEED=N: the harness's own test: the first
+//   disconnect program's seed (default 8000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDisconnectPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kDisconnects,
+                 EnvInt("RPMA_HARNESS_DISCONNECT_PROGRAMS", 50),
+                 EnvInt("RPMA_HARNESS_DISCONNECT_SEED", 8000001), "DISCONNECT");
+}
+
 // The fake in one process against the same fake as two NICs that meet only
 // through a fabric directory (two processes' path: request / answer frames,
 // the far responder), on wider programs than rxe's recording holds: SENDs,
@@ -1674,6 +1703,29 @@ TEST(RandomDifferentialGenerator, RetryProgramsSendTowardsDeadQps) {
   EXPECT_GT(breaking_the_duplex_rule, 100);
 }
 
+// Disconnect programs go on after a rdma_disconnect, and both sides
+// disconnect in some: the answer that gives the first side its DISCONNECTED.
+TEST(RandomDifferentialGenerator, DisconnectProgramsGoOnAfterADisconnect) {
+  int traffic_after = 0, answered = 0;
+  for (uint64_t seed = 8000001; seed < 8001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kDisconnects);
+    EXPECT_NE(p.ack_timeout, 0) << "a short ACK timeout, as retry programs";
+    bool by[2] = {false, false};
+    bool counted_traffic = false;
+    for (const Step& s : p.steps) {
+      if (s.kind == StepKind::kDisconnect) by[s.reverse] = true;
+      if ((by[0] || by[1]) && s.kind == StepKind::kWrites &&
+          !counted_traffic) {
+        ++traffic_after;
+        counted_traffic = true;
+      }
+    }
+    answered += by[0] && by[1];
+  }
+  EXPECT_GT(traffic_after, 200);
+  EXPECT_GT(answered, 100);
+}
+
 // ---- what the recorded programs reach ---------------------------------------
 
 // The classes one line of a recorded stream reaches: a completion by side,
@@ -1753,7 +1805,8 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
     GTEST_SKIP() << "reads the recordings on a host";
   }
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
-  static const char* const kFlavours[] = {"RANDOM", "WIDE", "DUPLEX", "RETRY"};
+  static const char* const kFlavours[] = {"RANDOM", "WIDE", "DUPLEX", "RETRY",
+                                         "DISCONNECT"};
   for (const char* flavour : kFlavours) {
     std::string name = flavour;
     for (char& c : name) c = static_cast<char>(std::tolower(c));
@@ -1787,13 +1840,13 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
         << "'" << line << "' is no longer reached by the recorded programs";
   }
   std::printf("%-48s", "class");
-  for (const char* flavour : kFlavours) std::printf(" %7s", flavour);
+  for (const char* flavour : kFlavours) std::printf(" %10s", flavour);
   std::printf("\n");
   for (const auto& [what, by] : reached) {
     std::printf("%-48s", what.c_str());
     for (const char* flavour : kFlavours) {
       auto it = by.find(flavour);
-      std::printf(" %7d", it == by.end() ? 0 : it->second);
+      std::printf(" %10d", it == by.end() ? 0 : it->second);
     }
     std::printf("%s\n", listed.count(what) ? "" : "  (not listed)");
   }
