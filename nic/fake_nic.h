@@ -1258,7 +1258,8 @@ class FakeNic final : public VerbsBackend {
   bool NextTimerLocked(std::chrono::steady_clock::time_point* at) const;
   // The DREQ timers that ran out (the background thread's loop).
   void FireDreqTimersLocked();
-  // The DREQ `c` sent waits for its DREP: arms its timer.
+  // The DREQ `c` sent waits for its DREP: arms its timer (Personality::
+  // dreq_timeout_ms).
   void ArmDreqTimer(fake_nic_internal::CmId* c);
   // `c` took a DREQ it has not answered (CmId::drep_owed): the DREP goes
   // now, and the peer that disconnected gets its DISCONNECTED.

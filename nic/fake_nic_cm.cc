@@ -1217,6 +1217,8 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
         DeliverCmEvent(local, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
       });
     } else {
+      // Whether the DREP waits for the peer's rdma_disconnect is the peer
+      // process's personality: a DREQ it leaves unanswered times out here.
       ArmDreqTimer(c);
     }
     return 0;
@@ -1276,7 +1278,6 @@ void FakeNic::SendDrep(CmId* c) {
 }
 
 void FakeNic::ArmDreqTimer(CmId* c) {
-  if (!config_.personality.dreq_waits_for_peer_disconnect) return;
   DreqTimer timer;
   timer.at = std::chrono::steady_clock::now() +
              std::chrono::milliseconds(config_.personality.dreq_timeout_ms);

@@ -984,6 +984,19 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
   if (verdict == RequestVerdict::kInvalidRequest) {
+    // The requester builds FIRST from the source SGEs before it goes out
+    // (rxe_req.c finish_packet): a bad SGE within it fails the WR locally,
+    // and the responder never sees the request (disconnect program
+    // 8000134: a one-byte write with a bad lkey towards a QP without
+    // remote write; ExecuteRemote already did so across processes). A bad
+    // SGE in a later packet comes too late: the NAK of FIRST ends the WR.
+    uint32_t packet = 0;
+    ibv_wc_status local = IBV_WC_SUCCESS;
+    if ((is_send || is_write) && SourceFails(qp, head, &packet, &local) &&
+        packet == 0) {
+      FailOnSourcePacket(qp, local, 0);
+      return;
+    }
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     const char* why = refused;

@@ -338,21 +338,16 @@ TEST_F(FabricTest, RxeDisconnectedWaitsForThePeersDisconnect) {
                   WaitGoOn(in);  // stay until the client has its event
                 }),
       65536, Personality::Rxe());
-  ServerInfo info;
-  ASSERT_TRUE(child.ReadInfo(&info));
   Side client(dir_, 65536, Personality::Rxe());
-  int status;
-  std::string reply;
-  ASSERT_EQ(client.Connect(port_, "hello", &status, &reply),
-            RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_TRUE(child.ReadInfo(&info));
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   ASSERT_EQ(client.nic->Disconnect(client.id), 0);
   ASSERT_TRUE(child.ReadInfo(&info));
   pollfd ready{client.channel->fd, POLLIN, 0};
   EXPECT_EQ(poll(&ready, 1, 200), 0)
       << "DISCONNECTED before the server answered the DREQ";
   child.GoOn();
-  status = -1;
+  int status = -1;
   EXPECT_EQ(client.Next(&status), RDMA_CM_EVENT_DISCONNECTED);
   EXPECT_EQ(status, 0);
   child.GoOn();

@@ -2363,6 +2363,30 @@ TEST_F(FakeNicTest, ResponderQpWithoutRemoteWriteIsInvalidRequestAndFlushes) {
   EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
 }
 
+// The requester builds FIRST from the source SGEs before it goes out
+// (rxe_req.c finish_packet): a bad lkey there fails the write locally even
+// towards a QP that would refuse it, and that QP, which never sees the
+// request, stays RTS (disconnect program 8000134 on rxe, regression
+// 1000017). With the bad SGE in the second packet, FIRST goes out and the
+// NAK of it decides (regression 1000018).
+TEST_F(FakeNicTest, BadSourceInFirstFailsLocallyBeforeAnInvalidRequest) {
+  ConnectHosts();
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+  ASSERT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_ACCESS_FLAGS), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 1, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey,
+                     IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x5a5a),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> client = PollAll(client_.cq);
+  ASSERT_EQ(client.size(), 1u);
+  EXPECT_EQ(client[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(State(server_.qp), IBV_QPS_RTS);
+}
+
 TEST_F(FakeNicTest, ModifyToErrFlushesAndResetDiscardsWithoutCompletions) {
   ConnectHosts();
   ASSERT_EQ(PostRecv(server_, 1, 0, 64), 0);

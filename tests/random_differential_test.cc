@@ -830,6 +830,38 @@ std::vector<Program> RegressionPrograms() {
               true,
               1,
               8},
+      // The client's QP loses remote write; the server writes 1 byte from
+      // a bad lkey to it: rxe's requester fails the WR locally as it builds
+      // the only packet (LOC_QP_OP_ERR) and the client's QP stays RTS; the
+      // fake had sent it and had the responder refuse it (REM_INV_REQ_ERR,
+      // both QPs in ERR). Disconnect program 8000134, shrunk.
+      Program{1000017,
+              0,
+              16,
+              {Step{StepKind::kServerNoRemoteWrite, 0, {}, 0, true},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{1, false, true, Fault::kBadLkey, 0}},
+                    0,
+                    true}},
+              true,
+              6,
+              9},
+      // The same with the bad SGE in the second packet: FIRST goes out and
+      // the responder's NAK of it ends the WR (REM_INV_REQ_ERR).
+      Program{1000018,
+              0,
+              16,
+              {Step{StepKind::kServerNoRemoteWrite, 0, {}, 0, true},
+               Step{StepKind::kWrites,
+                    0,
+                    {WriteOp{2048, false, true, Fault::kBadLkey, 0,
+                             OpKind::kWrite, 2}},
+                    0,
+                    true}},
+              true,
+              6,
+              9},
   };
 }
 

@@ -100,7 +100,7 @@ for dir in 10-write-with-imm 12-srq-ping-pong; do
 done
 
 status=0
-# random_differential_test: 200 random programs (and 16 regressions), 100
+# random_differential_test: 200 random programs (and 18 regressions), 100
 # wide ones, 200 duplex ones, 100 retry ones and 50 disconnect ones, each on
 # rxe and on the fake in the VM (0.5-1 s a program under TCG, 1-2 s a retry
 # program: their drain windows outlast rxe's retransmit timer; ~3 s a
