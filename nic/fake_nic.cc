@@ -1066,9 +1066,9 @@ void FakeNic::StartBackgroundProgress() {
         lock.lock();
         continue;
       }
-      if (!transport_timers_.empty() || !dreq_timers_.empty()) {
+      if (!transport_timers_.empty() || !cm_timers_.empty()) {
         FireTransportTimersLocked();
-        FireDreqTimersLocked();
+        FireCmTimersLocked();
         if (HasReadyWork()) continue;
       }
       work_waiters_++;

@@ -343,11 +343,26 @@ struct Personality {
   bool dreq_waits_for_peer_disconnect = false;
   // How long an unanswered DREQ is retried: the active side's CM timeout
   // (cm.c ib_send_cm_req: 2 x packet life time + the remote CM response
-  // timeout, cm_convert_to_ms; rdma_cm's RoCE values
-  // CMA_IBOE_PACKET_LIFETIME 16 and CMA_CM_RESPONSE_TIMEOUT 20: 2 x 256 +
-  // 4096 ms) times CMA_MAX_CM_RETRIES 15 + 1 sends. Derived from the
-  // source, not timed on rxe (the recording waited 3 s).
-  uint32_t dreq_timeout_ms = 16 * (2 * 256 + 4096);
+  // timeout, cm_convert_to_ms) times CMA_MAX_CM_RETRIES 15 + 1 sends. On
+  // RoCE rdma_cm sets a packet life time of 18 (Linux 6.1 cma.c
+  // CMA_IBOE_PACKET_LIFETIME; the QP's local ACK timeout of 19 recorded in
+  // tools/softroce_vm/README.md is it + 1) and CMA_CM_RESPONSE_TIMEOUT 20:
+  // 16 x (2 x 1024 + 4096) ms. Measured on rxe: DISCONNECTED with
+  // -ETIMEDOUT 102.3 s after rdma_disconnect (the MAD layer's timers run a
+  // little late).
+  uint32_t dreq_timeout_ms = 16 * (2 * 1024 + 4096);
+  // rdma_cm's RDMA_CM_EVENT_TIMEWAIT_EXIT: an id whose DREQ was answered (a
+  // DREP, or the DREQ's timeout), or that answered one with its DREP,
+  // enters the IB CM's timewait (cm.c cm_drep_handler, cm_send_drep_locked,
+  // cm_process_send_error: cm_enter_timewait), which ends after
+  // cm_convert_to_ms(av.timeout), av.timeout being the packet life time
+  // + 1: 2^(19 - 8) ms on RoCE; then the id gets TIMEWAIT_EXIT (cma.c
+  // cma_ib_handler, in RDMA_CM_DISCONNECT) unless it was destroyed. 0: none.
+  // Measured on rxe: both ids 2.10-2.11 s after the answering
+  // rdma_disconnect, 2.3 s after a DREQ's timeout. In real time, on a NIC
+  // that runs in the background, as the DREQ's timeout. Spec keeps the
+  // fake's older answer: none.
+  uint32_t timewait_ms = 0;
 
   // The device's limits (ibv_query_device): a personality is the whole
   // NIC, so Personality::Rxe() reports and enforces rxe's (max_sge 32,
@@ -1247,22 +1262,38 @@ class FakeNic final : public VerbsBackend {
     std::string why;
   };
   std::vector<TransportTimer> transport_timers_;  // few: one a dead peer's QP
-  // Personality::dreq_waits_for_peer_disconnect: a DREQ no DREP answered;
-  // at `at` its id gets DISCONNECTED with -ETIMEDOUT, unless it has had one.
-  struct DreqTimer {
+  // rdma_cm's real-time timers of a disconnect: a DREQ no DREP answered
+  // (Personality::dreq_timeout_ms: its id gets DISCONNECTED with
+  // -ETIMEDOUT, unless it has had one) and an id's timewait (Personality::
+  // timewait_ms: TIMEWAIT_EXIT). Destroying the id cancels both.
+  struct CmTimer {
     std::chrono::steady_clock::time_point at;
     uint64_t handle = 0;
+    bool timewait = false;  // else the DREQ's timeout
   };
-  std::vector<DreqTimer> dreq_timers_;
+  std::vector<CmTimer> cm_timers_;
   // The earliest timer of either kind; false when none is armed.
   bool NextTimerLocked(std::chrono::steady_clock::time_point* at) const;
-  // The DREQ timers that ran out (the background thread's loop).
-  void FireDreqTimersLocked();
-  // The DREQ `c` sent waits for its DREP: arms its timer (Personality::
-  // dreq_timeout_ms).
+  // The CM timers that ran out (the background thread's loop).
+  void FireCmTimersLocked();
+  // The DREQ `c` sent waits for its DREP: arms its timeout.
   void ArmDreqTimer(fake_nic_internal::CmId* c);
+  // `c` enters the IB CM's timewait: TIMEWAIT_EXIT after Personality::
+  // timewait_ms (once; none when it is 0).
+  void EnterTimewait(fake_nic_internal::CmId* c);
+  // `c`'s DISCONNECTED with `status`, once (CmId::disconnect_seen).
+  void DeliverDisconnectedOnce(fake_nic_internal::CmId* c, int status);
+  // A DREQ reached `c` (its peer's rdma_disconnect or rdma_destroy_id, or
+  // the peer process's end): DISCONNECTED; `c` owes the DREP when the
+  // personality waits for it, and its QP goes to ERR when the personality
+  // says so (`why` names the move).
+  void DreqArrived(fake_nic_internal::CmId* c, const char* why);
+  // The answer to the DREQ the id `handle` sent came (a DREP, the peer's
+  // end, or with -ETIMEDOUT its timeout): DISCONNECTED once, and timewait.
+  void DreqAnswered(uint64_t handle, int status);
   // `c` took a DREQ it has not answered (CmId::drep_owed): the DREP goes
-  // now, and the peer that disconnected gets its DISCONNECTED.
+  // now, `c` enters timewait, and the peer that disconnected gets its
+  // DISCONNECTED.
   void SendDrep(fake_nic_internal::CmId* c);
   // ---- sequenced mode (fake_nic_remote.cc; fake_nic_fabric_sequence.h) ----
   // The application thread waits on the fabric: reports it, then blocks

@@ -384,18 +384,7 @@ void FakeNic::ReleaseId(CmId* c) {
     // ib_destroy_cm_id), so the peer sees DISCONNECTED.
     QueueCmWork("DREQ (id destroyed)", [this, peer] {
       auto it = ids_by_handle_.find(peer);
-      if (it == ids_by_handle_.end()) return;
-      CmId* p = it->second;
-      if (p->state != CmState::kConnected && p->state != CmState::kAccepted) {
-        return;
-      }
-      p->state = CmState::kDisconnected;
-      if (p->qp != nullptr) SetQpState(p->qp, IBV_QPS_ERR, "peer id destroyed");
-      if (!p->disconnect_seen) {
-        p->disconnect_seen = true;
-        DeliverCmEvent(p->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
-                       0);
-      }
+      if (it != ids_by_handle_.end()) DreqArrived(it->second, "peer id destroyed");
     });
   } else if (c->state == CmState::kRequestReceived && peer != 0) {
     // A request dropped without rdma_accept / rdma_reject: the IB CM
@@ -437,6 +426,13 @@ void FakeNic::ReleaseId(CmId* c) {
     fabric_->Unpublish(wildcard ? "any" : c->local_addr, c->local_port);
   }
   ids_by_handle_.erase(c->handle);
+  // Its DREQ's timeout and its timewait end with it (cm.c cm_destroy_id).
+  const uint64_t handle = c->handle;
+  cm_timers_.erase(std::remove_if(cm_timers_.begin(), cm_timers_.end(),
+                                  [handle](const CmTimer& t) {
+                                    return t.handle == handle;
+                                  }),
+                   cm_timers_.end());
   ids_.erase(&c->base);
   for (CmId* orphan : orphans) {
     if (orphan != nullptr) ReleaseId(orphan);
@@ -1199,6 +1195,7 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
     if (FindId(id) != c) return CmFail(EINVAL);
     if (c->state != CmState::kConnected && c->state != CmState::kAccepted) {
       if (c->qp != nullptr) DisconnectQpToErr(c->qp);
+      if (c->drep_owed) SendDrep(c);  // as above: the answer to that DREQ
       return 0;
     }
   }
@@ -1210,12 +1207,8 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
     // DISCONNECTED (fake_nic_remote.cc).
     if (id_by_link_.count(c->link) == 0 ||
         !fabric_->Send(c->link, fake_nic_internal::kFrameDreq, nullptr, 0)) {
-      QueueCmWork("DREP (peer gone)", [this, local] {
-        auto it = ids_by_handle_.find(local);
-        if (it == ids_by_handle_.end() || it->second->disconnect_seen) return;
-        it->second->disconnect_seen = true;
-        DeliverCmEvent(local, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
-      });
+      QueueCmWork("DREP (peer gone)",
+                  [this, local] { DreqAnswered(local, 0); });
     } else {
       // Whether the DREP waits for the peer's rdma_disconnect is the peer
       // process's personality: a DREQ it leaves unanswered times out here.
@@ -1228,39 +1221,54 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   if (waits) ArmDreqTimer(c);
   QueueCmWork("DREQ", [this, local, peer, waits] {
     auto it = ids_by_handle_.find(peer);
-    if (it != ids_by_handle_.end()) {
-      CmId* p = it->second;
-      if (p->state == CmState::kConnected || p->state == CmState::kAccepted) {
-        p->state = CmState::kDisconnected;
-        // Personality::dreq_waits_for_peer_disconnect: its rdma_disconnect
-        // or rdma_destroy_id answers (SendDrep). A peer that disconnected
-        // too (the DREQs crossed) has sent its own DREQ, which gives us
-        // our DISCONNECTED, and answers neither (cm.c cm_dreq_handler in
-        // IB_CM_DREQ_SENT).
-        p->drep_owed = waits;
-        // Personality::peer_qp_to_err_on_dreq.
-        if (p->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
-          SetQpState(p->qp, IBV_QPS_ERR, "DREQ received");
-        }
-      }
-      if (p->state == CmState::kDisconnected && !p->disconnect_seen) {
-        p->disconnect_seen = true;
-        DeliverCmEvent(peer, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
-      }
-    }
-    if (waits) return;
-    QueueCmWork("DREP", [this, local] {
-      auto it = ids_by_handle_.find(local);
-      if (it == ids_by_handle_.end() || it->second->disconnect_seen) return;
-      it->second->disconnect_seen = true;
-      DeliverCmEvent(local, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
-    });
+    if (it != ids_by_handle_.end()) DreqArrived(it->second, "DREQ received");
+    if (waits) return;  // the peer's rdma_disconnect answers (SendDrep)
+    QueueCmWork("DREP", [this, local] { DreqAnswered(local, 0); });
   });
   return 0;
 }
 
+void FakeNic::DeliverDisconnectedOnce(CmId* c, int status) {
+  if (c->disconnect_seen) return;
+  c->disconnect_seen = true;
+  DeliverCmEvent(c->handle, RDMA_CM_EVENT_DISCONNECTED, status, nullptr, 0, 0,
+                 0);
+}
+
+void FakeNic::DreqArrived(CmId* c, const char* why) {
+  const bool waits = config_.personality.dreq_waits_for_peer_disconnect;
+  if (c->state == CmState::kConnected || c->state == CmState::kAccepted) {
+    c->state = CmState::kDisconnected;
+    // Personality::dreq_waits_for_peer_disconnect: our rdma_disconnect or
+    // rdma_destroy_id answers (SendDrep).
+    c->drep_owed = waits;
+    // Personality::peer_qp_to_err_on_dreq.
+    if (c->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
+      SetQpState(c->qp, IBV_QPS_ERR, why);
+    }
+  } else if (c->state == CmState::kDisconnected && !c->disconnect_seen) {
+    // The DREQs crossed: ours is cancelled (no timeout) and this one is
+    // taken as any other, so a later rdma_disconnect or rdma_destroy_id of
+    // ours sends the DREP (cm.c cm_dreq_handler in IB_CM_DREQ_SENT:
+    // ib_cancel_mad, IB_CM_DREQ_RCVD).
+    c->drep_owed = waits;
+  }
+  if (c->state != CmState::kDisconnected) return;
+  DeliverDisconnectedOnce(c, 0);
+  // A NIC whose CM answers a DREQ by itself has sent its DREP.
+  if (!waits) EnterTimewait(c);
+}
+
+void FakeNic::DreqAnswered(uint64_t handle, int status) {
+  auto it = ids_by_handle_.find(handle);
+  if (it == ids_by_handle_.end()) return;
+  DeliverDisconnectedOnce(it->second, status);
+  EnterTimewait(it->second);  // cm.c cm_drep_handler, cm_process_send_error
+}
+
 void FakeNic::SendDrep(CmId* c) {
   c->drep_owed = false;
+  EnterTimewait(c);  // cm.c cm_send_drep_locked
   if (c->link != 0) {
     if (id_by_link_.count(c->link) != 0) {
       fabric_->Send(c->link, fake_nic_internal::kFrameDrep, nullptr, 0);
@@ -1269,39 +1277,47 @@ void FakeNic::SendDrep(CmId* c) {
   }
   const uint64_t peer = c->peer_handle;
   if (ids_by_handle_.count(peer) == 0) return;  // nobody waits for it
-  QueueCmWork("DREP", [this, peer] {
-    auto it = ids_by_handle_.find(peer);
-    if (it == ids_by_handle_.end() || it->second->disconnect_seen) return;
-    it->second->disconnect_seen = true;
-    DeliverCmEvent(peer, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0, 0);
-  });
+  QueueCmWork("DREP", [this, peer] { DreqAnswered(peer, 0); });
 }
 
 void FakeNic::ArmDreqTimer(CmId* c) {
-  DreqTimer timer;
+  CmTimer timer;
   timer.at = std::chrono::steady_clock::now() +
              std::chrono::milliseconds(config_.personality.dreq_timeout_ms);
   timer.handle = c->handle;
-  dreq_timers_.push_back(timer);
+  cm_timers_.push_back(timer);
   work_cv_.notify_all();  // the background thread waits until the first
 }
 
-void FakeNic::FireDreqTimersLocked() {
-  const auto now = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < dreq_timers_.size();) {
-    if (dreq_timers_[i].at > now) {
-      ++i;
+void FakeNic::EnterTimewait(CmId* c) {
+  if (config_.personality.timewait_ms == 0 || c->timewait_armed) return;
+  c->timewait_armed = true;
+  CmTimer timer;
+  timer.at = std::chrono::steady_clock::now() +
+             std::chrono::milliseconds(config_.personality.timewait_ms);
+  timer.handle = c->handle;
+  timer.timewait = true;
+  cm_timers_.push_back(timer);
+  work_cv_.notify_all();
+}
+
+void FakeNic::FireCmTimersLocked() {
+  for (const CmTimer& timer : fake_nic_internal::TakeDueTimers(
+           cm_timers_, std::chrono::steady_clock::now())) {
+    // A destroyed id has neither (cm.c cm_destroy_id).
+    auto it = ids_by_handle_.find(timer.handle);
+    if (it == ids_by_handle_.end()) continue;
+    if (timer.timewait) {
+      DeliverCmEvent(timer.handle, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, nullptr, 0,
+                     0, 0);
       continue;
     }
-    const uint64_t handle = dreq_timers_[i].handle;
-    dreq_timers_.erase(dreq_timers_.begin() + static_cast<std::ptrdiff_t>(i));
-    auto it = ids_by_handle_.find(handle);
-    // The id may be gone, or have had its DREP (or the peer's DREQ).
-    if (it == ids_by_handle_.end() || it->second->disconnect_seen) continue;
-    // The peer never answered: its program did not call rdma_disconnect.
-    it->second->disconnect_seen = true;
-    DeliverCmEvent(handle, RDMA_CM_EVENT_DISCONNECTED, -ETIMEDOUT, nullptr, 0,
-                   0, 0);
+    // The DREQ may have had its DREP, or been cancelled by the peer's DREQ.
+    if (it->second->disconnect_seen) continue;
+    // The peer never answered: its program did not call rdma_disconnect
+    // (cm.c cm_process_send_error in IB_CM_DREQ_SENT: timewait, then
+    // IB_CM_DREQ_ERROR, which cma.c reports as DISCONNECTED, -ETIMEDOUT).
+    DreqAnswered(timer.handle, -ETIMEDOUT);
   }
 }
 
@@ -1311,7 +1327,7 @@ bool FakeNic::NextTimerLocked(std::chrono::steady_clock::time_point* at) const {
     if (!any || t.at < *at) *at = t.at;
     any = true;
   }
-  for (const DreqTimer& t : dreq_timers_) {
+  for (const CmTimer& t : cm_timers_) {
     if (!any || t.at < *at) *at = t.at;
     any = true;
   }

@@ -325,8 +325,12 @@ TEST_F(FabricTest, DisconnectGivesBothSidesDisconnected) {
 // rxe (Personality::dreq_waits_for_peer_disconnect), across processes: the
 // side that disconnects gets DISCONNECTED only when the other answers the
 // DREQ with its own rdma_disconnect (the DREP); recorded on rxe
-// (tests/api_abuse.c, group one-sided-disconnect).
+// (tests/api_abuse.c, group one-sided-disconnect). Then both ids leave the
+// IB CM's timewait with TIMEWAIT_EXIT (Personality::timewait_ms, shortened
+// here), each in its own process.
 TEST_F(FabricTest, RxeDisconnectedWaitsForThePeersDisconnect) {
+  Personality rxe = Personality::Rxe();
+  rxe.timewait_ms = 50;
   Child child = Fork(
       dir_,
       AcceptOne(port_,
@@ -335,10 +339,11 @@ TEST_F(FabricTest, RxeDisconnectedWaitsForThePeersDisconnect) {
                   SendInfo(out, s);  // took the DREQ
                   WaitGoOn(in);
                   CHILD_CHECK(s.nic->Disconnect(s.id) == 0);
-                  WaitGoOn(in);  // stay until the client has its event
+                  CHILD_CHECK(s.Next() == RDMA_CM_EVENT_TIMEWAIT_EXIT);
+                  WaitGoOn(in);  // stay until the client has its events
                 }),
-      65536, Personality::Rxe());
-  Side client(dir_, 65536, Personality::Rxe());
+      65536, rxe);
+  Side client(dir_, 65536, rxe);
   ServerInfo info;
   ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
   ASSERT_EQ(client.nic->Disconnect(client.id), 0);
@@ -350,6 +355,7 @@ TEST_F(FabricTest, RxeDisconnectedWaitsForThePeersDisconnect) {
   int status = -1;
   EXPECT_EQ(client.Next(&status), RDMA_CM_EVENT_DISCONNECTED);
   EXPECT_EQ(status, 0);
+  EXPECT_EQ(client.Next(&status), RDMA_CM_EVENT_TIMEWAIT_EXIT);
   child.GoOn();
   EXPECT_EQ(child.Wait(), 0);
 }

@@ -19,10 +19,12 @@
 #include <rdma/rdma_cma.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +36,21 @@
 
 namespace rpma_harness {
 namespace fake_nic_internal {
+
+// The timers of `timers` (each with a steady_clock `at`) due at `now`,
+// removed and returned in the order they were armed: the one scan both
+// kinds of real-time timer (transport, CM) fire by.
+template <typename Timer>
+std::vector<Timer> TakeDueTimers(std::vector<Timer>& timers,
+                                 std::chrono::steady_clock::time_point now) {
+  std::vector<Timer> due;
+  auto keep = std::stable_partition(
+      timers.begin(), timers.end(),
+      [now](const Timer& t) { return t.at > now; });
+  std::move(keep, timers.end(), std::back_inserter(due));
+  timers.erase(keep, timers.end());
+  return due;
+}
 
 // A FIFO for the send, receive and completion queues. It allocates nothing
 // until first used and then only when it outgrows its capacity (one slot,
@@ -677,6 +694,7 @@ struct CmId {
   // dreq_waits_for_peer_disconnect): our rdma_disconnect or
   // rdma_destroy_id sends it.
   bool drep_owed = false;
+  bool timewait_armed = false;  // FakeNic::EnterTimewait ran for it
   // In FakeNic::bound_ under BoundKey(local_addr, local_port): BindAddr
   // set both, and nothing changes them on a bound id (ResolveAddr picks a
   // source address for an unbound one only). The key is not kept: 32 bytes

@@ -268,29 +268,13 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
     case fake_nic_internal::kFrameDreq:
       if (id == nullptr) return;
       // fake_nic_cm.cc Disconnect's DREQ work, on this side of the link.
-      if (id->state == CmState::kConnected || id->state == CmState::kAccepted) {
-        id->state = CmState::kDisconnected;
-        // Personality::dreq_waits_for_peer_disconnect: our rdma_disconnect
-        // or rdma_destroy_id answers (SendDrep, fake_nic_cm.cc).
-        id->drep_owed = config_.personality.dreq_waits_for_peer_disconnect;
-        if (id->qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
-          SetQpState(id->qp, IBV_QPS_ERR, "DREQ received");
-        }
-      }
-      if (id->state == CmState::kDisconnected && !id->disconnect_seen) {
-        id->disconnect_seen = true;
-        DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
-                       0);
-      }
+      DreqArrived(id, "DREQ received");
       if (!config_.personality.dreq_waits_for_peer_disconnect) {
         fabric_->Send(link, fake_nic_internal::kFrameDrep, nullptr, 0);
       }
       break;
     case fake_nic_internal::kFrameDrep:
-      if (id == nullptr || id->disconnect_seen) return;
-      id->disconnect_seen = true;
-      DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
-                     0);
+      if (id != nullptr) DreqAnswered(id->handle, 0);
       break;
     case fake_nic_internal::kFrameRequest:
       if (id != nullptr) OnRemoteRequest(id->qp, id->link, frame);
@@ -335,17 +319,12 @@ void FakeNic::OnLinkClosed(uint64_t link) {
     case CmState::kAccepted:
       // The dead process's ids are destroyed by its kernel, which sends a
       // DREQ (cma.c rdma_destroy_id): DISCONNECTED, as for a DREQ.
-      id->state = CmState::kDisconnected;
-      if (qp != nullptr && config_.personality.peer_qp_to_err_on_dreq) {
-        SetQpState(qp, IBV_QPS_ERR, "peer process gone");
-      }
-      [[fallthrough]];
+      DreqArrived(id, "peer process gone");
+      break;
     case CmState::kDisconnected:
-      if (!id->disconnect_seen) {
-        id->disconnect_seen = true;
-        DeliverCmEvent(id->handle, RDMA_CM_EVENT_DISCONNECTED, 0, nullptr, 0, 0,
-                       0);
-      }
+      // Our DREQ reached the peer's kernel, which answers it as it
+      // destroys the id (cm.c cm_destroy_id in IB_CM_DREQ_RCVD: the DREP).
+      if (!id->disconnect_seen) DreqAnswered(id->handle, 0);
       break;
     case CmState::kConnecting:
       // The listener's process went before answering: its kernel rejects
@@ -449,15 +428,9 @@ void FakeNic::RequesterTimesOut(Qp* qp, const std::string& why) {
 }
 
 void FakeNic::FireTransportTimersLocked() {
-  const auto now = std::chrono::steady_clock::now();
   bool fired = false;
-  for (size_t i = 0; i < transport_timers_.size();) {
-    if (transport_timers_[i].at > now) {
-      ++i;
-      continue;
-    }
-    const TransportTimer timer = std::move(transport_timers_[i]);
-    transport_timers_.erase(transport_timers_.begin() + i);
+  for (const TransportTimer& timer : fake_nic_internal::TakeDueTimers(
+           transport_timers_, std::chrono::steady_clock::now())) {
     Qp* qp = FindQpByNum(timer.qp_num);
     // Only the try still unanswered: the QP may have been destroyed, moved
     // to ERR or RESET, or the WR flushed meanwhile.

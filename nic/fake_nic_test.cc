@@ -222,6 +222,18 @@ class FakeNicTest : public ::testing::Test {
     return event;
   }
 
+  // ExpectCmEvent for an event a real-time timer brings (background
+  // progress): fails instead of blocking when none comes within 5 s.
+  rdma_cm_event* ExpectTimedCmEvent(rdma_event_channel* channel,
+                                    rdma_cm_event_type type) {
+    pollfd ready{channel->fd, POLLIN, 0};
+    if (poll(&ready, 1, 5000) != 1) {
+      ADD_FAILURE() << "no CM event within 5 s";
+      return nullptr;
+    }
+    return ExpectCmEvent(channel, type);
+  }
+
   void AckEvent(rdma_cm_event* event) {
     if (event != nullptr) {
       EXPECT_EQ(nic_->AckCmEvent(event), 0);
@@ -1428,10 +1440,11 @@ TEST_F(FakeNicTest, RxeCrossedDisconnectsGiveEachSideOneDisconnected) {
 // A peer that never answers: the DREQ's retries run out and the side that
 // disconnected gets DISCONNECTED with -ETIMEDOUT (cm.c cm_process_send_error
 // IB_CM_DREQ_ERROR; cma.c cma_ib_handler), after dreq_timeout_ms in real
-// time (rdma_cm's ~74 s, shortened here).
+// time (rdma_cm's ~98 s, shortened here), and TIMEWAIT_EXIT after that.
 TEST_F(FakeNicTest, RxeUnansweredDreqTimesOutWithEtimedout) {
   Personality rxe = Personality::Rxe();
   rxe.dreq_timeout_ms = 30;
+  rxe.timewait_ms = 20;
   ConnectHostsAs(rxe);
   nic_->StartBackgroundProgress();
   const auto start = std::chrono::steady_clock::now();
@@ -1444,11 +1457,100 @@ TEST_F(FakeNicTest, RxeUnansweredDreqTimesOutWithEtimedout) {
   EXPECT_GE(std::chrono::steady_clock::now() - start,
             std::chrono::milliseconds(30));
   AckEvent(event);
-  // The server's late rdma_disconnect finds nobody waiting.
+  AckEvent(ExpectTimedCmEvent(client_.cm_channel, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(50));
+  // The server's late rdma_disconnect still sends its DREP, which puts it
+  // in timewait (cm.c cm_send_drep_locked); the client has its events.
   ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  AckEvent(ExpectTimedCmEvent(server_.cm_channel, RDMA_CM_EVENT_TIMEWAIT_EXIT));
   nic_->StopBackgroundProgress();
   nic_->RunUntilIdle();
   EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1);
+}
+
+// Once the DREQ is answered, both ids are in the IB CM's timewait and each
+// gets TIMEWAIT_EXIT when it ends (cm.c cm_enter_timewait; cma.c
+// cma_ib_handler); measured on rxe: both 2.1 s after the answer
+// (Personality::timewait_ms, shortened here).
+TEST_F(FakeNicTest, RxeAnsweredDisconnectEndsInTimewaitExitOnBothSides) {
+  Personality rxe = Personality::Rxe();
+  rxe.timewait_ms = 40;
+  ConnectHostsAs(rxe);
+  nic_->StartBackgroundProgress();
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  const auto answered = std::chrono::steady_clock::now();
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  AckEvent(ExpectTimedCmEvent(client_.cm_channel, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  AckEvent(ExpectTimedCmEvent(server_.cm_channel, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  EXPECT_GE(std::chrono::steady_clock::now() - answered,
+            std::chrono::milliseconds(40));
+  // Once each.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  nic_->StopBackgroundProgress();
+  nic_->RunUntilIdle();
+  rdma_cm_event* event = nullptr;
+  EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1);
+  EXPECT_EQ(nic_->GetCmEvent(server_.cm_channel, &event), -1);
+}
+
+// Crossed DREQs: each side took the other's, and neither has sent a DREP,
+// so neither is in timewait (cm.c cm_dreq_handler in IB_CM_DREQ_SENT) until
+// one of them answers: destroying the server's id sends its DREP, which
+// puts the client in timewait (cm.c cm_drep_handler in IB_CM_DREQ_RCVD).
+TEST_F(FakeNicTest, RxeCrossedDisconnectsEnterTimewaitOnlyWithADrep) {
+  Personality rxe = Personality::Rxe();
+  rxe.timewait_ms = 20;
+  ConnectHostsAs(rxe);
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  nic_->StartBackgroundProgress();
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  pollfd ready[2] = {{client_.cm_channel->fd, POLLIN, 0},
+                     {server_.cm_channel->fd, POLLIN, 0}};
+  EXPECT_EQ(poll(ready, 2, 150), 0) << "an event without a DREP";
+  nic_->DestroyQp(server_.id);
+  ASSERT_EQ(nic_->DestroyId(server_.id), 0);
+  server_.id = nullptr;
+  AckEvent(ExpectTimedCmEvent(client_.cm_channel, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  nic_->StopBackgroundProgress();
+}
+
+// A peer that destroys its id sends a DREQ (cm.c cm_destroy_id in
+// IB_CM_ESTABLISHED); on rxe the survivor's user QP stays in RTS, as for any
+// DREQ (Personality::peer_qp_to_err_on_dreq; the peer death recording in
+// tools/softroce_vm/README.md), and its own rdma_disconnect answers, after
+// which it is in timewait.
+TEST_F(FakeNicTest, RxePeerIdDestroyedIsADreq) {
+  Personality rxe = Personality::Rxe();
+  rxe.timewait_ms = 20;
+  ConnectHostsAs(rxe);
+  nic_->DestroyQp(client_.id);
+  ASSERT_EQ(nic_->DestroyId(client_.id), 0);
+  client_.id = nullptr;
+  nic_->StartBackgroundProgress();
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  EXPECT_EQ(State(server_.id->qp), IBV_QPS_RTS);
+  ASSERT_EQ(nic_->Disconnect(server_.id), 0);
+  EXPECT_EQ(State(server_.id->qp), IBV_QPS_ERR);
+  AckEvent(ExpectTimedCmEvent(server_.cm_channel, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  nic_->StopBackgroundProgress();
+}
+
+// The spec personality answers a DREQ at once and has no timewait event.
+TEST_F(FakeNicTest, SpecDisconnectHasNoTimewaitExit) {
+  ConnectHostsAs(Personality::Spec());
+  nic_->StartBackgroundProgress();
+  ASSERT_EQ(nic_->Disconnect(client_.id), 0);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_DISCONNECTED));
+  pollfd ready[2] = {{client_.cm_channel->fd, POLLIN, 0},
+                     {server_.cm_channel->fd, POLLIN, 0}};
+  EXPECT_EQ(poll(ready, 2, 100), 0);
+  nic_->StopBackgroundProgress();
 }
 
 TEST_F(FakeNicTest, BindAddrTwiceFailsWithEaddrinuse) {

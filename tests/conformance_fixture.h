@@ -159,6 +159,12 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // on a real NIC each channel is watched for up to `wait_ms` for its first
   // event (rdma_cm's DREQ crosses as a MAD: a few ms on rxe).
   void RecordCmEvents(int wait_ms);
+  // The CM events both sides get within the next `ms` of real time, on
+  // every backend (TIMEWAIT_EXIT included), as "cm SIDE EVENT status=N
+  // TAG" lines, each acknowledged: for events that rdma_cm's timers bring.
+  // The client's come first, then the server's, each side's in the order
+  // it got them (which side's timer runs out first is timing).
+  void RecordCmEventsFor(int ms, const std::string& tag);
   // The non-zero ranges of `bytes` as " [a,b) [c,d)", or " none": in a
   // buffer that started zeroed and took only never-0 patterns, exactly the
   // bytes that landed.

@@ -904,5 +904,19 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
+// rdma_cm's disconnect, both sides, in real time: the side that calls
+// rdma_disconnect gets DISCONNECTED only once the peer answers with its own
+// (the DREP), and then both ids leave the IB CM's timewait with
+// TIMEWAIT_EXIT about 2 s later (cm.c cm_enter_timewait; Personality::
+// timewait_ms). The spec personality answers at once and has no timewait.
+TEST_P(WriteImmConformance, DisconnectAnsweredThenTimewaitExit) {
+  Connect(QpOptions{});
+  ASSERT_EQ(nic(client()).Disconnect(client().id), 0);
+  RecordCmEventsFor(500, "after-client-disconnect");
+  ASSERT_EQ(nic(server()).Disconnect(server().id), 0);
+  RecordCmEventsFor(500, "after-server-disconnect");
+  RecordCmEventsFor(3000, "up-to-3.5s-later");
+}
+
 }  // namespace
 }  // namespace rpma_harness
