@@ -91,6 +91,9 @@ enum class StepKind {
   // Duplex: ibv_modify_qp(server; reverse: client) to state `count`, legal
   // (RTS, SQD, RESET) or not (INIT, RTR, SQE: EINVAL).
   kModifyState,
+  // Destroy programs: rdma_destroy_qp(server; reverse: client) mid-program;
+  // nothing is posted to or by that QP afterwards, its CQ stays.
+  kDestroyQp,
 };
 
 struct Step {
@@ -139,7 +142,9 @@ struct Program {
 //    more often, from either side, with traffic after it, and the other
 //    side's disconnect answering it (the CM events of each are compared:
 //    Personality::dreq_waits_for_peer_disconnect).
-enum class Flavour { kNarrow, kWide, kDuplex, kRetry, kDisconnects };
+//  - kDestroys: kDisconnects, where either QP may be destroyed
+//    (rdma_destroy_qp) at any point, with traffic towards it after that.
+enum class Flavour { kNarrow, kWide, kDuplex, kRetry, kDisconnects, kDestroys };
 
 // splitmix64: the same numbers on every platform and compiler.
 class Rng {
@@ -224,9 +229,31 @@ class DuplexGuard {
   bool no_write_[2] = {false, false};
 };
 
+// The QP whose own verb a step calls: 0 the client's, 1 the server's, -1
+// none (a rdma_disconnect).
+int ActingQp(const Step& step) {
+  switch (step.kind) {
+    case StepKind::kRecv:
+    case StepKind::kServerNoRemoteWrite:
+    case StepKind::kModifyState:
+    case StepKind::kDestroyQp:
+      return step.reverse ? 0 : 1;
+    case StepKind::kWrites:
+      return step.reverse ? 1 : 0;
+    case StepKind::kServerErr:
+      return 1;
+    case StepKind::kClientErr:
+      return 0;
+    case StepKind::kDisconnect:
+      return -1;
+  }
+  return -1;
+}
+
 Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool wide = flavour != Flavour::kNarrow;
-  const bool disconnects = flavour == Flavour::kDisconnects;
+  const bool destroys = flavour == Flavour::kDestroys;
+  const bool disconnects = flavour == Flavour::kDisconnects || destroys;
   const bool retry = flavour == Flavour::kRetry || disconnects;
   const bool duplex = flavour == Flavour::kDuplex || retry;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
@@ -259,6 +286,8 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   // Retry programs: which QPs may be dead (the same bookkeeping, not a rule
   // the traffic keeps).
   DuplexGuard hazard;
+  // Destroy programs: the QPs destroyed so far ([0] client, [1] server).
+  bool gone[2] = {false, false};
   if (wide && rng.Chance(70)) {
     // Receives first, so that more SENDs and writes with imm find one.
     Step recv;
@@ -279,6 +308,17 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
                                     1025, 2048, 4096, 65536, 3000};
   for (uint32_t s = 0; s < steps; ++s) {
     Step step;
+    if (destroys && rng.Chance(12)) {
+      step.kind = StepKind::kDestroyQp;
+      step.reverse = rng.Chance(40);
+      if (gone[!step.reverse]) continue;
+      gone[!step.reverse] = true;
+      // Nobody answers for a destroyed QP: as one in ERR.
+      if (step.reverse) hazard.ClientErr();
+      if (!step.reverse) hazard.ServerErr();
+      p.steps.push_back(step);
+      continue;
+    }
     if (duplex && rng.Chance(12)) {
       step.kind = StepKind::kModifyState;
       step.reverse = rng.Chance(50);
@@ -289,6 +329,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
                    : t < 88 ? IBV_QPS_RTR
                    : t < 94 ? IBV_QPS_SQE
                             : IBV_QPS_RESET;
+      if (destroys && gone[ActingQp(step)]) continue;  // as below
       if (step.count == IBV_QPS_RESET && !retry) guard.Reset(step.reverse);
       if (step.count == IBV_QPS_RESET && retry) hazard.Reset(step.reverse);
       p.steps.push_back(step);
@@ -422,6 +463,10 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       if (disconnects && step.reverse) hazard.ServerErr();
       if (disconnects && !step.reverse) hazard.ClientErr();
     }
+    // Destroy programs: nothing by or to a destroyed QP's own verbs (a
+    // destroyed ibv_qp may not be named again); rdma_disconnect needs no
+    // QP, and traffic towards it is what the flavour is for.
+    if (destroys && ActingQp(step) >= 0 && gone[ActingQp(step)]) continue;
     p.steps.push_back(step);
     if (step.kind == StepKind::kDisconnect && !disconnects) break;
   }
@@ -512,6 +557,8 @@ const char* KindName(StepKind k) {
       return "StepKind::kServerNoRemoteWrite";
     case StepKind::kDisconnect:
       return "StepKind::kDisconnect";
+    case StepKind::kDestroyQp:
+      return "StepKind::kDestroyQp";
     case StepKind::kModifyState:
       return "StepKind::kModifyState";
   }
@@ -967,6 +1014,13 @@ class RandomDifferential : public ConformanceTest {
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const Step& step = p.steps[i];
       RecordLine("step " + std::to_string(i));
+      // A shrunk or hand-written program may name a destroyed QP: skipped
+      // (Generate never draws one).
+      const int acting = ActingQp(step);
+      if (acting >= 0 && (acting == 0 ? client() : server()).qp == nullptr) {
+        RecordLine("skipped: the QP is destroyed");
+        continue;
+      }
       switch (step.kind) {
         case StepKind::kRecv: {
           // One chain, one call: a WR parked on RNR retries when rxe's RNR
@@ -1085,6 +1139,15 @@ class RandomDifferential : public ConformanceTest {
                      nic(side).Disconnect(side.id) == 0 ? 0 : errno);
           break;
         }
+        case StepKind::kDestroyQp: {
+          // rdma_destroy_qp(3) with the connection up: what was completed
+          // stays in the CQ; nothing is posted to the QP again.
+          Endpoint& side = step.reverse ? client() : server();
+          nic(side).DestroyQp(side.id);
+          side.qp = nullptr;
+          RecordLine(step.reverse ? "destroy client qp" : "destroy server qp");
+          break;
+        }
         case StepKind::kModifyState: {
           Endpoint& side = step.reverse ? client() : server();
           ibv_qp_attr a{};
@@ -1103,8 +1166,12 @@ class RandomDifferential : public ConformanceTest {
       if (step.kind == StepKind::kDisconnect) RecordCmEvents(100);
       if (p.duplex) {
         // Each QP's state after every step (Canonical keeps their order).
-        RecordLine("state client=" + std::to_string(QpState(client())) +
-                   " server=" + std::to_string(QpState(server())));
+        auto state = [this](Endpoint& side) {
+          return side.qp == nullptr ? std::string("gone")
+                                    : std::to_string(QpState(side));
+        };
+        RecordLine("state client=" + state(client()) +
+                   " server=" + state(server()));
       }
     }
     if (read_only != nullptr) nic(server()).DeregMr(read_only);
@@ -1624,6 +1691,23 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDisconnectPrograms) {
                  EnvInt("RPMA_HARNESS_DISCONNECT_SEED", 8000001), "DISCONNECT");
 }
 
+// Destroy programs (Flavour::kDestroys): disconnect programs in which either
+// QP may be destroyed (rdma_destroy_qp) at any point, with traffic towards
+// it afterwards, and its CQ polled to the end. rxe's streams are in
+// tests/testdata/rxe_random_destroy_streams.txt.
+// env RPMA_HARNESS_DESTROY_PROGRAMS=N: the harness's own test: how many
+//   destroy programs FakeRxeAgreesWithRxeOnDestroyPrograms compares
+//   (default 50; the recording holds seeds 9000001..9000050).
+// env RPMA_HARNESS_DESTROY_SEED=N: the harness's own test: the first
+//   destroy program's seed (default 9000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDestroyPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kDestroys,
+                 EnvInt("RPMA_HARNESS_DESTROY_PROGRAMS", 50),
+                 EnvInt("RPMA_HARNESS_DESTROY_SEED", 9000001), "DESTROY");
+}
+
 // The fake in one process against the same fake as two NICs that meet only
 // through a fabric directory (two processes' path: request / answer frames,
 // the far responder), on wider programs than rxe's recording holds: SENDs,
@@ -1735,6 +1819,32 @@ TEST(RandomDifferentialGenerator, RetryProgramsSendTowardsDeadQps) {
   EXPECT_GT(breaking_the_duplex_rule, 100);
 }
 
+// Destroy programs destroy either QP, send towards a destroyed one, and
+// never name a destroyed QP in a verb of its own.
+TEST(RandomDifferentialGenerator, DestroyProgramsSendTowardsDestroyedQps) {
+  int destroyed[2] = {0, 0}, traffic_towards = 0;
+  for (uint64_t seed = 9000001; seed < 9001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kDestroys);
+    bool gone[2] = {false, false};
+    bool counted = false;
+    for (const Step& s : p.steps) {
+      const int acting = ActingQp(s);
+      EXPECT_FALSE(acting >= 0 && gone[acting]) << AsCode(p);
+      if (s.kind == StepKind::kDestroyQp) {
+        gone[acting] = true;
+        ++destroyed[acting];
+      }
+      if (s.kind == StepKind::kWrites && gone[!acting] && !counted) {
+        ++traffic_towards;
+        counted = true;
+      }
+    }
+  }
+  EXPECT_GT(destroyed[0], 100);
+  EXPECT_GT(destroyed[1], 100);
+  EXPECT_GT(traffic_towards, 100);
+}
+
 // Disconnect programs go on after a rdma_disconnect, and both sides
 // disconnect in some: the answer that gives the first side its DISCONNECTED.
 TEST(RandomDifferentialGenerator, DisconnectProgramsGoOnAfterADisconnect) {
@@ -1815,6 +1925,11 @@ std::vector<std::string> ClassesOf(const std::string& line) {
                   (status == 0 ? "" : " status " + std::to_string(status)));
   } else if (line.rfind("state ", 0) == 0) {
     for (const char* who : {"client", "server"}) {
+      // "gone": the QP was destroyed (destroy programs).
+      if (line.find(std::string(" ") + who + "=gone") != std::string::npos) {
+        out.push_back(std::string("state ") + who + " destroyed");
+        continue;
+      }
       const long state = field(who);
       if (state >= 0 && state < 7) {
         out.push_back(std::string("state ") + who + " " + kState[state]);
@@ -1837,8 +1952,8 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
     GTEST_SKIP() << "reads the recordings on a host";
   }
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
-  static const char* const kFlavours[] = {"RANDOM", "WIDE", "DUPLEX", "RETRY",
-                                         "DISCONNECT"};
+  static const char* const kFlavours[] = {"RANDOM", "WIDE",       "DUPLEX",
+                                         "RETRY",  "DISCONNECT", "DESTROY"};
   for (const char* flavour : kFlavours) {
     std::string name = flavour;
     for (char& c : name) c = static_cast<char>(std::tolower(c));
