@@ -329,6 +329,7 @@ void FakeNic::SetQpState(Qp* qp, ibv_qp_state state, const char* why) {
   const bool runs_twice = qp->requester_runs_twice_in_err;
   qp->requester_runs_twice_in_err = false;
   if (qp->base.state == state) return;
+  if (state != IBV_QPS_ERR) qp->flush_send_queue_first = false;
   qp->base.state = state;
   if (state == IBV_QPS_ERR) qp->RunErrorTasks(runs_twice);
   // The QP may have work now (RTS, or ERR with queued WRs to flush), and so

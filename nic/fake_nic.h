@@ -292,6 +292,9 @@ struct Personality {
   // tasklets in that order, whichever path moved the QP to ERR. Seen on a
   // shared CQ; found by the random differential's duplex programs (6000005:
   // a receive, then a SEND that runs out of RNR retries and one behind it).
+  // Except after an RNR wait (Qp::flush_send_queue_first, set by
+  // FakeNic::RnrNakHead when rnr_wait_runs_retransmit_timer): the send
+  // queue first there.
   bool flushes_receive_queue_first = false;
   // A post refused for the QP rather than for a WR of it returns EINVAL
   // with *bad_wr NULL on rxe, where the spec personality names the first
@@ -326,6 +329,27 @@ struct Personality {
   // first WR in RETRY_EXC_ERR in one run and stalled in another, so it is
   // a race in rxe, and the random programs keep away from it.
   bool local_error_behind_unanswered_wr_stalls = false;
+  // A WR waiting out an RNR NAK: rxe's retransmit timer, armed when the
+  // request went out (rxe_req.c update_state) and not pushed back by the
+  // NAK (rxe_comp.c COMPST_RNR_RETRY leaves by `exit`, not COMPST_EXIT),
+  // keeps running; when it runs out before the RNR timer, COMPST_ERROR_
+  // RETRY counts retry_cnt down (unless 7) or ends the WR with
+  // RETRY_EXC_ERR, and the resend waits for the RNR timer
+  // (req.wait_for_rnr_timer). So with the QP's ACK timeout shorter than
+  // the RNR wait its NAK asked for, each RNR cycle also costs one
+  // transport retry, and the WR ends with whichever budget runs out first
+  // -- even with rnr_retry 7. Both timers count in jiffies of
+  // kernel_hz: the ACK timeout 4.096 us x 2^timeout rounded down, at least
+  // 1 (rxe_qp.c, nsecs_to_jiffies); the RNR wait the IB spec's table
+  // (rxe_comp.c rnrnak_usec) rounded up (rnrnak_jiffies). With equal
+  // jiffies the two race on rxe; the fake then lets the RNR timer win, as
+  // it does when the ACK timeout is longer (where rxe's timer, armed at
+  // the first send, may still run out across several RNR cycles: not
+  // modelled). The spec's requester counts RNR NAKs only (9.7.5.2.8).
+  // Found by the retry programs 7000045 and 7000052 (rnr_retry 1,
+  // retry_cnt 0: RETRY_EXC_ERR).
+  bool rnr_wait_runs_retransmit_timer = false;
+  uint32_t kernel_hz = 250;  // Debian 12's CONFIG_HZ
   // rdma_disconnect by one side: the kernel's IB CM does not answer a DREQ
   // by itself. The side that took it reports DISCONNECTED and answers with
   // a DREP only when its program calls rdma_disconnect (cma.c
@@ -1026,9 +1050,14 @@ class FakeNic final : public VerbsBackend {
   void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
                        const SendWqe& wqe, ibv_wc_status status,
                        ibv_wc_opcode opcode, uint32_t byte_len);
-  // The responder answered the head WR with an RNR NAK: one retry used (or
-  // parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR.
-  void RnrNakHead(Qp* qp);
+  // The responder answered the head WR with an RNR NAK asking for the
+  // RNR wait `rnr_timer` (its min_rnr_timer, IB spec table 45): one retry
+  // used (or parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR
+  // (or, Personality::rnr_wait_runs_retransmit_timer, RETRY_EXC_ERR).
+  void RnrNakHead(Qp* qp, uint8_t rnr_timer);
+  // Personality::rnr_wait_runs_retransmit_timer: whether `qp`'s ACK
+  // timeout runs out before an RNR wait of `rnr_timer`.
+  bool RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const;
   // Transmission order (fake_nic_packets.cc): runs `qp`'s requester now, WR
   // after WR, until its send queue is empty or its head cannot go on (RNR,
   // a delay fault, a state that does not send).

@@ -736,7 +736,8 @@ void FakeNic::ExecuteOrFlushOne(Qp* qp) {
   // first unless Personality::flushes_receive_queue_first. The opcode is
   // undefined for error CQEs (ibv_poll_cq(3)); we report the WR's own
   // opcode so traces stay readable.
-  if (config_.personality.flushes_receive_queue_first && !qp->rq.empty()) {
+  if (config_.personality.flushes_receive_queue_first &&
+      !qp->flush_send_queue_first && !qp->rq.empty()) {
     FlushOneReceive(qp);
     return;
   }
@@ -1037,7 +1038,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   // get_srq_wqe), so an empty SRQ is an RNR NAK like an empty RQ.
   Ring<RecvWqe>& responder_rq = responder->ReceiveQueue();
   if (NeedsReceive(head.opcode) && responder_rq.empty()) {
-    RnrNakHead(qp);
+    RnrNakHead(qp, responder->min_rnr_timer);
     return;
   }
   head.waiting_for_receive = false;
@@ -1240,43 +1241,72 @@ FakeNic::Response FakeNic::TakeResponse(
 // COMPST_RNR_RETRY only decrements when rnr_retry != 7); otherwise a NAK
 // that finds no retries left completes the WR with
 // IBV_WC_RNR_RETRY_EXC_ERR, so rnr_retry N means N + 1 attempts. Each
-// attempt is one Step(); the RNR timer is not modelled.
-void FakeNic::RnrNakHead(Qp* qp) {
+// attempt is one Step(); the RNR wait is only compared with the ACK
+// timeout (Personality::rnr_wait_runs_retransmit_timer).
+void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   SendWqe& head = qp->sq.front();
   const uint32_t qp_num = qp->base.qp_num;
   if (!head.rnr_started) {
     head.rnr_started = true;
     head.rnr_retries_left = qp->rnr_retry;
   }
-  if (qp->rnr_retry != 7) {
-    if (head.rnr_retries_left == 0) {
-      // The NAK answered packet head.next_packet (a SEND's FIRST, a write
-      // with imm's LAST): rxe_req.c update_state passes the WR only when
-      // that packet ended it (CompleteSend, Personality::
-      // sq_flush_follows_requester_index). Found by the duplex programs
-      // (6000212: a two-packet SEND refused with RNR at its FIRST).
-      qp->failed_on_last_packet =
-          head.next_packet + 1 >=
-          fake_nic_internal::PacketCount(
-              head.total_length(),
-              fake_nic_internal::MtuBytes(qp->attr.path_mtu));
-      SendWqe wqe = std::move(qp->sq.front());
-      qp->sq.pop_front();
-      const char* why = "RNR retries exhausted";
-      FakeNicEvent event;
-      event.kind = FakeNicEvent::Kind::kExecute;
-      event.qp_num = qp_num;
-      event.wr_id = wqe.wr_id;
-      event.opcode = wqe.opcode;
-      event.status = IBV_WC_RNR_RETRY_EXC_ERR;
-      event.text = why;
-      Record(std::move(event));
-      CompleteSend(qp, wqe, IBV_WC_RNR_RETRY_EXC_ERR, 0);
-      SetQpState(qp, IBV_QPS_ERR, why);
-      return;
+  // rxe: the retransmit timer runs out during the wait, once per cycle.
+  const bool timer_runs_out = RetransmitBeatsRnrWait(qp, rnr_timer);
+  const bool endless_transport =
+      qp->retry_cnt == 7 && config_.personality.transport_retry_7_never_runs_out;
+  ibv_wc_status fails = IBV_WC_SUCCESS;
+  if (qp->rnr_retry != 7 && head.rnr_retries_left == 0) {
+    fails = IBV_WC_RNR_RETRY_EXC_ERR;
+  } else if (timer_runs_out && !endless_transport &&
+             head.transport_retries >= qp->retry_cnt) {
+    fails = IBV_WC_RETRY_EXC_ERR;  // rxe_comp.c COMPST_ERROR_RETRY
+  }
+  if (fails != IBV_WC_SUCCESS) {
+    // The NAK answered packet head.next_packet (a SEND's FIRST, a write
+    // with imm's LAST): rxe_req.c update_state passes the WR only when
+    // that packet ended it (CompleteSend, Personality::
+    // sq_flush_follows_requester_index). Found by the duplex programs
+    // (6000212: a two-packet SEND refused with RNR at its FIRST).
+    qp->failed_on_last_packet =
+        head.next_packet + 1 >=
+        fake_nic_internal::PacketCount(
+            head.total_length(),
+            fake_nic_internal::MtuBytes(qp->attr.path_mtu));
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
+    const char* why = fails == IBV_WC_RNR_RETRY_EXC_ERR
+                          ? "RNR retries exhausted"
+                          : "transport retries exhausted during RNR waits";
+    FakeNicEvent event;
+    event.kind = FakeNicEvent::Kind::kExecute;
+    event.qp_num = qp_num;
+    event.wr_id = wqe.wr_id;
+    event.opcode = wqe.opcode;
+    event.status = fails;
+    event.text = why;
+    Record(std::move(event));
+    CompleteSend(qp, wqe, fails, 0);
+    // rxe: after an RNR wait the resend, and the NAK that ends it, run in
+    // the requester's task that the RNR timer scheduled; its completer
+    // fails the WR, and the requester, finding its QP in ERR, runs the
+    // completer again at once, which flushes the send queue before the
+    // responder's task flushes the receives (rxe_comp.c COMPST_ERROR,
+    // rxe_qp_error; rxe_req.c rxe_requester's err path). A WR that fails
+    // on the NAK to its first try (from ibv_post_send) or on its
+    // retransmit timer keeps the usual order. Found by the rnr programs
+    // (10000052: rnr_retry 2, RNR_RETRY_EXC_ERR, then the sends flushed
+    // before the receives).
+    if (fails == IBV_WC_RNR_RETRY_EXC_ERR && qp->rnr_retry > 0 &&
+        config_.personality.rnr_wait_runs_retransmit_timer) {
+      qp->flush_send_queue_first = true;
     }
-    head.rnr_retries_left--;
-  } else {
+    SetQpState(qp, IBV_QPS_ERR, why);
+    return;
+  }
+  if (qp->rnr_retry != 7) head.rnr_retries_left--;
+  if (timer_runs_out && !endless_transport) head.transport_retries++;
+  // Parked until a receive comes: nothing else ends the wait.
+  if (qp->rnr_retry == 7 && (!timer_runs_out || endless_transport)) {
     head.waiting_for_receive = true;
   }
   FakeNicEvent event;
@@ -1287,7 +1317,35 @@ void FakeNic::RnrNakHead(Qp* qp) {
   event.text = qp->rnr_retry == 7
                    ? "waiting for a receive (rnr_retry 7)"
                    : "retries left: " + std::to_string(head.rnr_retries_left);
+  if (timer_runs_out && !endless_transport) {
+    event.text += ", transport retries used: " +
+                  std::to_string(head.transport_retries);
+  }
   Record(std::move(event));
+}
+
+bool FakeNic::RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const {
+  const Personality& p = config_.personality;
+  if (!p.rnr_wait_runs_retransmit_timer || qp->attr.timeout == 0 ||
+      p.kernel_hz == 0) {
+    return false;  // timeout 0: rxe arms no retransmit timer
+  }
+  // rxe_comp.c rnrnak_usec: the IB spec's RNR timer table (9.7.5.2.8,
+  // table 45), in microseconds; 0 is the longest.
+  static const uint32_t kRnrUs[32] = {
+      655360, 10,    20,    30,    40,    60,     80,     120,
+      160,    240,   320,   480,   640,   960,    1280,   1920,
+      2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
+      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  const uint64_t jiffy_ns = 1000000000ull / p.kernel_hz;
+  // rxe_qp.c rxe_qp_from_attr: nsecs_to_jiffies(4096 << timeout), at least
+  // 1; rxe_comp.c rnrnak_jiffies: usecs_to_jiffies (rounds up), at least 1.
+  const uint64_t ack = std::max<uint64_t>(
+      1, (uint64_t{4096} << std::min<uint8_t>(qp->attr.timeout, 31)) /
+             jiffy_ns);
+  const uint64_t rnr = std::max<uint64_t>(
+      1, (uint64_t{kRnrUs[rnr_timer & 31]} * 1000 + jiffy_ns - 1) / jiffy_ns);
+  return ack < rnr;
 }
 
 bool FakeNic::ApplyExecuteHook(Qp* qp) {

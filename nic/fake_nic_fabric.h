@@ -153,7 +153,9 @@ struct AnswerFrame {
   };
   uint64_t token;
   uint32_t kind;
-  int32_t status;  // ibv_wc_status for the requester (kNak)
+  // ibv_wc_status for the requester (kNak); the RNR wait the NAK asks for,
+  // the responder's min_rnr_timer (kRnrNak).
+  int32_t status;
   // kRnrNak: the packets before the NAKed one; kNak: the NAKed packet;
   // kAck: the packets taken (RequestFrame::sent_packets).
   uint32_t acked_packets;

@@ -550,6 +550,10 @@ struct Qp {
   // A READ's answer ended it in error: entering ERR, the requester runs
   // twice (CompleteSend sets it, SetQpState spends it).
   bool requester_runs_twice_in_err = false;
+  // This move to ERR came inside a requester run an RNR timer started:
+  // the send queue flushes first, whatever Personality::
+  // flushes_receive_queue_first says (FakeNic::RnrNakHead).
+  bool flush_send_queue_first = false;
   uint32_t dest_qp_num = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:

@@ -60,6 +60,7 @@ Personality Personality::Rxe() {
   p.refusal_for_the_qp_leaves_bad_wr_null = true;
   p.queued_sends_wait_for_a_doorbell = true;
   p.local_error_behind_unanswered_wr_stalls = true;
+  p.rnr_wait_runs_retransmit_timer = true;
   p.dreq_waits_for_peer_disconnect = true;
   p.timewait_ms = 2048;  // cm_convert_to_ms(19)
   return p;

@@ -183,7 +183,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                                                    : "NAK remote access");
     if (answer == PacketAnswer::kRnrNak) {
       head.next_packet = i;  // the NAK acknowledged the packets before it
-      RnrNakHead(qp);
+      RnrNakHead(qp, responder->min_rnr_timer);
       return;
     }
     if (answer == PacketAnswer::kNakRemoteAccess) {
@@ -447,7 +447,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   if (rq.empty()) {
     RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
                  "RNR NAK");
-    RnrNakHead(qp);
+    RnrNakHead(qp, responder->min_rnr_timer);
     return;
   }
   head.waiting_for_receive = false;

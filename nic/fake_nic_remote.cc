@@ -679,7 +679,8 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
         return;
       }
       head.next_packet = a.acked_packets;
-      RnrNakHead(qp);
+      // An RNR NAK's `status` is the RNR wait it asks for (AETH timer).
+      RnrNakHead(qp, static_cast<uint8_t>(a.status & 31));
       return;
     }
     case AnswerFrame::kNak:
@@ -786,6 +787,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
             CheckWritePacket(responder, packet, r.rkey, r.remote_addr, length);
         if (verdict == PacketAnswer::kRnrNak) {
           answer->kind = AnswerFrame::kRnrNak;
+          answer->status = responder->min_rnr_timer;  // the NAK's timer
           answer->acked_packets = i;
           responder->remote_waits_for_receive = true;
           responder->resume_wr_id = r.wr_id;
@@ -831,6 +833,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     case IBV_WR_SEND_WITH_IMM: {
       if (rq.empty()) {
         answer->kind = AnswerFrame::kRnrNak;
+        answer->status = responder->min_rnr_timer;  // the NAK's timer
         answer->acked_packets = r.first_packet;
         responder->remote_waits_for_receive = true;
         return;

@@ -64,6 +64,8 @@ struct QpOptions {
   uint8_t connect_rnr_retry = 7;  // becomes the server QP's rnr_retry
   uint8_t accept_rnr_retry = 7;   // becomes the client QP's rnr_retry
   uint8_t retry_count = 7;
+  // The client's RDMA_OPTION_ID_ACK_TIMEOUT (0: rdma_cm's).
+  uint8_t ack_timeout = 0;
 };
 
 struct Host {
@@ -115,6 +117,13 @@ class FakeNicTest : public ::testing::Test {
     ASSERT_EQ(nic_->ResolveAddr(client_.id, kServerAddr, kPort, 1000), 0);
     ASSERT_EQ(nic_->ResolveRoute(client_.id, 1000), 0);
     ASSERT_EQ(nic_->MigrateId(client_.id, client_.cm_channel), 0);
+    if (options.ack_timeout != 0) {
+      uint8_t timeout = options.ack_timeout;
+      ASSERT_EQ(nic_->SetOption(client_.id, RDMA_OPTION_ID,
+                                RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                                sizeof(timeout)),
+                0);
+    }
     ibv_qp_init_attr attr = InitAttr(client_);
     ASSERT_EQ(nic_->CreateQp(client_.id, client_.pd, &attr), 0);
     client_.qp = client_.id->qp;
@@ -181,6 +190,27 @@ class FakeNicTest : public ::testing::Test {
     param.initiator_depth = 1;
     param.responder_resources = 1;
     ASSERT_EQ(nic_->Accept(server_.id, &param), 0);
+  }
+
+  // RxeRnrWaitLongerThanTheAckTimeoutCostsTransportRetries: a fresh NIC
+  // and connection; the client (ACK timeout 8, retry_cnt, rnr_retry)
+  // writes with imm to a server (min_rnr_timer) with no receive. The
+  // client's completion status, or -1 when none came.
+  int RnrCase(const Personality& personality, uint8_t rnr_retry,
+              uint8_t retry_cnt, uint8_t min_rnr_timer) {
+    QpOptions options;
+    options.accept_rnr_retry = rnr_retry;
+    options.retry_count = retry_cnt;
+    options.ack_timeout = 8;
+    ConnectHostsAs(personality, options);
+    ibv_qp_attr attr{};
+    attr.min_rnr_timer = min_rnr_timer;
+    EXPECT_EQ(nic_->ModifyQp(server_.qp, &attr, IBV_QP_MIN_RNR_TIMER), 0);
+    EXPECT_EQ(Write(1, 64, IBV_SEND_SIGNALED, IBV_WR_RDMA_WRITE_WITH_IMM), 0);
+    nic_->RunUntilIdle();
+    std::vector<ibv_wc> wcs = PollAll(client_.cq);
+    EXPECT_LE(wcs.size(), 1u);
+    return wcs.empty() ? -1 : static_cast<int>(wcs[0].status);
   }
 
   // A NIC of `personality`, then ConnectHosts.
@@ -1467,6 +1497,29 @@ TEST_F(FakeNicTest, RxeUnansweredDreqTimesOutWithEtimedout) {
   nic_->StopBackgroundProgress();
   nic_->RunUntilIdle();
   EXPECT_EQ(nic_->GetCmEvent(client_.cm_channel, &event), -1);
+}
+
+// rxe (Personality::rnr_wait_runs_retransmit_timer): a write with imm that
+// finds no receive, from a QP whose ACK timeout (8: 1 jiffy) is shorter
+// than the RNR wait the responder asks for. Each RNR cycle also costs a
+// transport retry, so the WR ends by whichever budget runs out first; with
+// an RNR wait no longer than the ACK timeout only rnr_retry counts. Returns
+// the client's completion status (-1: none, the WR waits for a receive).
+TEST_F(FakeNicTest, RxeRnrWaitLongerThanTheAckTimeoutCostsTransportRetries) {
+  const Personality rxe = Personality::Rxe();
+  // min_rnr_timer 18: 5.12 ms, 2 jiffies at HZ 250.
+  EXPECT_EQ(RnrCase(rxe, 3, 1, 18), IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(RnrCase(rxe, 1, 4, 18), IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(RnrCase(rxe, 2, 2, 18), IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(RnrCase(rxe, 7, 2, 18), IBV_WC_RETRY_EXC_ERR)
+      << "rnr_retry 7 still runs out of transport retries";
+  // min_rnr_timer 17: 3.84 ms, 1 jiffy, as the ACK timeout: the RNR timer
+  // wins (on rxe the two race), and only rnr_retry counts.
+  EXPECT_EQ(RnrCase(rxe, 3, 1, 17), IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(RnrCase(rxe, 7, 1, 17), -1);
+  // The spec personality counts RNR NAKs only.
+  EXPECT_EQ(RnrCase(Personality::Spec(), 3, 1, 18),
+            IBV_WC_RNR_RETRY_EXC_ERR);
 }
 
 // Once the DREQ is answered, both ids are in the IB CM's timewait and each

@@ -53,7 +53,8 @@ namespace {
 // kBadLkey and kOtherPdLkey (duplex programs only) spoil the source's last
 // SGE: its lkey XOR 0x5a5a, or the lkey of an MR over the same bytes in
 // another PD of the poster; kDeadRkey (duplex) names the target by the rkey
-// of an MR over it that was registered and deregistered.
+// of an MR over it that was registered and deregistered; kStaleRkey
+// (destroy programs) by the rkey its MR had before a kReregTarget step.
 enum class Fault {
   kNone,
   kBadRkey,
@@ -62,7 +63,8 @@ enum class Fault {
   kInline,
   kBadLkey,
   kOtherPdLkey,
-  kDeadRkey
+  kDeadRkey,
+  kStaleRkey
 };
 
 // What a WriteOp posts. The recorded programs (rxe's streams) are all
@@ -94,6 +96,11 @@ enum class StepKind {
   // Destroy programs: rdma_destroy_qp(server; reverse: client) mid-program;
   // nothing is posted to or by that QP afterwards, its CQ stays.
   kDestroyQp,
+  // Destroy programs: the target buffer's MR (the server's; reverse: the
+  // client's inbox) deregistered and registered again with the same
+  // access: a new rkey and lkey, which later WRs and receives use; WRs
+  // with Fault::kStaleRkey and receives posted before it keep the old.
+  kReregTarget,
 };
 
 struct Step {
@@ -126,6 +133,9 @@ struct Program {
   // ends in RETRY_EXC_ERR within a drain window on rxe too.
   uint8_t retry_cnt = 7;
   uint8_t ack_timeout = 0;
+  // Both QPs' min_rnr_timer (Flavour::kRnr); 0: the server's is 1 (0.01
+  // ms) and the client's rdma_cm's.
+  uint8_t min_rnr_timer = 0;
 };
 
 // Which programs Generate draws. Each flavour keeps its seeds' programs
@@ -143,8 +153,21 @@ struct Program {
 //    side's disconnect answering it (the CM events of each are compared:
 //    Personality::dreq_waits_for_peer_disconnect).
 //  - kDestroys: kDisconnects, where either QP may be destroyed
-//    (rdma_destroy_qp) at any point, with traffic towards it after that.
-enum class Flavour { kNarrow, kWide, kDuplex, kRetry, kDisconnects, kDestroys };
+//    (rdma_destroy_qp) at any point, with traffic towards it after that,
+//    and the targets' MRs re-registered.
+//  - kRnr: kRetry with rnr_retry 1-7 and an RNR wait (both QPs'
+//    min_rnr_timer) longer than the ACK timeout, fewer receives: WRs wait
+//    out RNR NAKs while rxe's retransmit timer runs (Personality::
+//    rnr_wait_runs_retransmit_timer).
+enum class Flavour {
+  kNarrow,
+  kWide,
+  kDuplex,
+  kRetry,
+  kDisconnects,
+  kDestroys,
+  kRnr
+};
 
 // splitmix64: the same numbers on every platform and compiler.
 class Rng {
@@ -245,6 +268,7 @@ int ActingQp(const Step& step) {
     case StepKind::kClientErr:
       return 0;
     case StepKind::kDisconnect:
+    case StepKind::kReregTarget:
       return -1;
   }
   return -1;
@@ -254,7 +278,8 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool wide = flavour != Flavour::kNarrow;
   const bool destroys = flavour == Flavour::kDestroys;
   const bool disconnects = flavour == Flavour::kDisconnects || destroys;
-  const bool retry = flavour == Flavour::kRetry || disconnects;
+  const bool rnr = flavour == Flavour::kRnr;
+  const bool retry = flavour == Flavour::kRetry || disconnects || rnr;
   const bool duplex = flavour == Flavour::kDuplex || retry;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
   Program p;
@@ -271,13 +296,30 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
     // the retransmit timer also runs while a WR waits out an RNR NAK and
     // counts retry_cnt down, so with a timer shorter than the RNR wait
     // (here) a WR ends in RETRY_EXC_ERR or RNR_RETRY_EXC_ERR by which
-    // budget runs out first (retry programs 7000045, 7000052 on rxe); the
-    // fake does not model that race (docs/fidelity.md).
+    // budget runs out first (retry programs 7000045, 7000052 on rxe). The
+    // fake models that now (Personality::rnr_wait_runs_retransmit_timer)
+    // and the rnr programs test it; these programs keep their seeds.
     static const uint8_t kRetryCounts[] = {0, 1, 2, 4, 6};
     p.retry_cnt = kRetryCounts[rng.Below(5)];
     p.ack_timeout = static_cast<uint8_t>(8 + rng.Below(3));
   }
+  if (rnr) {
+    // The ACK timeout above is 1 jiffy (HZ 250); an RNR wait of 5.12, 7.68
+    // or 10.24 ms is 2-3 jiffies, so rxe's retransmit timer runs out in
+    // every RNR wait, and a WR's (at most 8) RNR cycles end within ~100 ms,
+    // inside a drain window. An RNR wait of 1 jiffy races the timer on rxe
+    // and is not drawn.
+    p.rnr_retry = static_cast<uint8_t>(1 + rng.Below(7));
+    p.min_rnr_timer = static_cast<uint8_t>(18 + rng.Below(3));
+  }
   p.max_send_wr = rng.Chance(30) ? 4 : 16;
+  // After an RNR NAK rxe's requester goes on sending the WRs behind the
+  // waiting one, so when that one fails its index (Personality::
+  // sq_flush_follows_requester_index) stands past them, where the fake, one
+  // WR at a time, has it past the failed WR: a ring that wraps then flushes
+  // differently (rnr program 10000001: a 7-slot ring). Rnr programs keep
+  // the 16-deep queue.
+  if (rnr) p.max_send_wr = 16;
   const uint32_t steps = 1 + rng.Below(6) + (duplex ? rng.Below(4) : 0) +
                          (disconnects ? 2 + rng.Below(4) : 0);
   // wide: the percentage of ops that keep the fault drawn for them.
@@ -286,9 +328,11 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   // Retry programs: which QPs may be dead (the same bookkeeping, not a rule
   // the traffic keeps).
   DuplexGuard hazard;
-  // Destroy programs: the QPs destroyed so far ([0] client, [1] server).
+  // Destroy programs: the QPs destroyed so far ([0] client, [1] server),
+  // and the targets re-registered ([0] the server's, [1] the inbox).
   bool gone[2] = {false, false};
-  if (wide && rng.Chance(70)) {
+  bool reregistered[2] = {false, false};
+  if (wide && rng.Chance(rnr ? 30 : 70)) {
     // Receives first, so that more SENDs and writes with imm find one.
     Step recv;
     recv.kind = StepKind::kRecv;
@@ -308,6 +352,13 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
                                     1025, 2048, 4096, 65536, 3000};
   for (uint32_t s = 0; s < steps; ++s) {
     Step step;
+    if (destroys && rng.Chance(8)) {
+      step.kind = StepKind::kReregTarget;
+      step.reverse = rng.Chance(40);
+      reregistered[step.reverse] = true;
+      p.steps.push_back(step);
+      continue;
+    }
     if (destroys && rng.Chance(12)) {
       step.kind = StepKind::kDestroyQp;
       step.reverse = rng.Chance(40);
@@ -358,6 +409,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
         if (!guard.MayRun(step.reverse)) step.reverse = !step.reverse;
       }
       const uint32_t n = rng.Chance(15) ? 4 + rng.Below(8) : 1 + rng.Below(3);
+      bool may_wait_in_step = false;
       for (uint32_t i = 0; i < n; ++i) {
         WriteOp w;
         w.size = rng.Chance(70) ? kSizes[rng.Below(10)] : rng.Below(8193);
@@ -408,6 +460,10 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
             if (local >= 10 && local < 14 && w.kind != OpKind::kSend) {
               w.fault = Fault::kDeadRkey;
             }
+            if (local >= 14 && local < 40 && w.kind != OpKind::kSend &&
+                reregistered[step.reverse]) {
+              w.fault = Fault::kStaleRkey;
+            }
           }
           // Retry programs: no bad source once a QP may be dead. Behind a
           // WR nobody answers, rxe's requester fails such a WR and then
@@ -419,6 +475,17 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
               (w.fault == Fault::kBadLkey || w.fault == Fault::kOtherPdLkey)) {
             w.fault = Fault::kNone;
           }
+          // Rnr programs: nor on a WR that may wait out RNR NAKs (one that
+          // needs a receive), nor behind one in the same chain: rxe stalls
+          // the same way, the waiting WR never ends (rnr programs 10000013:
+          // a SEND whose later packet reads a bad SGE; 10000157).
+          const bool may_wait =
+              w.kind == OpKind::kSend || (w.kind == OpKind::kWrite && w.imm);
+          if (rnr && (may_wait || may_wait_in_step) &&
+              (w.fault == Fault::kBadLkey || w.fault == Fault::kOtherPdLkey)) {
+            w.fault = Fault::kNone;
+          }
+          may_wait_in_step = may_wait_in_step || may_wait;
         }
         step.writes.push_back(w);
       }
@@ -523,6 +590,8 @@ const char* FaultName(Fault f) {
       return "Fault::kOtherPdLkey";
     case Fault::kDeadRkey:
       return "Fault::kDeadRkey";
+    case Fault::kStaleRkey:
+      return "Fault::kStaleRkey";
   }
   return "?";
 }
@@ -559,6 +628,8 @@ const char* KindName(StepKind k) {
       return "StepKind::kDisconnect";
     case StepKind::kDestroyQp:
       return "StepKind::kDestroyQp";
+    case StepKind::kReregTarget:
+      return "StepKind::kReregTarget";
     case StepKind::kModifyState:
       return "StepKind::kModifyState";
   }
@@ -596,9 +667,10 @@ std::string AsCode(const Program& p) {
   if (p.duplex || p.ack_timeout != 0) {
     out << ", " << (p.duplex ? "true" : "false");
   }
-  if (p.ack_timeout != 0) {
+  if (p.ack_timeout != 0 || p.min_rnr_timer != 0) {
     out << ", " << int{p.retry_cnt} << ", " << int{p.ack_timeout};
   }
+  if (p.min_rnr_timer != 0) out << ", " << int{p.min_rnr_timer};
   out << "}";
   return out.str();
 }
@@ -970,11 +1042,17 @@ class RandomDifferential : public ConformanceTest {
     }
     // A short RNR timer (0.01 ms, IB spec table 45): an rnr_retry 7 write
     // waiting for a receive goes within any drain window once one is posted.
+    // Rnr programs set both QPs' to theirs.
     ibv_qp_attr timer{};
-    timer.min_rnr_timer = 1;
+    timer.min_rnr_timer = p.min_rnr_timer != 0 ? p.min_rnr_timer : 1;
     RecordPost(
         "modify server min_rnr_timer",
         nic(server()).ModifyQp(server().qp, &timer, IBV_QP_MIN_RNR_TIMER));
+    if (p.min_rnr_timer != 0) {
+      RecordPost(
+          "modify client min_rnr_timer",
+          nic(client()).ModifyQp(client().qp, &timer, IBV_QP_MIN_RNR_TIMER));
+    }
 
     // Atomics (wide programs only) need REMOTE_ATOMIC: an MR of their own
     // over the same buffer.
@@ -1099,6 +1177,10 @@ class RandomDifferential : public ConformanceTest {
             if (op.fault == Fault::kDeadRkey) {
               wrs[w].wr.rdma.rkey = dead_rkey_[rev];
             }
+            if (op.fault == Fault::kStaleRkey) {
+              wrs[w].wr.rdma.rkey =
+                  stale_rkey_[rev] != 0 ? stale_rkey_[rev] : dead_rkey_[rev];
+            }
             if (op.fault == Fault::kInline) {
               wrs[w].send_flags |= IBV_SEND_INLINE;
             }
@@ -1137,6 +1219,26 @@ class RandomDifferential : public ConformanceTest {
           Endpoint& side = step.reverse ? server() : client();
           RecordPost(step.reverse ? "disconnect server" : "disconnect client",
                      nic(side).Disconnect(side.id) == 0 ? 0 : errno);
+          break;
+        }
+        case StepKind::kReregTarget: {
+          // ibv_dereg_mr + ibv_reg_mr over the same bytes, same access.
+          Endpoint& side = step.reverse ? client() : server();
+          ibv_mr*& mr = step.reverse ? inbox_mr_ : server().mr;
+          void* addr = mr->addr;
+          const size_t length = mr->length;
+          stale_rkey_[step.reverse] = mr->rkey;
+          const int ret = nic(side).DeregMr(mr);
+          mr = nic(side).RegMr(side.pd, addr, length,
+                               IBV_ACCESS_LOCAL_WRITE |
+                                   IBV_ACCESS_REMOTE_WRITE |
+                                   IBV_ACCESS_REMOTE_READ);
+          if (mr == nullptr) {
+            ADD_FAILURE() << "ibv_reg_mr again failed";
+            return {};
+          }
+          RecordPost(step.reverse ? "rereg client inbox" : "rereg server buffer",
+                     ret);
           break;
         }
         case StepKind::kDestroyQp: {
@@ -1227,6 +1329,7 @@ class RandomDifferential : public ConformanceTest {
                                        IBV_ACCESS_REMOTE_READ);
       ASSERT_NE(mr, nullptr);
       dead_rkey_[s] = mr->rkey;
+      stale_rkey_[s] = 0;
       ASSERT_EQ(nic(side).DeregMr(mr), 0);
     }
   }
@@ -1281,6 +1384,8 @@ class RandomDifferential : public ConformanceTest {
   ibv_pd* other_pd_[2] = {nullptr, nullptr};  // [0] client, [1] server
   ibv_mr* other_pd_mr_[2] = {nullptr, nullptr};
   uint32_t dead_rkey_[2] = {0, 0};  // [0] the server's, [1] the inbox's
+  // Fault::kStaleRkey: each target's rkey before its last kReregTarget.
+  uint32_t stale_rkey_[2] = {0, 0};
 
   // A write WR (WriteWr, faults applied) made into op.kind: a SEND from the
   // same source bytes, a READ of the same remote range into the same offset
@@ -1708,6 +1813,22 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDestroyPrograms) {
                  EnvInt("RPMA_HARNESS_DESTROY_SEED", 9000001), "DESTROY");
 }
 
+// Rnr programs (Flavour::kRnr): retry programs with rnr_retry 1-7 and an RNR
+// wait longer than the ACK timeout, so rxe's retransmit timer runs out
+// while WRs wait out RNR NAKs. rxe's streams are in
+// tests/testdata/rxe_random_rnr_streams.txt.
+// env RPMA_HARNESS_RNR_PROGRAMS=N: the harness's own test: how many rnr
+//   programs FakeRxeAgreesWithRxeOnRnrPrograms compares (default 50; the
+//   recording holds seeds 10000001..10000050).
+// env RPMA_HARNESS_RNR_SEED=N: the harness's own test: the first rnr
+//   program's seed (default 10000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnRnrPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kRnr, EnvInt("RPMA_HARNESS_RNR_PROGRAMS", 50),
+                 EnvInt("RPMA_HARNESS_RNR_SEED", 10000001), "RNR");
+}
+
 // The fake in one process against the same fake as two NICs that meet only
 // through a fabric directory (two processes' path: request / answer frames,
 // the far responder), on wider programs than rxe's recording holds: SENDs,
@@ -1819,15 +1940,23 @@ TEST(RandomDifferentialGenerator, RetryProgramsSendTowardsDeadQps) {
   EXPECT_GT(breaking_the_duplex_rule, 100);
 }
 
-// Destroy programs destroy either QP, send towards a destroyed one, and
-// never name a destroyed QP in a verb of its own.
+// Destroy programs destroy either QP, send towards a destroyed one, never
+// name a destroyed QP in a verb of its own, and re-register the targets'
+// MRs, with WRs that name one by its old rkey.
 TEST(RandomDifferentialGenerator, DestroyProgramsSendTowardsDestroyedQps) {
-  int destroyed[2] = {0, 0}, traffic_towards = 0;
+  int destroyed[2] = {0, 0}, traffic_towards = 0, stale = 0;
   for (uint64_t seed = 9000001; seed < 9001001; ++seed) {
     const Program p = Generate(seed, Flavour::kDestroys);
     bool gone[2] = {false, false};
+    bool reregistered[2] = {false, false};
     bool counted = false;
     for (const Step& s : p.steps) {
+      if (s.kind == StepKind::kReregTarget) reregistered[s.reverse] = true;
+      for (const WriteOp& w : s.writes) {
+        if (w.fault != Fault::kStaleRkey) continue;
+        EXPECT_TRUE(reregistered[s.reverse]) << "a stale rkey before a rereg";
+        ++stale;
+      }
       const int acting = ActingQp(s);
       EXPECT_FALSE(acting >= 0 && gone[acting]) << AsCode(p);
       if (s.kind == StepKind::kDestroyQp) {
@@ -1843,6 +1972,24 @@ TEST(RandomDifferentialGenerator, DestroyProgramsSendTowardsDestroyedQps) {
   EXPECT_GT(destroyed[0], 100);
   EXPECT_GT(destroyed[1], 100);
   EXPECT_GT(traffic_towards, 100);
+  EXPECT_GT(stale, 50);  // WRs naming a re-registered MR by its old rkey
+}
+
+// Rnr programs wait out RNR NAKs with every rnr_retry class and an RNR wait
+// longer than the 1-jiffy ACK timeout.
+TEST(RandomDifferentialGenerator, RnrProgramsWaitOutRnrNaks) {
+  int by_rnr_retry[8] = {};
+  for (uint64_t seed = 10000001; seed < 10001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kRnr);
+    EXPECT_GE(p.rnr_retry, 1);
+    EXPECT_LE(p.rnr_retry, 7);
+    EXPECT_LE(p.ack_timeout, 10) << "1 jiffy at HZ 250";
+    EXPECT_GE(p.min_rnr_timer, 18) << "2 jiffies or more";
+    EXPECT_LE(p.min_rnr_timer, 20) << "8 RNR cycles within a drain window";
+    EXPECT_LT(p.retry_cnt, 7);
+    ++by_rnr_retry[p.rnr_retry];
+  }
+  for (int r = 1; r <= 7; ++r) EXPECT_GT(by_rnr_retry[r], 100) << r;
 }
 
 // Disconnect programs go on after a rdma_disconnect, and both sides
@@ -1952,8 +2099,8 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
     GTEST_SKIP() << "reads the recordings on a host";
   }
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
-  static const char* const kFlavours[] = {"RANDOM", "WIDE",       "DUPLEX",
-                                         "RETRY",  "DISCONNECT", "DESTROY"};
+  static const char* const kFlavours[] = {
+      "RANDOM", "WIDE", "DUPLEX", "RETRY", "DISCONNECT", "DESTROY", "RNR"};
   for (const char* flavour : kFlavours) {
     std::string name = flavour;
     for (char& c : name) c = static_cast<char>(std::tolower(c));

@@ -101,13 +101,13 @@ done
 
 status=0
 # random_differential_test: 200 random programs (and 18 regressions), 100
-# wide ones, 200 duplex ones, 100 retry ones, 50 disconnect ones and 50
-# destroy ones, each on rxe and on the fake in the VM (0.5-1 s a program
-# under TCG, 1-2 s a retry program: their drain windows outlast rxe's
-# retransmit timer; ~2-3 s a disconnect or destroy program: more steps, and
-# each rdma_disconnect's CM events are watched for).
+# wide ones, 200 duplex ones, 100 retry ones, 50 disconnect ones, 50 destroy
+# ones and 50 rnr ones, each on rxe and on the fake in the VM (0.5-1 s a
+# program under TCG, 1-2 s a retry or rnr program: their drain windows
+# outlast rxe's retransmit timer; ~2-3 s a disconnect or destroy program:
+# more steps, and each rdma_disconnect's CM events are watched for).
 tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
-  --timeout 1200 --binary-timeout 850 \
+  --timeout 1300 --binary-timeout 950 \
   --env RPMA_HARNESS_RANDOM_PROGRAMS=200 \
   --pairs "$out/pairs" "${binaries[@]}" "${plain[@]}" >"$out/run.log" 2>&1 || status=$?
 tr -d '\r' <"$out/vm/console.log" | grep -a "^random differential" >&2
@@ -182,7 +182,9 @@ fi
 # without their one-way rule, short ACK timeouts, RETRY_EXC_ERR;
 # DISCONNECT: retry programs with rdma_disconnect from either side at any
 # point, and the CM events each side gets; DESTROY: disconnect programs
-# that destroy either QP at any point, with traffic towards it): the host's
+# that destroy either QP at any point, with traffic towards it; RNR: retry
+# programs whose WRs wait out RNR NAKs while the retransmit timer runs):
+# the host's
 # random_differential_test holds the fake to them (in the VM it compares
 # rxe with the fake directly). PREFIX FILE: renewed with RECORD=1, else
 # live rxe must print it again.
@@ -191,7 +193,8 @@ for rec in RANDOM:tests/testdata/rxe_random_streams.txt \
   DUPLEX:tests/testdata/rxe_random_duplex_streams.txt \
   RETRY:tests/testdata/rxe_random_retry_streams.txt \
   DISCONNECT:tests/testdata/rxe_random_disconnect_streams.txt \
-  DESTROY:tests/testdata/rxe_random_destroy_streams.txt; do
+  DESTROY:tests/testdata/rxe_random_destroy_streams.txt \
+  RNR:tests/testdata/rxe_random_rnr_streams.txt; do
   IFS=: read -r prefix recording <<<"$rec"
   grep -a "^$prefix " "$out/vm/console.log" | tr -d '\r' >"$out/$prefix.txt"
   if [ "${RECORD:-0}" = 1 ]; then
