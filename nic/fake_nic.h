@@ -1055,6 +1055,9 @@ class FakeNic final : public VerbsBackend {
   // used (or parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR
   // (or, Personality::rnr_wait_runs_retransmit_timer, RETRY_EXC_ERR).
   void RnrNakHead(Qp* qp, uint8_t rnr_timer);
+  // The head WR completes with `status` (recorded as executed, `why`) and,
+  // unless it succeeded, the QP goes to ERR.
+  void FailHead(Qp* qp, ibv_wc_status status, const char* why);
   // Personality::rnr_wait_runs_retransmit_timer: whether `qp`'s ACK
   // timeout runs out before an RNR wait of `rnr_timer`.
   bool RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const;

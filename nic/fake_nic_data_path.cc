@@ -884,20 +884,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   const uint32_t qp_num = qp->base.qp_num;
 
   auto fail = [&](ibv_wc_status status, const char* why) {
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    FakeNicEvent event;
-    event.kind = FakeNicEvent::Kind::kExecute;
-    event.qp_num = qp_num;
-    event.wr_id = wqe.wr_id;
-    event.opcode = wqe.opcode;
-    event.status = status;
-    event.text = why;
-    Record(std::move(event));
-    CompleteSend(qp, wqe, status, 0);
-    // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
-    // do_complete, then rxe_qp_error); the rest of the queue then flushes.
-    if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+    FailHead(qp, status, why);
   };
 
   // An inline READ or atomic (taken at post only by a personality with
@@ -1272,20 +1259,6 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
         fake_nic_internal::PacketCount(
             head.total_length(),
             fake_nic_internal::MtuBytes(qp->attr.path_mtu));
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    const char* why = fails == IBV_WC_RNR_RETRY_EXC_ERR
-                          ? "RNR retries exhausted"
-                          : "transport retries exhausted during RNR waits";
-    FakeNicEvent event;
-    event.kind = FakeNicEvent::Kind::kExecute;
-    event.qp_num = qp_num;
-    event.wr_id = wqe.wr_id;
-    event.opcode = wqe.opcode;
-    event.status = fails;
-    event.text = why;
-    Record(std::move(event));
-    CompleteSend(qp, wqe, fails, 0);
     // rxe: after an RNR wait the resend, and the NAK that ends it, run in
     // the requester's task that the RNR timer scheduled; its completer
     // fails the WR, and the requester, finding its QP in ERR, runs the
@@ -1300,7 +1273,10 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
         config_.personality.rnr_wait_runs_retransmit_timer) {
       qp->flush_send_queue_first = true;
     }
-    SetQpState(qp, IBV_QPS_ERR, why);
+    FailHead(qp, fails,
+             fails == IBV_WC_RNR_RETRY_EXC_ERR
+                 ? "RNR retries exhausted"
+                 : "transport retries exhausted during RNR waits");
     return;
   }
   if (qp->rnr_retry != 7) head.rnr_retries_left--;
@@ -1322,6 +1298,23 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
                   std::to_string(head.transport_retries);
   }
   Record(std::move(event));
+}
+
+void FakeNic::FailHead(Qp* qp, ibv_wc_status status, const char* why) {
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  FakeNicEvent event;
+  event.kind = FakeNicEvent::Kind::kExecute;
+  event.qp_num = qp->base.qp_num;
+  event.wr_id = wqe.wr_id;
+  event.opcode = wqe.opcode;
+  event.status = status;
+  event.text = why;
+  Record(std::move(event));
+  CompleteSend(qp, wqe, status, 0);
+  // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
+  // do_complete, then rxe_qp_error); the rest of the queue then flushes.
+  if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
 }
 
 bool FakeNic::RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const {
