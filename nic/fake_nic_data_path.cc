@@ -1303,14 +1303,7 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
 void FakeNic::FailHead(Qp* qp, ibv_wc_status status, const char* why) {
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
-  FakeNicEvent event;
-  event.kind = FakeNicEvent::Kind::kExecute;
-  event.qp_num = qp->base.qp_num;
-  event.wr_id = wqe.wr_id;
-  event.opcode = wqe.opcode;
-  event.status = status;
-  event.text = why;
-  Record(std::move(event));
+  RecordExecuted(qp, wqe, status, why);
   CompleteSend(qp, wqe, status, 0);
   // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
   // do_complete, then rxe_qp_error); the rest of the queue then flushes.
