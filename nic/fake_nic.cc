@@ -330,6 +330,18 @@ void FakeNic::SetQpState(Qp* qp, ibv_qp_state state, const char* why) {
   qp->requester_runs_twice_in_err = false;
   if (qp->base.state == state) return;
   if (state != IBV_QPS_ERR) qp->flush_send_queue_first = false;
+  // A head still waiting when its QP leaves for ERR (an RNR wait, parked
+  // with rnr_retry 7, or unanswered): rxe's requester had sent the WRs
+  // behind it, and rxe_qp_error's requester run starts from there. Found by
+  // random program 808 (rnr_retry 7, six WRs in a seven-slot ring, the
+  // client moved to ERR: three posted after flushed on rxe).
+  if (state == IBV_QPS_ERR && !qp->sq.empty()) {
+    const fake_nic_internal::SendWqe& head = qp->sq.front();
+    if (head.rnr_started || head.waiting_for_receive ||
+        (head.in_flight && !head.stalled())) {
+      RequesterSentPastHead(qp);
+    }
+  }
   qp->base.state = state;
   if (state == IBV_QPS_ERR) qp->RunErrorTasks(runs_twice);
   // The QP may have work now (RTS, or ERR with queued WRs to flush), and so

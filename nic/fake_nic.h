@@ -1055,9 +1055,21 @@ class FakeNic final : public VerbsBackend {
   // used (or parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR
   // (or, Personality::rnr_wait_runs_retransmit_timer, RETRY_EXC_ERR).
   void RnrNakHead(Qp* qp, uint8_t rnr_timer);
-  // The head WR completes with `status` (recorded as executed, `why`) and,
-  // unless it succeeded, the QP goes to ERR.
-  void FailHead(Qp* qp, ibv_wc_status status, const char* why);
+  // rxe's requester does not wait on a head WR that is answered late or
+  // never (an RNR NAK it waits out, a request nobody answers): it sends
+  // the head whole and goes on with the WRs behind it. When such a head
+  // ends, or its QP is moved to ERR while it waits, the requester's index
+  // (Personality::sq_flush_follows_requester_index) has passed the head
+  // and WrsRequesterSendsBehindHead more (once per head: Qp::head_passed).
+  void RequesterSentPastHead(Qp* qp);
+  // How many WRs behind the head rxe's requester sends in one run (rxe_req.c
+  // rxe_requester): up to the producer, stopping at a fenced WR
+  // (req_next_wqe), at a READ or atomic past max_rd_atomic
+  // (check_init_depth) and past RXE_MAX_UNACKED_PSNS packets.
+  size_t WrsRequesterSendsBehindHead(const Qp* qp) const;
+  // The head WR's request went unanswered and its transport retries ran
+  // out: RETRY_EXC_ERR (rxe_comp.c COMPST_ERROR_RETRY), the QP to ERR.
+  void EndUnansweredHead(Qp* qp, const char* why);
   // Personality::rnr_wait_runs_retransmit_timer: whether `qp`'s ACK
   // timeout runs out before an RNR wait of `rnr_timer`.
   bool RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const;
@@ -1258,8 +1270,6 @@ class FakeNic final : public VerbsBackend {
   // QP to ERR).
   void EndHeadWr(Qp* qp, ibv_wc_status status, const char* why,
                  uint32_t byte_len = 0);
-  // The head WR in flight to a dead peer ends (peer death).
-  void FailInFlight(Qp* qp, ibv_wc_status status, const char* why);
   // The head WR's request went unanswered (the responder QP is gone, not
   // yet RTR, or its process closed the link). True: the requester's
   // transport timer runs (in real time, for an ibv_modify_qp QP on a NIC

@@ -817,8 +817,10 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
   // sent (update_state), or on a local error (the err path); a NAK of an
   // earlier packet leaves it there (Personality::
   // sq_flush_follows_requester_index).
-  if (status == IBV_WC_SUCCESS ||
-      (status != IBV_WC_WR_FLUSH_ERR && qp->failed_on_last_packet)) {
+  if (qp->head_passed) {
+    qp->head_passed = false;  // passed already, when the requester sent on
+  } else if (status == IBV_WC_SUCCESS ||
+             (status != IBV_WC_WR_FLUSH_ERR && qp->failed_on_last_packet)) {
     qp->AdvanceRequesterIndex();
   }
   qp->failed_on_last_packet = true;
@@ -884,7 +886,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   const uint32_t qp_num = qp->base.qp_num;
 
   auto fail = [&](ibv_wc_status status, const char* why) {
-    FailHead(qp, status, why);
+    EndHeadWr(qp, status, why);
   };
 
   // An inline READ or atomic (taken at post only by a personality with
@@ -967,7 +969,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     }
     if (StallsBehindUnansweredHead(qp)) return;
     if (!RequesterWaitsForRetransmit(qp, refused)) {
-      fail(IBV_WC_RETRY_EXC_ERR, refused);
+      EndUnansweredHead(qp, refused);
     }
     return;
   }
@@ -1273,10 +1275,18 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
         config_.personality.rnr_wait_runs_retransmit_timer) {
       qp->flush_send_queue_first = true;
     }
-    FailHead(qp, fails,
-             fails == IBV_WC_RNR_RETRY_EXC_ERR
-                 ? "RNR retries exhausted"
-                 : "transport retries exhausted during RNR waits");
+    // A WR that waited out an RNR NAK (rnr_retry > 0; it fails at its first
+    // NAK otherwise): the completer that took the NAK only armed the RNR
+    // timer, and the requester went on with the WRs behind it (after each
+    // timer it resends the head whole and them again: rxe_req.c req_retry
+    // puts req.wqe_index back at the consumer). Found by the rnr programs
+    // (10000001: seven WRs in a seven-slot ring; three posted in ERR after
+    // the head's end flushed on rxe and stayed queued on the fake).
+    if (qp->rnr_retry > 0) RequesterSentPastHead(qp);
+    EndHeadWr(qp, fails,
+              fails == IBV_WC_RNR_RETRY_EXC_ERR
+                  ? "RNR retries exhausted"
+                  : "transport retries exhausted during RNR waits");
     return;
   }
   if (qp->rnr_retry != 7) head.rnr_retries_left--;
@@ -1300,14 +1310,43 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   Record(std::move(event));
 }
 
-void FakeNic::FailHead(Qp* qp, ibv_wc_status status, const char* why) {
-  SendWqe wqe = std::move(qp->sq.front());
-  qp->sq.pop_front();
-  RecordExecuted(qp, wqe, status, why);
-  CompleteSend(qp, wqe, status, 0);
-  // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
-  // do_complete, then rxe_qp_error); the rest of the queue then flushes.
-  if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
+size_t FakeNic::WrsRequesterSendsBehindHead(const Qp* qp) const {
+  constexpr uint32_t kMaxUnackedPsns = 128;  // rxe_param.h
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const auto reads = [](const SendWqe& wqe) {
+    return wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode);
+  };
+  const auto packets = [&](const SendWqe& wqe) {
+    return reads(wqe) ? 1u
+                      : fake_nic_internal::PacketCount(wqe.total_length(), mtu);
+  };
+  uint32_t psns = packets(qp->sq.front());
+  uint32_t rd_atomic = qp->attr.max_rd_atomic;
+  if (reads(qp->sq.front()) && rd_atomic > 0) rd_atomic--;
+  size_t sent = 0;
+  for (size_t i = 1; i < qp->sq.size(); ++i) {
+    const SendWqe& wqe = qp->sq.at(i);
+    if ((wqe.send_flags & IBV_SEND_FENCE) || psns > kMaxUnackedPsns) break;
+    if (reads(wqe)) {
+      if (rd_atomic == 0) break;
+      rd_atomic--;
+    }
+    psns += packets(wqe);
+    sent++;
+  }
+  return sent;
+}
+
+void FakeNic::RequesterSentPastHead(Qp* qp) {
+  if (qp->sq_ring_slots == 0 || qp->sq.empty() || qp->head_passed) return;
+  const size_t behind = WrsRequesterSendsBehindHead(qp);
+  for (size_t i = 0; i <= behind; ++i) qp->AdvanceRequesterIndex();
+  qp->head_passed = true;
+}
+
+void FakeNic::EndUnansweredHead(Qp* qp, const char* why) {
+  RequesterSentPastHead(qp);
+  EndHeadWr(qp, IBV_WC_RETRY_EXC_ERR, why);
 }
 
 bool FakeNic::RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const {

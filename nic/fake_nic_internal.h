@@ -554,6 +554,10 @@ struct Qp {
   // the send queue flushes first, whatever Personality::
   // flushes_receive_queue_first says (FakeNic::RnrNakHead).
   bool flush_send_queue_first = false;
+  // The requester's index has already passed the head WR, and the WRs it
+  // sent behind it (FakeNic::RequesterSentPastHead): the head's completion
+  // does not move it again (CompleteSend clears it).
+  bool head_passed = false;
   uint32_t dest_qp_num = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:

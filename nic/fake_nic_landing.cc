@@ -125,6 +125,7 @@ void FakeNic::LandNextPiece(Qp* qp) {
   const char* refused = nullptr;
   if (CheckRequest(responder, head.opcode, &refused) ==
       RequestVerdict::kNoAnswer) {
+    RequesterSentPastHead(qp);
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     const char* why = "responder stopped answering while the write landed";

@@ -286,6 +286,7 @@ void FakeNic::ResetQpQueues(Qp* qp) {
   // rxe_qp.c rxe_qp_reset: the rings start over.
   qp->sq_prod = 0;
   qp->req_index = 0;
+  qp->head_passed = false;
   qp->sq_flushable = 0;
   DetachFromPeer(qp);
   UnlinkVerbsQp(qp);  // a QP made with ibv_create_qp connects again at RTR

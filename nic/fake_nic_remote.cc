@@ -357,14 +357,11 @@ void FakeNic::EndHeadWr(Qp* qp, ibv_wc_status status, const char* why,
   qp->sq.pop_front();
   RecordExecuted(qp, wqe, status, why);
   CompleteSend(qp, wqe, status, byte_len);
-  // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR).
+  // A completion error moves the QP to ERR (rxe_comp.c COMPST_ERROR:
+  // do_complete, then rxe_qp_error); the rest of the queue then flushes.
   if (status != IBV_WC_SUCCESS) SetQpState(qp, IBV_QPS_ERR, why);
 }
 
-void FakeNic::FailInFlight(Qp* qp, ibv_wc_status status, const char* why) {
-  if (qp->sq.empty() || !qp->sq.front().in_flight) return;
-  EndHeadWr(qp, status, why);
-}
 
 // The QP's peer process is gone (its CM id's link or a verbs QP's link
 // closed). Requests to a QP that is gone are never answered: one in flight
@@ -424,7 +421,7 @@ void FakeNic::RequesterTimesOut(Qp* qp, const std::string& why) {
   // As in one process (ExecuteSendWqe's no-answer branch).
   if (StallsBehindUnansweredHead(qp)) return;
   if (RequesterWaitsForRetransmit(qp, why)) return;
-  EndHeadWr(qp, IBV_WC_RETRY_EXC_ERR, why.c_str());
+  EndUnansweredHead(qp, why.c_str());
 }
 
 void FakeNic::FireTransportTimersLocked() {
@@ -442,7 +439,7 @@ void FakeNic::FireTransportTimersLocked() {
     const bool endless = qp->retry_cnt == 7 &&
         config_.personality.transport_retry_7_never_runs_out;
     if (!endless && qp->sq.front().transport_retries >= qp->retry_cnt) {
-      FailInFlight(qp, IBV_WC_RETRY_EXC_ERR, timer.why.c_str());
+      EndUnansweredHead(qp, timer.why.c_str());
       MarkMaybeReady(qp);
       continue;
     }

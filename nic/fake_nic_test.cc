@@ -2608,6 +2608,23 @@ class SendFlushInErrTest : public FakeNicTest {
     return nic_->PostSend(client_.qp, &wrs[0], &bad);
   }
 
+  // A SEND of `length` bytes (wr_id 1) and `writes` writes behind it, none
+  // run before RunUntilIdle (manual mode), as if posted at once.
+  void PostSendAndWrites(uint32_t length, int writes) {
+    ASSERT_LE(length, client_.buf.size());
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(client_.buf.data()), length,
+                   client_.mr->lkey};
+    ibv_send_wr send{};
+    send.wr_id = 1;
+    send.opcode = IBV_WR_SEND;
+    send.send_flags = IBV_SEND_SIGNALED;
+    send.sg_list = &sge;
+    send.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(nic_->PostSend(client_.qp, &send, &bad), 0);
+    ASSERT_EQ(PostChain(2, writes), 0);
+  }
+
   // Connects with a 4-WR send queue (7 slots granted on rxe: an 8-slot
   // ring), then breaks the client QP with a one-packet write to a bad rkey.
   void ConnectAndFail(const Personality& personality) {
@@ -2669,21 +2686,9 @@ TEST_F(SendFlushInErrTest, RxeRnrAtASendsFirstPacketLeavesTheIndexOnIt) {
   ibv_qp_init_attr init{};
   ASSERT_EQ(nic_->QueryQp(client_.qp, &attr, IBV_QP_PATH_MTU, &init), 0);
   const uint32_t mtu = 128u << attr.path_mtu;
-  ASSERT_LT(mtu, client_.buf.size());
-  // A SEND of MTU + 1 bytes (two packets) and six writes, none run before
-  // RunUntilIdle (manual mode), as if posted at once; the server has no
-  // receive.
-  ibv_sge send_sge = {reinterpret_cast<uintptr_t>(client_.buf.data()),
-                      mtu + 1, client_.mr->lkey};
-  ibv_send_wr send{};
-  send.wr_id = 1;
-  send.opcode = IBV_WR_SEND;
-  send.send_flags = IBV_SEND_SIGNALED;
-  send.sg_list = &send_sge;
-  send.num_sge = 1;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(nic_->PostSend(client_.qp, &send, &bad), 0);
-  ASSERT_EQ(PostChain(2, 6), 0);
+  // A SEND of MTU + 1 bytes (two packets) and six writes; the server has
+  // no receive.
+  PostSendAndWrites(mtu + 1, 6);
   nic_->RunUntilIdle();
   std::vector<ibv_wc> wcs = PollAll(client_.cq);
   ASSERT_EQ(wcs.size(), 7u);
@@ -2691,6 +2696,83 @@ TEST_F(SendFlushInErrTest, RxeRnrAtASendsFirstPacketLeavesTheIndexOnIt) {
   // Index 1 (the SEND's err path), producer 7: two more bring the
   // producer to 9, slot 1, where the index is: not flushed.
   ASSERT_EQ(PostChain(10, 2), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 0u);
+}
+
+// A head WR answered late or never does not stop rxe's requester: it sends
+// the WRs behind it too, so when the head ends its index stands past all of
+// them (FakeNic::RequesterSentPastHead; rnr program 10000001). Seven WRs in
+// the 8-slot ring: the index ends at the producer, 7, and the three WRs
+// posted next (producer 2) flush. Had the index stopped past the head (2
+// once the move to ERR ran the requester), the three would wrap onto it
+// and stay queued.
+class SentPastHeadTest : public SendFlushInErrTest {
+ protected:
+  // rxe, a 4-WR send queue (an 8-slot ring), the client's rnr_retry.
+  void Connect(uint8_t rnr_retry) {
+    QpOptions options;
+    options.max_send_wr = 4;
+    options.accept_rnr_retry = rnr_retry;
+    ConnectHostsAs(Personality::Rxe(), options);
+  }
+
+  void MoveToErr(ibv_qp* qp) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(nic_->ModifyQp(qp, &attr, IBV_QP_STATE), 0);
+  }
+
+  // PostSendAndWrites(8, 6), run until the SEND ends with `status`.
+  void SendThenWrites(ibv_wc_status status) {
+    PostSendAndWrites(8, 6);
+    nic_->RunUntilIdle();
+    std::vector<ibv_wc> wcs = PollAll(client_.cq);
+    ASSERT_EQ(wcs.size(), 7u);
+    EXPECT_EQ(wcs[0].status, status);
+    for (size_t i = 1; i < wcs.size(); ++i) {
+      EXPECT_EQ(wcs[i].status, IBV_WC_WR_FLUSH_ERR);
+    }
+  }
+};
+
+TEST_F(SentPastHeadTest, RxeHeadThatWaitedOutRnrNaks) {
+  Connect(1);  // one RNR wait
+  SendThenWrites(IBV_WC_RNR_RETRY_EXC_ERR);  // the server has no receive
+  ASSERT_EQ(PostChain(10, 3), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 3u);
+}
+
+TEST_F(SentPastHeadTest, RxeUnansweredHead) {
+  Connect(0);
+  // A responder in ERR drops requests (rxe_recv.c check_type_state): the
+  // SEND times out (at once on a stepped NIC).
+  MoveToErr(server_.qp);
+  SendThenWrites(IBV_WC_RETRY_EXC_ERR);
+  ASSERT_EQ(PostChain(10, 3), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 3u);
+}
+
+// Moved to ERR while its head waits (rnr_retry 7: parked until a receive
+// comes), the requester had sent on too (random program 808).
+TEST_F(SentPastHeadTest, RxeQpMovedToErrWhileItsHeadWaits) {
+  Connect(7);
+  PostSendAndWrites(8, 5);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(client_.cq).empty());  // the SEND waits for a receive
+  MoveToErr(client_.qp);
+  EXPECT_EQ(FlushedAfterRunning(), 6u);
+  // Index 6, at the producer; the three bring the producer to 1. Had the
+  // index stopped on the SEND, the move to ERR would have put it at 1.
+  ASSERT_EQ(PostChain(10, 3), 0);
+  EXPECT_EQ(FlushedAfterRunning(), 3u);
+}
+
+// A head that fails at its first answer stops the requester there: with
+// rnr_retry 0 the three wrap onto the index and stay queued.
+TEST_F(SentPastHeadTest, RxeHeadRefusedAtOnceLeavesTheIndexPastIt) {
+  Connect(0);
+  SendThenWrites(IBV_WC_RNR_RETRY_EXC_ERR);
+  ASSERT_EQ(PostChain(10, 3), 0);
   EXPECT_EQ(FlushedAfterRunning(), 0u);
 }
 

@@ -312,14 +312,11 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
     p.rnr_retry = static_cast<uint8_t>(1 + rng.Below(7));
     p.min_rnr_timer = static_cast<uint8_t>(18 + rng.Below(3));
   }
+  // 4: a send ring that wraps within a program. Rnr programs kept the
+  // 16-deep queue until the fake modelled where rxe's requester index stands
+  // after an RNR wait (FakeNic::WrsRequesterSendsBehindHead; rnr program
+  // 10000001, a seven-slot ring).
   p.max_send_wr = rng.Chance(30) ? 4 : 16;
-  // After an RNR NAK rxe's requester goes on sending the WRs behind the
-  // waiting one, so when that one fails its index (Personality::
-  // sq_flush_follows_requester_index) stands past them, where the fake, one
-  // WR at a time, has it past the failed WR: a ring that wraps then flushes
-  // differently (rnr program 10000001: a 7-slot ring). Rnr programs keep
-  // the 16-deep queue.
-  if (rnr) p.max_send_wr = 16;
   const uint32_t steps = 1 + rng.Below(6) + (duplex ? rng.Below(4) : 0) +
                          (disconnects ? 2 + rng.Below(4) : 0);
   // wide: the percentage of ops that keep the fault drawn for them.
@@ -981,6 +978,73 @@ std::vector<Program> RegressionPrograms() {
               true,
               6,
               9},
+      // The server's QP goes to ERR on an RNR NAK; the client's writes
+      // towards it time out with WRs behind them that rxe's requester had
+      // already sent, so its index stood past them and the ring slots they
+      // held were free again: a post of eight WRs into the client's
+      // seven-slot ring was accepted on rxe and refused (ENOMEM) on the
+      // fake (FakeNic::RequesterSentPastHead). Retry program 7000236.
+      Program{1000019, 0, 4,
+              {Step{StepKind::kRecv, 8, {}, 16384},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{1025, false, false, Fault::kNone, 37582}}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{64, true, true, Fault::kNone, 46416,
+                             OpKind::kSend, 3},
+                     WriteOp{4096, false, false, Fault::kNone, 19949},
+                     WriteOp{0, true, true, Fault::kNone, 61585}},
+                    0, true},
+               Step{StepKind::kRecv, 1, {}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{4690, true, true, Fault::kNone, 28403,
+                             OpKind::kSend},
+                     WriteOp{1024, true, false, Fault::kNone, 58883},
+                     WriteOp{1024, true, true, Fault::kNone, 11259,
+                             OpKind::kRead}}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{1025, true, true, Fault::kNone, 12822,
+                             OpKind::kRead, 3},
+                     WriteOp{7921, false, true, Fault::kNone, 14329,
+                             OpKind::kWrite, 2},
+                     WriteOp{1023, true, true, Fault::kNone, 17365,
+                             OpKind::kRead},
+                     WriteOp{3000, true, true, Fault::kNone, 32214,
+                             OpKind::kSend, 2},
+                     WriteOp{64, true, true, Fault::kNone, 1787, OpKind::kRead},
+                     WriteOp{1025, true, true, Fault::kNone, 46977,
+                             OpKind::kRead},
+                     WriteOp{2048, false, true, Fault::kNone, 51997,
+                             OpKind::kSend},
+                     WriteOp{3340, false, true, Fault::kNone, 31638,
+                             OpKind::kSend, 2}}},
+               Step{StepKind::kRecv, 3, {}, 4096, true, 2},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{8, true, true, Fault::kNone, 45136,
+                             OpKind::kCmpSwap},
+                     WriteOp{8, true, false, Fault::kNone, 46232,
+                             OpKind::kFetchAdd}}}},
+              true, 1, 8},
+      // The client's head waits for a receive (rnr_retry 7) with five
+      // writes behind it in a seven-slot ring when the client is moved to
+      // ERR: rxe's requester had sent them, so three posted after flush
+      // there and stayed queued on the fake (FakeNic::SetQpState's
+      // RequesterSentPastHead). Random program 808, shrunk.
+      Program{1000020, 7, 4,
+              {Step{StepKind::kWrites, 0,
+                    {WriteOp{0, true, true, Fault::kNone, 0},
+                     WriteOp{0, false, true, Fault::kNone, 0}}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, false, true, Fault::kNone, 0},
+                     WriteOp{0, false, true, Fault::kNone, 0}}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, false, true, Fault::kNone, 0}}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, false, true, Fault::kNone, 0}}},
+               Step{StepKind::kClientErr, 0, {}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, false, true, Fault::kNone, 0},
+                     WriteOp{0, false, true, Fault::kNone, 0},
+                     WriteOp{0, false, true, Fault::kNone, 0}}}}},
   };
 }
 
