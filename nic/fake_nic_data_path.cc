@@ -817,7 +817,9 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
   // sent (update_state), or on a local error (the err path); a NAK of an
   // earlier packet leaves it there (Personality::
   // sq_flush_follows_requester_index).
-  if (qp->head_passed) {
+  // (sq_ring_slots first: a hot member, and 0 where no ring is modelled,
+  // so the cold head_passed is not read on that path.)
+  if (qp->sq_ring_slots != 0 && qp->head_passed) {
     qp->head_passed = false;  // passed already, when the requester sent on
   } else if (status == IBV_WC_SUCCESS ||
              (status != IBV_WC_WR_FLUSH_ERR && qp->failed_on_last_packet)) {
@@ -1308,45 +1310,6 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
                   std::to_string(head.transport_retries);
   }
   Record(std::move(event));
-}
-
-size_t FakeNic::WrsRequesterSendsBehindHead(const Qp* qp) const {
-  constexpr uint32_t kMaxUnackedPsns = 128;  // rxe_param.h
-  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
-  const auto reads = [](const SendWqe& wqe) {
-    return wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode);
-  };
-  const auto packets = [&](const SendWqe& wqe) {
-    return reads(wqe) ? 1u
-                      : fake_nic_internal::PacketCount(wqe.total_length(), mtu);
-  };
-  uint32_t psns = packets(qp->sq.front());
-  uint32_t rd_atomic = qp->attr.max_rd_atomic;
-  if (reads(qp->sq.front()) && rd_atomic > 0) rd_atomic--;
-  size_t sent = 0;
-  for (size_t i = 1; i < qp->sq.size(); ++i) {
-    const SendWqe& wqe = qp->sq.at(i);
-    if ((wqe.send_flags & IBV_SEND_FENCE) || psns > kMaxUnackedPsns) break;
-    if (reads(wqe)) {
-      if (rd_atomic == 0) break;
-      rd_atomic--;
-    }
-    psns += packets(wqe);
-    sent++;
-  }
-  return sent;
-}
-
-void FakeNic::RequesterSentPastHead(Qp* qp) {
-  if (qp->sq_ring_slots == 0 || qp->sq.empty() || qp->head_passed) return;
-  const size_t behind = WrsRequesterSendsBehindHead(qp);
-  for (size_t i = 0; i <= behind; ++i) qp->AdvanceRequesterIndex();
-  qp->head_passed = true;
-}
-
-void FakeNic::EndUnansweredHead(Qp* qp, const char* why) {
-  RequesterSentPastHead(qp);
-  EndHeadWr(qp, IBV_WC_RETRY_EXC_ERR, why);
 }
 
 bool FakeNic::RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const {
