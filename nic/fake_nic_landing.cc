@@ -125,17 +125,12 @@ void FakeNic::LandNextPiece(Qp* qp) {
   const char* refused = nullptr;
   if (CheckRequest(responder, head.opcode, &refused) ==
       RequestVerdict::kNoAnswer) {
-    RequesterSentPastHead(qp);
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    const char* why = "responder stopped answering while the write landed";
-    if (wqe.landing->took_receive && responder != nullptr) {
-      CompleteReceive(responder, receive(), wqe, IBV_WC_WR_FLUSH_ERR,
+    if (l.took_receive && responder != nullptr) {
+      CompleteReceive(responder, receive(), head, IBV_WC_WR_FLUSH_ERR,
                       IBV_WC_RECV_RDMA_WITH_IMM, 0);
     }
-    RecordExecuted(qp, wqe, IBV_WC_RETRY_EXC_ERR, why);
-    CompleteSend(qp, wqe, IBV_WC_RETRY_EXC_ERR, 0);
-    SetQpState(qp, IBV_QPS_ERR, why);
+    EndUnansweredHead(qp,
+                      "responder stopped answering while the write landed");
     return;
   }
   const PendingLanding::Piece piece = l.pieces[l.next];

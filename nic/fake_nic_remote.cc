@@ -365,21 +365,24 @@ void FakeNic::EndHeadWr(Qp* qp, ibv_wc_status status, const char* why,
 size_t FakeNic::WrsRequesterSendsBehindHead(const Qp* qp) const {
   constexpr uint32_t kMaxUnackedPsns = 128;  // rxe_param.h
   const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
-  const auto reads = [](const SendWqe& wqe) {
-    return wqe.opcode == IBV_WR_RDMA_READ || fake_nic_internal::IsAtomic(wqe.opcode);
-  };
+  // A READ's or an atomic's request is one packet and needs an initiator
+  // depth credit; a SEND's or a write's carries its payload.
   const auto packets = [&](const SendWqe& wqe) {
-    return reads(wqe) ? 1u
-                      : fake_nic_internal::PacketCount(wqe.total_length(), mtu);
+    return fake_nic_internal::CarriesPayload(wqe.opcode)
+               ? fake_nic_internal::PacketCount(wqe.total_length(), mtu)
+               : 1u;
   };
   uint32_t psns = packets(qp->sq.front());
   uint32_t rd_atomic = qp->attr.max_rd_atomic;
-  if (reads(qp->sq.front()) && rd_atomic > 0) rd_atomic--;
+  if (!fake_nic_internal::CarriesPayload(qp->sq.front().opcode) &&
+      rd_atomic > 0) {
+    rd_atomic--;
+  }
   size_t sent = 0;
   for (size_t i = 1; i < qp->sq.size(); ++i) {
     const SendWqe& wqe = qp->sq.at(i);
     if ((wqe.send_flags & IBV_SEND_FENCE) || psns > kMaxUnackedPsns) break;
-    if (reads(wqe)) {
+    if (!fake_nic_internal::CarriesPayload(wqe.opcode)) {
       if (rd_atomic == 0) break;
       rd_atomic--;
     }
@@ -400,7 +403,6 @@ void FakeNic::EndUnansweredHead(Qp* qp, const char* why) {
   RequesterSentPastHead(qp);
   EndHeadWr(qp, IBV_WC_RETRY_EXC_ERR, why);
 }
-
 
 // The QP's peer process is gone (its CM id's link or a verbs QP's link
 // closed). Requests to a QP that is gone are never answered: one in flight
