@@ -48,6 +48,11 @@ readelf -d "$ours_so" | grep -q 'NEEDED.*libtsan' && preload=$(gcc -print-file-n
 # The leaks of Debian's programs (perftest, python) are not ours to report.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 
+# The recorded programs watch each CQ for a quarter of the window they
+# watched rxe's (verbs_program.h, watch_seconds): the fake completes within
+# microseconds, and uc_verbs alone took 41 s at the full windows.
+export VERBS_PROGRAM_WAIT_SCALE=0.25
+
 # on_fake ENV... -- PROGRAM ARGS...: runs PROGRAM on the drop-in.
 on_fake() {
   local envs=()

@@ -139,12 +139,6 @@ static void free_pair(struct pair *p) {
 	ibv_destroy_cq(ibv_cq_ex_to_cq(p->bcq));
 }
 
-static double now(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static const char *opcode_name(enum ibv_wc_opcode op) {
 	switch (op) {
 	case IBV_WC_SEND: return "SEND";
@@ -177,8 +171,8 @@ static void said_wc(const char *name, struct ibv_cq_ex *cq,
 }
 
 /*
- * Every completion `cq` gets within `wait` seconds, one line each; "none"
- * when there is none. One completion a poll (ibv_start_poll ..
+ * Every completion `cq` gets within `wait` seconds (watch_seconds, and one
+ * poll after the window), one line each; "none" when there is none. One completion a poll (ibv_start_poll ..
  * ibv_end_poll): rdma-core 44's rxe provider advances its CQ twice when
  * ibv_end_poll follows an ENOENT from ibv_next_poll, as the man page asks
  * (fixed upstream since), and then reads garbage.
@@ -187,10 +181,14 @@ static void said_wcs(const char *name, struct ibv_cq_ex *cq,
 		     struct ibv_qp *own, double wait) {
 	struct ibv_poll_cq_attr attr = {0};
 	int got = 0;
-	const double end = now() + wait;
-	while (now() < end) {
+	const double end = now() + watch_seconds(wait);
+	for (;;) {
 		int rc = ibv_start_poll(cq, &attr);
-		if (rc == ENOENT) continue;
+		if (rc == ENOENT) {
+			if (now() >= end) break;
+			pause_between_polls();
+			continue;
+		}
 		if (rc != 0) {
 			printf("%s start_poll %s\n", name, errno_name(rc));
 			return;
@@ -446,10 +444,13 @@ static void upstream(void) {
 		ibv_wr_send(x);
 		ibv_wr_set_sge(x, src_mr->lkey, (uintptr_t)src, 64);
 		expect("faulted-batch-fails", ibv_wr_complete(x) != 0);
-		const double until = now() + 0.5;
+		const double until = now() + watch_seconds(0.5);
 		int got = 0;
 		while (now() < until) {
-			if (ibv_start_poll(p.acq, &attr) != 0) continue;
+			if (ibv_start_poll(p.acq, &attr) != 0) {
+				pause_between_polls();
+				continue;
+			}
 			got++;
 			ibv_end_poll(p.acq);
 		}

@@ -14,7 +14,9 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The device, its port 1 and (on RoCE) GID 0, which loopback QPs name. */
 static struct ibv_device **device_list;
@@ -45,6 +47,40 @@ static inline const char *errno_name(int e) {
 	case EAGAIN: return "EAGAIN";
 	default: return "other";
 	}
+}
+
+static inline double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * How long a program watches a CQ for the completions a step may still
+ * make: `seconds` -- the window the rxe recordings were made with -- times
+ * VERBS_PROGRAM_WAIT_SCALE when that is set (a factor in (0, 1]). The
+ * fake's completions come within microseconds of the post, so
+ * dropin_verbs_test watches a quarter of each window there; a completion
+ * the fake made too late for it would show as a line rxe printed and the
+ * fake did not.
+ */
+static inline double watch_seconds(double seconds) {
+	const char *scale = getenv("VERBS_PROGRAM_WAIT_SCALE");
+	if (scale != NULL) {
+		double f = atof(scale);
+		if (f > 0 && f <= 1) return seconds * f;
+	}
+	return seconds;
+}
+
+/*
+ * Between two empty polls of a watch: 100 us, so that a program watching
+ * a CQ for a second does not hold a core its NIC (rxe's tasklets, the
+ * fake's progress thread) or a test beside it needs.
+ */
+static inline void pause_between_polls(void) {
+	struct timespec ts = {0, 100 * 1000};
+	nanosleep(&ts, NULL);
 }
 
 /* A call returning an errno, or a negative one (ibv_poll_cq). */
