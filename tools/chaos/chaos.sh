@@ -75,6 +75,12 @@ while [[ $# -gt 0 ]]; do
     *) echo "chaos.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# RPMA_HARNESS_CHAOS_RUNS caps --runs: CI's stages that look at the same
+# code again (asan+ubsan, the shared-cache clone; .ci/random_quarter.sh)
+# run the first seeds only.
+if [[ -n ${RPMA_HARNESS_CHAOS_RUNS:-} ]] && ((RPMA_HARNESS_CHAOS_RUNS > 0 && RPMA_HARNESS_CHAOS_RUNS < runs)); then
+  runs=$RPMA_HARNESS_CHAOS_RUNS
+fi
 if ((sequenced)); then
   [[ -x $launcher_path ]] || {
     echo "chaos.sh: --sequenced needs --launcher PATH (the multiprocess launcher, //tools/multiprocess:multiprocess)" >&2

@@ -4,7 +4,8 @@
 #   tools/fuzz/run.sh build                  build every target
 #   tools/fuzz/run.sh run NAME [SECONDS]     fuzz one target (default 60 s)
 #   tools/fuzz/run.sh all [SECONDS]          build, then fuzz each target for
-#                                            SECONDS (CI); non-zero on a crash
+#                                            SECONDS, two at a time (CI);
+#                                            non-zero on a crash
 #   tools/fuzz/run.sh list                   the target names
 #
 # Why a script and not Bazel: Bazel's default toolchain here is gcc, and
@@ -87,34 +88,64 @@ compile() {  # src obj extra-flags...
   "$CXX" $CXXFLAGS $SAN "$@" -c "$src" -o "$obj"
 }
 
+# Two jobs at a time (this machine class has two cores): `two_at_a_time
+# CMD...` starts CMD in the background once fewer than two run;
+# `all_jobs_done` waits for the rest. Either returns non-zero when a job it
+# waited for failed.
+_jobs=()
+two_at_a_time() {
+  local rc=0
+  if [ ${#_jobs[@]} -ge 2 ]; then
+    wait "${_jobs[0]}" || rc=1
+    _jobs=("${_jobs[@]:1}")
+  fi
+  "$@" &
+  _jobs+=($!)
+  return $rc
+}
+all_jobs_done() {
+  local rc=0 pid
+  for pid in "${_jobs[@]}"; do wait "$pid" || rc=1; done
+  _jobs=()
+  return $rc
+}
+
+link_target() {  # name common-objects...
+  local name="$1" src obj
+  shift
+  local target_objs=()
+  for src in ${SOURCES[$name]}; do target_objs+=("$OUT/obj/${src//\//_}.o"); done
+  # shellcheck disable=SC2086
+  "$CXX" $SAN -fsanitize=fuzzer "$@" "${target_objs[@]}" \
+    "$OUT/obj/entry_$name.o" ${LIBS[$name]:-} -libverbs -lrdmacm -lpthread \
+    -o "$OUT/bin/${name}_fuzzer" &&
+    echo "fuzz: built $OUT/bin/${name}_fuzzer" >&2
+}
+
 build() {
   echo "fuzz: building with $("$CXX" --version | head -1)" >&2
   mkdir -p "$OUT/obj" "$OUT/bin"
-  local objs=() src obj pids=()
+  local objs=() src obj failed=0 name
   for src in $(common_sources); do
     obj="$OUT/obj/${src//\//_}.o"
     objs+=("$obj")
-    compile "$src" "$obj" -fsanitize=fuzzer-no-link &
-    pids+=($!)
-    if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+    two_at_a_time compile "$src" "$obj" -fsanitize=fuzzer-no-link || failed=1
   done
-  for pid in "${pids[@]}"; do wait "$pid"; done
-  local name
+  # The targets' own sources (some shared by two targets: each once).
+  for src in $(printf '%s\n' ${SOURCES[@]} | sort -u); do
+    two_at_a_time compile "$src" "$OUT/obj/${src//\//_}.o" -fsanitize=fuzzer-no-link || failed=1
+  done
   for name in "${!ENTRY[@]}"; do
-    local target_objs=()
-    for src in ${SOURCES[$name]}; do
-      obj="$OUT/obj/${src//\//_}.o"
-      compile "$src" "$obj" -fsanitize=fuzzer-no-link
-      target_objs+=("$obj")
-    done
-    compile tools/fuzz/libfuzzer_entry.cc "$OUT/obj/entry_$name.o" \
-      -fsanitize=fuzzer-no-link "-DRPMA_HARNESS_FUZZ_TARGET=${ENTRY[$name]}"
-    # shellcheck disable=SC2086
-    "$CXX" $SAN -fsanitize=fuzzer "${objs[@]}" "${target_objs[@]}" \
-      "$OUT/obj/entry_$name.o" ${LIBS[$name]:-} -libverbs -lrdmacm -lpthread \
-      -o "$OUT/bin/${name}_fuzzer"
-    echo "fuzz: built $OUT/bin/${name}_fuzzer" >&2
+    two_at_a_time compile tools/fuzz/libfuzzer_entry.cc "$OUT/obj/entry_$name.o" \
+      -fsanitize=fuzzer-no-link "-DRPMA_HARNESS_FUZZ_TARGET=${ENTRY[$name]}" || failed=1
   done
+  all_jobs_done || failed=1
+  [ "$failed" -eq 0 ] || { echo "fuzz: a compile failed" >&2; return 1; }
+  for name in "${!ENTRY[@]}"; do
+    two_at_a_time link_target "$name" "${objs[@]}" || failed=1
+  done
+  all_jobs_done || failed=1
+  [ "$failed" -eq 0 ] || { echo "fuzz: a link failed" >&2; return 1; }
 }
 
 run_one() {  # name seconds [libfuzzer args...]
@@ -160,12 +191,14 @@ case "$cmd" in
     run_one "$name" "$seconds" "$@"
     ;;
   all)
+    # Two targets fuzz at a time, each SECONDS on a core of its own.
     seconds="${1:-60}"
     build
     failed=0
     for name in $(printf '%s\n' "${!ENTRY[@]}" | sort); do
-      run_one "$name" "$seconds" || failed=$((failed + 1))
+      two_at_a_time run_one "$name" "$seconds" || failed=1
     done
+    all_jobs_done || failed=1
     [ "$failed" -eq 0 ]
     ;;
   list)
