@@ -26,6 +26,7 @@
 namespace rpma_harness {
 
 using fake_nic_internal::HarnessMemoryError;
+using fake_nic_internal::AnsweredWithData;
 using fake_nic_internal::IsAtomic;
 using fake_nic_internal::RecvWqe;
 using fake_nic_internal::Ring;
@@ -182,7 +183,7 @@ int FakeNic::SendWrRefusal(const Qp& q, const ibv_send_wr& w,
   if ((w.send_flags & IBV_SEND_INLINE) != 0) {
     // ibv_post_send(3): inline is for SEND and RDMA_WRITE only; the data is
     // copied now, so the lkey is not checked and the buffer may be reused.
-    if ((op == IBV_WR_RDMA_READ || IsAtomic(op)) &&
+    if (AnsweredWithData(op) &&
         !config_.personality.inline_read_fails_at_completion) {
       *why = "inline on a read/atomic";
       return EINVAL;
@@ -772,7 +773,7 @@ bool FakeNic::StallsBehindUnansweredHead(Qp* qp) {
   // those and go on).
   for (size_t i = 1; i < qp->sq.size(); ++i) {
     const SendWqe& wqe = qp->sq.at(i);
-    if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) return false;
+    if (AnsweredWithData(wqe.opcode)) return false;
     uint32_t packet = 0;
     ibv_wc_status unused = IBV_WC_SUCCESS;
     if (!SourceFails(qp, wqe, &packet, &unused)) continue;
@@ -856,7 +857,7 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
     if (config_.personality.send_cqe_has_imm_flag_and_byte_len) {
       wc.byte_len = static_cast<uint32_t>(wqe.total_length());
       if (IsImmOpcode(wqe.opcode)) wc.wc_flags |= IBV_WC_WITH_IMM;
-    } else if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
+    } else if (AnsweredWithData(wqe.opcode)) {
       wc.byte_len = byte_len;
     }
   }
@@ -887,15 +888,11 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   }
   const uint32_t qp_num = qp->base.qp_num;
 
-  auto fail = [&](ibv_wc_status status, const char* why) {
-    EndHeadWr(qp, status, why);
-  };
-
   // An inline READ or atomic (taken at post only by a personality with
   // inline_read_fails_at_completion): its response has nowhere to land.
-  if (head.is_inline &&
-      (head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode))) {
-    fail(IBV_WC_LOC_PROT_ERR, "inline READ/atomic: no local SGE to land in");
+  if (head.is_inline && AnsweredWithData(head.opcode)) {
+    EndHeadWr(qp, IBV_WC_LOC_PROT_ERR,
+              "inline READ/atomic: no local SGE to land in");
     return;
   }
 
@@ -920,7 +917,7 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   const bool is_send =
       head.opcode == IBV_WR_SEND || head.opcode == IBV_WR_SEND_WITH_IMM;
   const bool checked_per_packet =
-      is_send || head.opcode == IBV_WR_RDMA_READ || IsAtomic(head.opcode) ||
+      is_send || AnsweredWithData(head.opcode) ||
       (is_write && (qp->link != 0 || landing_ == Landing::kAtOnce));
   if (!head.is_inline && !checked_per_packet) {
     if (is_send || is_write) {
@@ -928,11 +925,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       // status rxe's requester gives it.
       ibv_wc_status status = IBV_WC_SUCCESS;
       if (FirstBadSourcePacket(qp, head, ~uint32_t{0}, 1, &status) == 0) {
-        fail(status, "local SGE fails lkey/PD/bounds check");
+        EndHeadWr(qp, status, "local SGE fails lkey/PD/bounds check");
         return;
       }
     } else if (!LocalSgesOk(qp, head.sges, IBV_ACCESS_LOCAL_WRITE)) {
-      fail(IBV_WC_LOC_PROT_ERR, "local SGE fails lkey/PD/bounds/access check");
+      EndHeadWr(qp, IBV_WC_LOC_PROT_ERR,
+                "local SGE fails lkey/PD/bounds/access check");
       return;
     }
   }
@@ -1006,10 +1004,8 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     // Personality::sq_flush_follows_requester_index). Found by wide seed
     // 3000102: a two-packet write to a QP without remote write.
     qp->failed_on_last_packet =
-        fake_nic_internal::PacketCount(
-            IsAtomic(wqe.opcode) || wqe.opcode == IBV_WR_RDMA_READ
-                ? 0
-                : wqe.total_length(),
+        fake_nic_internal::RequestPackets(
+            wqe.opcode, wqe.total_length(),
             fake_nic_internal::MtuBytes(qp->attr.path_mtu)) == 1;
     CompleteSend(qp, wqe, IBV_WC_REM_INV_REQ_ERR, 0);
     SetQpState(qp, IBV_QPS_ERR, why);

@@ -746,6 +746,23 @@ bool IsAtomic(ibv_wr_opcode op);  // compare-and-swap, fetch-and-add
 // packets carry payload; READ and atomic requests carry none, their data
 // comes back in the response).
 bool CarriesPayload(ibv_wr_opcode op);
+// A READ or an atomic: the answer brings data back into the local SGE
+// (rxe_comp.c do_read, do_atomic), and the request needs an initiator depth
+// credit (max_rd_atomic). Of the opcodes an RC send queue holds
+// (FakeNic::SendWrRefusal), exactly those that do not carry payload.
+inline bool AnsweredWithData(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+// The request packets a message takes: a SEND's or a write's payload cut at
+// the path MTU (PacketCount: a 0-byte message is one packet); a READ's or an
+// atomic's request is one packet whatever its length.
+// (Any other opcode, as a hostile frame from another process may name, is
+// one packet too.)
+inline uint32_t RequestPackets(ibv_wr_opcode op, uint64_t length,
+                               uint32_t mtu) {
+  return CarriesPayload(op) ? PacketCount(length, mtu) : 1;
+}
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets
 // *wildcard for 0.0.0.0 / ::. False if `text` is not an address.

@@ -84,7 +84,7 @@ const char* MalformedRequest(const RequestFrame& r, size_t payload_len) {
   const auto opcode = static_cast<ibv_wr_opcode>(r.opcode);
   const bool carries_payload = fake_nic_internal::CarriesPayload(opcode);
   const uint32_t count =
-      carries_payload ? fake_nic_internal::PacketCount(r.length, r.mtu) : 1;
+      fake_nic_internal::RequestPackets(opcode, r.length, r.mtu);
   if (r.sent_packets > count || r.sent_packets <= r.first_packet) {
     return "malformed request (packet count)";
   }
@@ -368,13 +368,12 @@ size_t FakeNic::WrsRequesterSendsBehindHead(const Qp* qp) const {
   // A READ's or an atomic's request is one packet and needs an initiator
   // depth credit; a SEND's or a write's carries its payload.
   const auto packets = [&](const SendWqe& wqe) {
-    return fake_nic_internal::CarriesPayload(wqe.opcode)
-               ? fake_nic_internal::PacketCount(wqe.total_length(), mtu)
-               : 1u;
+    return fake_nic_internal::RequestPackets(wqe.opcode, wqe.total_length(),
+                                             mtu);
   };
   uint32_t psns = packets(qp->sq.front());
   uint32_t rd_atomic = qp->attr.max_rd_atomic;
-  if (!fake_nic_internal::CarriesPayload(qp->sq.front().opcode) &&
+  if (fake_nic_internal::AnsweredWithData(qp->sq.front().opcode) &&
       rd_atomic > 0) {
     rd_atomic--;
   }
@@ -382,7 +381,7 @@ size_t FakeNic::WrsRequesterSendsBehindHead(const Qp* qp) const {
   for (size_t i = 1; i < qp->sq.size(); ++i) {
     const SendWqe& wqe = qp->sq.at(i);
     if ((wqe.send_flags & IBV_SEND_FENCE) || psns > kMaxUnackedPsns) break;
-    if (!fake_nic_internal::CarriesPayload(wqe.opcode)) {
+    if (fake_nic_internal::AnsweredWithData(wqe.opcode)) {
       if (rd_atomic == 0) break;
       rd_atomic--;
     }
@@ -561,7 +560,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   // before the first bad source SGE (FirstBadSourcePacket); OnRemoteAnswer
   // then fails the WR there, unless the responder NAKed an earlier packet.
   const uint32_t count =
-      carries_payload ? fake_nic_internal::PacketCount(r.length, r.mtu) : 1;
+      fake_nic_internal::RequestPackets(head.opcode, r.length, r.mtu);
   r.sent_packets = count;
   ibv_wc_status source_status = IBV_WC_SUCCESS;
   if (carries_payload) {
@@ -652,9 +651,8 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
   };
   const bool carries_payload = fake_nic_internal::CarriesPayload(head.opcode);
   const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
-  const uint32_t count =
-      carries_payload ? fake_nic_internal::PacketCount(head.total_length(), mtu)
-                      : 1;
+  const uint32_t count = fake_nic_internal::RequestPackets(
+      head.opcode, head.total_length(), mtu);
   switch (a.kind) {
     case AnswerFrame::kAck: {
       if (carries_payload && a.acked_packets < count) {
@@ -801,9 +799,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     return;
   }
   const uint32_t count =
-      fake_nic_internal::CarriesPayload(opcode)
-          ? fake_nic_internal::PacketCount(length, r.mtu)
-          : 1;
+      fake_nic_internal::RequestPackets(opcode, length, r.mtu);
   if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
                               r.wr_id != responder->resume_wr_id ||
                               length != responder->resume_length)) {

@@ -34,8 +34,7 @@ void FakeNic::ExecuteUnreliable(Qp* qp) {
   // rxe takes them at ibv_post_send and fails them here: LOC_QP_OP_ERR,
   // the QP to ERR (rxe_req.c: no opcode for the QP type; recorded,
   // read-and-atomic).
-  if (head.opcode == IBV_WR_RDMA_READ ||
-      fake_nic_internal::IsAtomic(head.opcode)) {
+  if (fake_nic_internal::AnsweredWithData(head.opcode)) {
     EndHeadWr(qp, IBV_WC_LOC_QP_OP_ERR, "UC has no RDMA READ or atomics");
     return;
   }
