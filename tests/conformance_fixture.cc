@@ -2,7 +2,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -36,6 +42,59 @@ bool OnRdmaCore() {
 int NextPort() {
   static int port = 17000 + (static_cast<int>(getpid()) % 1000) * 20;
   return port++;
+}
+
+// ibv_mtu of a path MTU in bytes (0: none).
+ibv_mtu MtuEnum(uint32_t bytes) {
+  switch (bytes) {
+    case 256:
+      return IBV_MTU_256;
+    case 512:
+      return IBV_MTU_512;
+    case 1024:
+      return IBV_MTU_1024;
+    case 2048:
+      return IBV_MTU_2048;
+    case 4096:
+      return IBV_MTU_4096;
+  }
+  return static_cast<ibv_mtu>(0);
+}
+
+// Sets the MTU of the interface that holds IPv4 address `addr` to `mtu`,
+// its MTU before in *before. 0, or -1 with the reason on stderr.
+int SetNetdevMtu(const std::string& addr, int mtu, int* before) {
+  in_addr want{};
+  if (inet_pton(AF_INET, addr.c_str(), &want) != 1) return -1;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return -1;
+  std::string name;
+  for (ifaddrs* a = all; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (in->sin_addr.s_addr == want.s_addr) name = a->ifa_name;
+  }
+  freeifaddrs(all);
+  if (name.empty() || name.size() >= IFNAMSIZ) {
+    std::fprintf(stderr, "no interface holds %s\n", addr.c_str());
+    return -1;
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  ifreq req{};
+  std::memcpy(req.ifr_name, name.c_str(), name.size());
+  int ret = ioctl(fd, SIOCGIFMTU, &req);
+  if (ret == 0) {
+    *before = req.ifr_mtu;
+    req.ifr_mtu = mtu;
+    ret = ioctl(fd, SIOCSIFMTU, &req);
+  }
+  if (ret != 0) {
+    std::fprintf(stderr, "MTU %d on %s: %s\n", mtu, name.c_str(),
+                 std::strerror(errno));
+  }
+  close(fd);
+  return ret;
 }
 
 std::string CaseName() {
@@ -78,6 +137,7 @@ void ConformanceTest::UseBackend(const std::string& name) {
     if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd;
     fabric_dir_.clear();
   }
+  backend_name_ = name;
   if (name == "rdma_core") {
     backend_ = std::make_shared<RdmaCoreBackend>();
     return;
@@ -85,6 +145,12 @@ void ConformanceTest::UseBackend(const std::string& name) {
   FakeNicConfig config;
   config.personality =
       name == "fake_spec" ? Personality::Spec() : Personality::Rxe();
+  if (path_mtu_ != 0) {
+    // What ibv_query_port(3) says and rdma_cm gives a QP at RTR.
+    FakeDeviceCaps caps = config.personality.caps;
+    caps.active_mtu = MtuEnum(path_mtu_);
+    config.caps = caps;
+  }
   // A lost event fails the case instead of hanging it.
   config.background_block_timeout_ms = 20000;
   if (name == "fake_rxe_fabric") {
@@ -105,6 +171,35 @@ void ConformanceTest::UseBackend(const std::string& name) {
   fake->StartBackgroundProgress();
   fake_ = fake.get();
   backend_ = fake;
+}
+
+void ConformanceTest::SetPathMtu(uint32_t bytes) {
+  if (bytes == path_mtu_) return;
+  ASSERT_TRUE(bytes == 0 || MtuEnum(bytes) != 0) << "no IB MTU: " << bytes;
+  path_mtu_ = bytes;
+  if (backend_name_ != "rdma_core") {
+    UseBackend(backend_name_);
+    return;
+  }
+  if (in_section_) EndSection();
+  int before = 0;
+  // The netdev MTU whose RoCE path MTU is `bytes`: rdma_cm's iboe_get_mtu
+  // and rxe's eth_mtu_int_to_enum take 96 and 80 header bytes off and round
+  // down to an IB MTU; these land inside every band (1500: the default).
+  const int netdev_mtu = bytes == 0      ? 0
+                         : bytes == 256  ? 500
+                         : bytes == 512  ? 1000
+                         : bytes == 1024 ? 1500
+                         : bytes == 2048 ? 3000
+                                         : 9000;
+  if (netdev_mtu == 0 && netdev_mtu_before_ == 0) return;
+  ASSERT_EQ(SetNetdevMtu(TestAddress(), netdev_mtu != 0 ? netdev_mtu
+                                                        : netdev_mtu_before_,
+                         &before),
+            0)
+      << "setting the MTU of the netdev that owns " << TestAddress();
+  if (netdev_mtu_before_ == 0) netdev_mtu_before_ = before;
+  if (netdev_mtu == 0) netdev_mtu_before_ = 0;
 }
 
 void ConformanceTest::Settle() {
@@ -139,6 +234,12 @@ std::vector<std::string> ConformanceTest::TakeStream() {
 
 void ConformanceTest::TearDown() {
   if (in_section_) EndSection();
+  if (netdev_mtu_before_ != 0) {
+    int ignored = 0;
+    EXPECT_EQ(SetNetdevMtu(TestAddress(), netdev_mtu_before_, &ignored), 0);
+    netdev_mtu_before_ = 0;
+    path_mtu_ = 0;
+  }
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);
   if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);

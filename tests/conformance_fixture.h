@@ -191,6 +191,16 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // section), and take the stream recorded so far.
   void UseBackend(const std::string& name);
   std::vector<std::string> TakeStream();
+  // The path MTU of the connections made from now on: 256, 512, 1024, 2048
+  // or 4096 bytes (0: the default, rxe over a 1500-byte netdev, 1024). For
+  // RoCE rdma_cm takes it from the netdev under the device (kernel cma.c
+  // cma_resolve_iboe_route: iboe_get_mtu(ndev->mtu)), and rxe's port
+  // follows the netdev too (rxe_net.c rxe_notify, NETDEV_CHANGEMTU ->
+  // rxe.c rxe_set_mtu). So on a real NIC this sets the MTU of the netdev
+  // that owns the test address (SIOCSIFMTU: root, as in the soft-RoCE VM;
+  // put back at TearDown); on the fake it remakes the NIC(s) with
+  // FakeDeviceCaps::active_mtu. Ends an open section.
+  void SetPathMtu(uint32_t bytes);
   // Records every completion still pending on `side` (EndSection does both
   // sides): on the fake it runs the NIC until idle; on a kernel driver it
   // polls until nothing arrives for drain_quiet_ms_.
@@ -217,6 +227,10 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // (with two NICs on a fabric, also nothing in flight between them).
   void Settle();
 
+  std::string backend_name_;  // UseBackend's
+  uint32_t path_mtu_ = 0;     // SetPathMtu's
+  // The netdev MTU SetPathMtu found and changed on a real NIC (0: none).
+  int netdev_mtu_before_ = 0;
   std::shared_ptr<VerbsBackend> backend_;
   FakeNic* fake_ = nullptr;  // set when the backend is the fake NIC
   // "fake_rxe_fabric": the server's own NIC, and the fabric directory.

@@ -136,6 +136,9 @@ struct Program {
   // Both QPs' min_rnr_timer (Flavour::kRnr); 0: the server's is 1 (0.01
   // ms) and the client's rdma_cm's.
   uint8_t min_rnr_timer = 0;
+  // The path MTU in bytes (Flavour::kMtu; 0: the default, 1024): rdma_cm
+  // gives both QPs the netdev's (ConformanceTest::SetPathMtu).
+  uint32_t mtu = 0;
 };
 
 // Which programs Generate draws. Each flavour keeps its seeds' programs
@@ -159,6 +162,11 @@ struct Program {
 //    min_rnr_timer) longer than the ACK timeout, fewer receives: WRs wait
 //    out RNR NAKs while rxe's retransmit timer runs (Personality::
 //    rnr_wait_runs_retransmit_timer).
+//  - kMtu: kDuplex at a path MTU of 256, 512, 1024, 2048 or 4096 bytes,
+//    with most messages and receives a byte short of, at, or a byte past a
+//    packet boundary (k x MTU - 1 .. k x MTU + 1): where a bad source SGE,
+//    a short receive or an RNR cuts a message depends on the packet it
+//    falls in.
 enum class Flavour {
   kNarrow,
   kWide,
@@ -166,7 +174,8 @@ enum class Flavour {
   kRetry,
   kDisconnects,
   kDestroys,
-  kRnr
+  kRnr,
+  kMtu
 };
 
 // splitmix64: the same numbers on every platform and compiler.
@@ -280,13 +289,19 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool disconnects = flavour == Flavour::kDisconnects || destroys;
   const bool rnr = flavour == Flavour::kRnr;
   const bool retry = flavour == Flavour::kRetry || disconnects || rnr;
-  const bool duplex = flavour == Flavour::kDuplex || retry;
+  const bool mtus = flavour == Flavour::kMtu;
+  const bool duplex = flavour == Flavour::kDuplex || retry || mtus;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
   Program p;
   p.seed = seed;
   p.duplex = duplex;
   p.rnr_retry = rng.Chance(60) ? 0 : 7;
   if (duplex) p.rnr_retry = 0;  // DuplexGuard
+  if (mtus) p.mtu = 256u << rng.Below(5);
+  // Mtu programs: k x MTU - 1, k x MTU or k x MTU + 1 bytes (k 1-4).
+  const auto near_boundary = [&rng, &p]() {
+    return (1 + rng.Below(4)) * p.mtu - 1 + rng.Below(3);
+  };
   if (retry) {
     // rxe's retransmit timer is 4.096 us x 2^timeout rounded up to whole
     // jiffies (rxe_qp.c rxe_qp_from_attr: qp_timeout_jiffies, at least 1);
@@ -392,6 +407,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       if (wide && rng.Chance(70)) {
         static const uint32_t kRecvLens[] = {8, 1024, 3000, 4096, 16384};
         step.recv_len = kRecvLens[rng.Below(5)];
+        if (mtus && rng.Chance(60)) step.recv_len = near_boundary();
       }
       if (duplex) {
         step.reverse = rng.Chance(40);
@@ -410,6 +426,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       for (uint32_t i = 0; i < n; ++i) {
         WriteOp w;
         w.size = rng.Chance(70) ? kSizes[rng.Below(10)] : rng.Below(8193);
+        if (mtus && rng.Chance(60)) w.size = near_boundary();
         w.imm = rng.Chance(75);
         w.signaled = rng.Chance(70);
         const uint32_t f = rng.Below(100);
@@ -446,7 +463,10 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
         if (duplex) {
           const bool atomic =
               w.kind == OpKind::kFetchAdd || w.kind == OpKind::kCmpSwap;
-          if (!atomic && w.size > 0 && w.size <= 8192 && rng.Chance(35)) {
+          // Mtu programs cut more sources: a bad last SGE then starts
+          // inside the message, and the packet that reads it is the MTU's.
+          if (!atomic && w.size > 0 && w.size <= 8192 &&
+              rng.Chance(mtus ? 60 : 35)) {
             w.sges = static_cast<uint8_t>(2 + rng.Below(2));
           }
           const uint32_t local = rng.Below(100);
@@ -661,13 +681,16 @@ std::string AsCode(const Program& p) {
     out << "},";
   }
   out << "}";
-  if (p.duplex || p.ack_timeout != 0) {
+  if (p.duplex || p.ack_timeout != 0 || p.mtu != 0) {
     out << ", " << (p.duplex ? "true" : "false");
   }
-  if (p.ack_timeout != 0 || p.min_rnr_timer != 0) {
+  if (p.ack_timeout != 0 || p.min_rnr_timer != 0 || p.mtu != 0) {
     out << ", " << int{p.retry_cnt} << ", " << int{p.ack_timeout};
   }
-  if (p.min_rnr_timer != 0) out << ", " << int{p.min_rnr_timer};
+  if (p.min_rnr_timer != 0 || p.mtu != 0) {
+    out << ", " << int{p.min_rnr_timer};
+  }
+  if (p.mtu != 0) out << ", " << p.mtu;
   out << "}";
   return out.str();
 }
@@ -1070,6 +1093,8 @@ class RandomDifferential : public ConformanceTest {
   std::vector<std::string> RunProgram(const Program& p) {
     drain_quiet_ms_ = 60;
     compare_with_recording_ = false;
+    SetPathMtu(p.mtu);
+    if (HasFatalFailure()) return {};
     TakeStream();
     BeginSection("");
     QpOptions options;
@@ -1101,6 +1126,22 @@ class RandomDifferential : public ConformanceTest {
                 " ret=" + std::to_string(ret) +
                 " timeout=" + std::to_string(attr.timeout) +
                 " retry_cnt=" + std::to_string(attr.retry_cnt);
+      }
+      RecordLine(line);
+    }
+    if (p.mtu != 0) {
+      // The path MTU each QP was given (ibv_query_qp(3) path_mtu: an
+      // ibv_mtu, 1 = 256 ... 5 = 4096), and with it that rxe's is the
+      // program's.
+      std::string line = "qp";
+      for (Endpoint* side : {&client(), &server()}) {
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        const int ret =
+            nic(*side).QueryQp(side->qp, &attr, IBV_QP_PATH_MTU, &init);
+        line += std::string(side == &client() ? " client" : " server") +
+                " ret=" + std::to_string(ret) +
+                " path_mtu=" + std::to_string(attr.path_mtu);
       }
       RecordLine(line);
     }
@@ -1893,6 +1934,23 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnRnrPrograms) {
                  EnvInt("RPMA_HARNESS_RNR_SEED", 10000001), "RNR");
 }
 
+// Mtu programs (Flavour::kMtu): duplex programs at a path MTU of 256 to
+// 4096 bytes, their messages and receives mostly a byte either side of a
+// packet boundary. In the VM each program sets the MTU of rxe's netdev
+// (ConformanceTest::SetPathMtu); rxe's streams are in
+// tests/testdata/rxe_random_mtu_streams.txt.
+// env RPMA_HARNESS_MTU_PROGRAMS=N: the harness's own test: how many mtu
+//   programs FakeRxeAgreesWithRxeOnMtuPrograms compares (default 100; the
+//   recording holds seeds 11000001..11000100).
+// env RPMA_HARNESS_MTU_SEED=N: the harness's own test: the first mtu
+//   program's seed (default 11000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnMtuPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kMtu, EnvInt("RPMA_HARNESS_MTU_PROGRAMS", 100),
+                 EnvInt("RPMA_HARNESS_MTU_SEED", 11000001), "MTU");
+}
+
 // The fake in one process against the same fake as two NICs that meet only
 // through a fabric directory (two processes' path: request / answer frames,
 // the far responder), on wider programs than rxe's recording holds: SENDs,
@@ -1917,10 +1975,13 @@ TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
   // by side, opcode and status.
   std::map<std::string, int> reached;
   for (int i = 0; i < count; ++i) {
-    // Every other program is a duplex one: both directions cross the
-    // fabric.
+    // Every other program is a duplex one (both directions cross the
+    // fabric), half of those at another path MTU (packets of 256 bytes to
+    // 4 KiB).
     const Program p = Generate(5000001 + static_cast<uint64_t>(i),
-                               i % 2 == 0 ? Flavour::kWide : Flavour::kDuplex);
+                               i % 2 == 0   ? Flavour::kWide
+                               : i % 4 == 3 ? Flavour::kMtu
+                                            : Flavour::kDuplex);
     std::vector<std::string> reference;
     const std::string diff = Compare(p, &reference);
     if (!diff.empty()) {
@@ -2079,6 +2140,40 @@ TEST(RandomDifferentialGenerator, DisconnectProgramsGoOnAfterADisconnect) {
   EXPECT_GT(answered, 100);
 }
 
+// Mtu programs run at every path MTU, keep the duplex rule, and put most
+// of their messages and receives a byte either side of a packet boundary.
+TEST(RandomDifferentialGenerator, MtuProgramsCutMessagesAtPacketBoundaries) {
+  std::map<uint32_t, int> by_mtu;
+  int near = 0, sized = 0, near_recv = 0;
+  for (uint64_t seed = 11000001; seed < 11001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kMtu);
+    EXPECT_TRUE(p.duplex);
+    EXPECT_TRUE(KeepsDuplexRule(p)) << AsCode(p);
+    ++by_mtu[p.mtu];
+    const auto at_boundary = [&p](uint32_t bytes) {
+      const uint32_t r = (bytes + 1) % p.mtu;
+      return bytes > 0 && r <= 2 && (bytes + 1) / p.mtu <= 4;
+    };
+    for (const Step& s : p.steps) {
+      for (const WriteOp& w : s.writes) {
+        if (w.kind == OpKind::kFetchAdd || w.kind == OpKind::kCmpSwap ||
+            w.fault == Fault::kInline) {
+          continue;
+        }
+        ++sized;
+        near += at_boundary(w.size);
+      }
+      if (s.kind == StepKind::kRecv && at_boundary(s.recv_len)) ++near_recv;
+    }
+  }
+  for (uint32_t mtu : {256u, 512u, 1024u, 2048u, 4096u}) {
+    EXPECT_GT(by_mtu[mtu], 150) << mtu;
+  }
+  EXPECT_EQ(by_mtu.size(), 5u);
+  EXPECT_GT(near * 2, sized) << near << " of " << sized;
+  EXPECT_GT(near_recv, 200);
+}
+
 // ---- what the recorded programs reach ---------------------------------------
 
 // The classes one line of a recorded stream reaches: a completion by side,
@@ -2164,7 +2259,8 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
   }
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
   static const char* const kFlavours[] = {
-      "RANDOM", "WIDE", "DUPLEX", "RETRY", "DISCONNECT", "DESTROY", "RNR"};
+      "RANDOM", "WIDE",    "DUPLEX", "RETRY",
+      "DISCONNECT", "DESTROY", "RNR",    "MTU"};
   for (const char* flavour : kFlavours) {
     std::string name = flavour;
     for (char& c : name) c = static_cast<char>(std::tolower(c));
