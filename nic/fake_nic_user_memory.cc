@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -48,6 +49,56 @@ int ProbeReadable(uintptr_t addr, size_t length) {
     }
     if ((p | (page - 1)) >= last) return 0;
   }
+}
+
+// MADV_POPULATE_READ / MADV_POPULATE_WRITE (Linux 5.14, uapi
+// asm-generic/mman-common.h); Debian 12's glibc headers predate them.
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+// Ranges up to this size are checked by faulting their pages in (below);
+// larger ones by /proc/self/maps, which commits no memory.
+constexpr size_t kPopulateLimit = size_t{64} << 20;
+
+// Whether this kernel has MADV_POPULATE_READ: asked once, on a page that
+// is certainly readable (this function's own code).
+bool HavePopulate() {
+  static const bool have = [] {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t self = reinterpret_cast<uintptr_t>(&HavePopulate);
+    return madvise(reinterpret_cast<void*>(self & ~(page - 1)), page,
+                   MADV_POPULATE_READ) == 0;
+  }();
+  return have;
+}
+
+// ibv_reg_mr pins the range's pages (kernel ib_umem_get:
+// pin_user_pages_fast, FOLL_WRITE for a writable access): each page is
+// faulted in, and one that is unmapped or lacks the permission fails the
+// registration. MADV_POPULATE_READ / _WRITE fault the pages in the same way
+// without the pin (mm/madvise.c madvise_populate) and answer in one call:
+// ENOMEM for a hole, EINVAL for a page without the permission (or a
+// mapping that cannot be pinned either), EFAULT where an access would
+// raise SIGBUS. Its cost is the range's pages, where a walk of
+// /proc/self/maps costs every mapping of the process (~100 us a
+// registration in tools/bench/conn_bench, growing with each connection's
+// mappings). -1: the kernel cannot tell (no MADV_POPULATE_*).
+int CheckByPopulating(uintptr_t addr, size_t length, bool need_write) {
+  if (!HavePopulate()) return -1;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = addr & ~(page - 1);
+  const uintptr_t end = (addr + length + page - 1) & ~(page - 1);
+  if (end < start) return EFAULT;  // the last page wraps
+  while (madvise(reinterpret_cast<void*>(start), end - start,
+                 need_write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) !=
+         0) {
+    if (errno != EINTR) return EFAULT;
+  }
+  return 0;
 }
 
 // ---- fault-contained copies -------------------------------------------------
@@ -96,6 +147,10 @@ void OnFault(int sig, siginfo_t* info, void* context) {
 int CheckUserMapping(uintptr_t addr, size_t length, bool need_write) {
   if (length == 0) return 0;
   if (addr + length < addr) return EFAULT;  // wraps
+  if (length <= kPopulateLimit) {
+    const int populated = CheckByPopulating(addr, length, need_write);
+    if (populated >= 0) return populated;
+  }
   const uintptr_t end = addr + length;
   std::string maps;
   if (!ReadProcFile("/proc/self/maps", &maps) || maps.empty()) {

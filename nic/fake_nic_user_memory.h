@@ -29,9 +29,12 @@ namespace fake_nic_internal {
 
 // 0 when every byte of [addr, addr + length) is mapped readable (and
 // writable when `need_write`) in this process, else EFAULT (also for a range
-// that wraps). Reads /proc/self/maps: for registration, not the data path.
-// When /proc is not mounted, falls back to probing each page for reading
-// (process_vm_readv) and cannot tell a read-only page.
+// that wraps). For registration, not the data path. Up to 64 MiB the pages
+// are faulted in as a real registration's pin faults them in
+// (MADV_POPULATE_READ / _WRITE, Linux 5.14); larger ranges, and older
+// kernels, are checked against /proc/self/maps, which commits no memory.
+// When /proc is not mounted either, falls back to probing each page for
+// reading (process_vm_readv) and cannot tell a read-only page.
 int CheckUserMapping(uintptr_t addr, size_t length, bool need_write);
 
 // memmove(dst, src, n) (in loopback a source and a destination may

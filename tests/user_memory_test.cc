@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -113,6 +114,63 @@ TEST_F(RegMrMemoryTest, ARangeWithAHoleOrAnInaccessiblePageFails) {
   ASSERT_EQ(munmap(three.data() + kPage, kPage), 0);
   EXPECT_EQ(Reg(three.data(), 2 * kPage, 0), EFAULT);
   EXPECT_EQ(Reg(three.data(), kPage, 0), 0);
+}
+
+// Resident set size of this process in bytes (/proc/self/statm).
+size_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * kPage : 0;
+}
+
+// Up to 64 MiB a registration faults its pages in, as a real one's pin
+// does; a larger range is checked against the mappings instead, so a test
+// may register a large, mostly untouched region (an emulated PMem file)
+// without committing it: the same answers, memory untouched.
+TEST_F(RegMrMemoryTest, LargeRangesAreCheckedWithoutCommittingThem) {
+  const size_t pages = (size_t{96} << 20) / kPage;
+  Mapping large(pages, PROT_READ | PROT_WRITE);
+  const size_t before = ResidentBytes();
+  EXPECT_EQ(Reg(large.data(), large.size(),
+                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+            0);
+  EXPECT_LT(ResidentBytes(), before + (size_t{16} << 20))
+      << "a 96 MiB registration committed its pages";
+  // Its last page read-only: not for a writable access; then inaccessible.
+  ASSERT_EQ(mprotect(large.data() + (pages - 1) * kPage, kPage, PROT_READ), 0);
+  EXPECT_EQ(Reg(large.data(), large.size(), 0), 0);
+  EXPECT_EQ(Reg(large.data(), large.size(), IBV_ACCESS_LOCAL_WRITE), EFAULT);
+  ASSERT_EQ(mprotect(large.data() + (pages - 1) * kPage, kPage, PROT_NONE), 0);
+  EXPECT_EQ(Reg(large.data(), large.size(), 0), EFAULT);
+  // A hole in the middle.
+  ASSERT_EQ(mprotect(large.data() + (pages - 1) * kPage, kPage,
+                     PROT_READ | PROT_WRITE),
+            0);
+  ASSERT_EQ(munmap(large.data() + (pages / 2) * kPage, kPage), 0);
+  EXPECT_EQ(Reg(large.data(), large.size(), 0), EFAULT);
+}
+
+// A small range gets the same answers by faulting in: a page that is
+// read-only, inaccessible or missing anywhere in it, down to its last byte.
+TEST_F(RegMrMemoryTest, EveryPageOfASmallRangeIsChecked) {
+  Mapping eight(8, PROT_READ | PROT_WRITE);
+  for (size_t page = 0; page < 8; ++page) {
+    ASSERT_EQ(mprotect(eight.data() + page * kPage, kPage, PROT_READ), 0);
+    EXPECT_EQ(Reg(eight.data() + 1, eight.size() - 1, IBV_ACCESS_LOCAL_WRITE),
+              EFAULT)
+        << page;
+    EXPECT_EQ(Reg(eight.data() + 1, eight.size() - 1, 0), 0) << page;
+    ASSERT_EQ(mprotect(eight.data() + page * kPage, kPage, PROT_NONE), 0);
+    EXPECT_EQ(Reg(eight.data() + 1, eight.size() - 1, 0), EFAULT) << page;
+    ASSERT_EQ(mprotect(eight.data() + page * kPage, kPage,
+                       PROT_READ | PROT_WRITE),
+              0);
+  }
+  EXPECT_EQ(Reg(eight.data() + 1, eight.size() - 1, IBV_ACCESS_LOCAL_WRITE),
+            0);
 }
 
 TEST_F(RegMrMemoryTest, RangeThatWrapsFails) {
