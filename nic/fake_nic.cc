@@ -1087,8 +1087,10 @@ void FakeNic::StartBackgroundProgress() {
       work_waiters_++;
       std::chrono::steady_clock::time_point first;
       if (!NextTimerLocked(&first)) {
+        background_wakes_at_ = std::chrono::steady_clock::time_point::max();
         work_cv_.wait(lock);
       } else {
+        background_wakes_at_ = first;
         work_cv_.wait_until(lock, first);
       }
       work_waiters_--;

@@ -1162,6 +1162,47 @@ class FakeNic final : public VerbsBackend {
    private:
     FakeNic* const nic_;
   };
+  // CM work an API call queues (a REQ, REP, DREQ, an address resolved) is
+  // done before the call returns, on the caller's thread, when background
+  // progress runs: one of the orders the background thread could have
+  // taken, without waking it or contending for mu_ with it (a connection
+  // cost ~8 futex calls; tools/bench/conn_bench). As RunRequesterNow does
+  // for a post (rxe sends in ibv_post_send); CM work is FIFO and a step
+  // takes it before any QP's (StepLocked), so the order is the step's. Off
+  // in manual-step and sequenced modes, where who steps decides. Declared
+  // after the call's lock, so it runs under it.
+  class CmWorkNow {
+   public:
+    explicit CmWorkNow(FakeNic* nic)
+        : nic_(nic->background_running_ && !nic->sequenced_ ? nic : nullptr),
+          was_deferred_(nic->defer_work_wake_) {
+      if (nic_ != nullptr) nic_->defer_work_wake_ = true;
+    }
+    ~CmWorkNow() {
+      if (nic_ == nullptr) return;
+      while (!nic_->cm_work_.empty()) {
+        CmWork work = std::move(nic_->cm_work_.front());
+        nic_->cm_work_.pop_front();
+        work.run();
+      }
+      nic_->defer_work_wake_ = was_deferred_;
+      if (!was_deferred_ && nic_->work_waiters_ > 0 && nic_->HasReadyWork()) {
+        nic_->work_cv_.notify_all();
+      }
+    }
+    CmWorkNow(const CmWorkNow&) = delete;
+    CmWorkNow& operator=(const CmWorkNow&) = delete;
+
+   private:
+    FakeNic* const nic_;
+    const bool was_deferred_;
+  };
+  // A timer (transport, CM) was armed for `at`: the background thread is
+  // woken only if it sleeps past it (it sleeps until its first timer), not
+  // for every timer a connection or an in-flight WR arms.
+  void TimerArmed(std::chrono::steady_clock::time_point at) {
+    if (work_waiters_ > 0 && at < background_wakes_at_) work_cv_.notify_all();
+  }
   // Notifies the condition variables that have waiters. Inline: the data
   // path calls it once per sequence number (five times per round trip).
   // The background thread is woken only for work it can do (a QP marked
@@ -1399,6 +1440,10 @@ class FakeNic final : public VerbsBackend {
   // Threads waiting on each condition variable: a notify with nobody
   // waiting is a futex call the data path does not need to make.
   int work_waiters_ = 0;
+  // While the background thread waits: when it wakes by itself (its first
+  // timer; max() when it has none). See TimerArmed.
+  std::chrono::steady_clock::time_point background_wakes_at_ =
+      std::chrono::steady_clock::time_point::max();
   // Set while a WorkWakeDeferral lives.
   bool defer_work_wake_ = false;
   int event_waiters_ = 0;

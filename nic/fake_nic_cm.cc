@@ -269,6 +269,8 @@ int FakeNic::GetCmEvent(rdma_event_channel* channel, rdma_cm_event** event) {
   ch->queue.pop_front();
   fake_nic_internal::ConsumeFd(ch->base.fd);
   e->got = true;
+  // After the wait (see Disconnect): the RTU a REP's on_get queues.
+  CmWorkNow now(this);
   if (e->on_get) {
     std::function<void()> work = std::move(e->on_get);
     e->on_get = nullptr;
@@ -320,6 +322,7 @@ int FakeNic::CreateId(rdma_event_channel* channel, rdma_cm_id** id,
 
 int FakeNic::DestroyId(rdma_cm_id* id) {
   std::lock_guard<std::mutex> lock(mu_);
+  CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr) return CmFail(EINVAL);
   // rdma_destroy_id(3): the QP must be destroyed and every event acked
@@ -457,6 +460,7 @@ void FakeNic::SetLocalAddress(CmId* id, Device* device, const std::string& addr,
 int FakeNic::ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
                          int /*timeout_ms*/) {
   std::lock_guard<std::mutex> lock(mu_);
+  CmWorkNow now(this);
   CmId* c = FindId(id);
   std::string normalized;
   bool wildcard = false;
@@ -503,6 +507,7 @@ int FakeNic::ResolveAddr(rdma_cm_id* id, const char* addr, const char* port,
 
 int FakeNic::ResolveRoute(rdma_cm_id* id, int /*timeout_ms*/) {
   std::lock_guard<std::mutex> lock(mu_);
+  CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr || c->state != CmState::kAddrResolved) {
     return CmFail(EINVAL);
@@ -904,6 +909,7 @@ FakeNic::CmId* FakeNic::NewRequestId(
 
 int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   std::lock_guard<std::mutex> lock(mu_);
+  CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr || c->channel == nullptr ||
       c->state != CmState::kRouteResolved || c->qp == nullptr ||
@@ -978,6 +984,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
 // passive QP's rnr_retry is the REQ's, the active QP's is the REP's.
 int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   std::lock_guard<std::mutex> lock(mu_);
+  CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr || c->state != CmState::kRequestReceived ||
       c->qp == nullptr || c->qp->base.state != IBV_QPS_INIT) {
@@ -1099,6 +1106,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
 int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
                     uint8_t private_data_len) {
   std::lock_guard<std::mutex> lock(mu_);
+  CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr || c->state != CmState::kRequestReceived) {
     return CmFail(EINVAL);
@@ -1199,6 +1207,9 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
       return 0;
     }
   }
+  // Not before the wait above: while it lives the background thread is not
+  // woken, and that wait needs it.
+  CmWorkNow now(this);
   if (c->qp != nullptr) DisconnectQpToErr(c->qp);
   c->state = CmState::kDisconnected;
   const uint64_t local = c->handle;
@@ -1286,7 +1297,7 @@ void FakeNic::ArmDreqTimer(CmId* c) {
              std::chrono::milliseconds(config_.personality.dreq_timeout_ms);
   timer.handle = c->handle;
   cm_timers_.push_back(timer);
-  work_cv_.notify_all();  // the background thread waits until the first
+  TimerArmed(timer.at);
 }
 
 void FakeNic::EnterTimewait(CmId* c) {
@@ -1298,7 +1309,7 @@ void FakeNic::EnterTimewait(CmId* c) {
   timer.handle = c->handle;
   timer.timewait = true;
   cm_timers_.push_back(timer);
-  work_cv_.notify_all();
+  TimerArmed(timer.at);
 }
 
 void FakeNic::FireCmTimersLocked() {

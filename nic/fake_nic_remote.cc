@@ -451,8 +451,9 @@ bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
   timer.qp_num = qp->base.qp_num;
   timer.token = head.token;
   timer.why = why;
+  const auto at = timer.at;
   transport_timers_.push_back(std::move(timer));
-  work_cv_.notify_all();  // the background thread waits until the first
+  TimerArmed(at);
   return true;
 }
 
