@@ -1440,10 +1440,6 @@ class FakeNic final : public VerbsBackend {
   // Threads waiting on each condition variable: a notify with nobody
   // waiting is a futex call the data path does not need to make.
   int work_waiters_ = 0;
-  // While the background thread waits: when it wakes by itself (its first
-  // timer; max() when it has none). See TimerArmed.
-  std::chrono::steady_clock::time_point background_wakes_at_ =
-      std::chrono::steady_clock::time_point::max();
   // Set while a WorkWakeDeferral lives.
   bool defer_work_wake_ = false;
   int event_waiters_ = 0;
@@ -1559,6 +1555,11 @@ class FakeNic final : public VerbsBackend {
   int seq_leaving_ = 0;
   bool seq_reported_wait_ = false;  // kWait sent, no kRun / kRelease since
   bool seq_lost_ = false;           // the Sequencer went away
+  // While the background thread waits: when it wakes by itself (its first
+  // timer; max() when it has none). See TimerArmed. Last: the members above
+  // keep their places (the data path's are laid out for it).
+  std::chrono::steady_clock::time_point background_wakes_at_ =
+      std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace rpma_harness
