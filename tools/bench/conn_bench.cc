@@ -49,6 +49,7 @@
 
 #include "benchmark/benchmark.h"
 #include "rpma/librpma.h"
+#include "tools/bench/spawn_self.h"
 
 namespace {
 
@@ -281,28 +282,15 @@ void Threads(benchmark::State& state) {
 
 std::string g_self;  // this binary, for the process placement
 
-// Runs this binary with `args` as a fresh process on the fabric `fabric`,
-// with `stdin_fd` / `stdout_fd` (when >= 0) as its fd 0 / 1.
+// A half of the process placement: this binary again, on the fabric. Held
+// connections take rxe's limits (max_qp 1048560): the spec personality's
+// device has 256 QPs and CQs (FakeDeviceCaps), fewer than the 1000 held.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& fabric,
-            int stdin_fd, int stdout_fd) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  setenv("RPMA_HARNESS_FABRIC", fabric.c_str(), 1);
-  // Held connections: rxe's limits (max_qp 1048560); the spec
-  // personality's device has 256 QPs and CQs (FakeDeviceCaps), fewer than
-  // the 1000 held.
-  if (args.size() > 3 && args[3] != "0") {
-    setenv("RPMA_HARNESS_PERSONALITY", "rxe", 1);
-  }
-  if (stdin_fd >= 0) dup2(stdin_fd, 0);
-  if (stdout_fd >= 0) dup2(stdout_fd, 1);
-  std::vector<char*> argv;
-  for (const std::string& a : args) {
-    argv.push_back(const_cast<char*>(a.c_str()));
-  }
-  argv.push_back(nullptr);
-  execv(g_self.c_str(), argv.data());
-  _exit(127);
+            int stdin_fd, int stdout_fd, bool held) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (held) env.push_back({"RPMA_HARNESS_PERSONALITY", "rxe"});
+  return rpma_harness::bench::SpawnSelf(g_self, args, fabric, stdin_fd,
+                                        stdout_fd, env);
 }
 
 // The client process. `hold` 0: one batch of cycles per byte read on fd 0,
@@ -366,9 +354,9 @@ struct Processes {
     }
     const std::string port = NextPort();
     const std::string h = std::to_string(hold);
-    server = Spawn({g_self, "--server", port, h}, dir, -1, -1);
+    server = Spawn({g_self, "--server", port, h}, dir, -1, -1, hold > 0);
     client = Spawn({g_self, "--client", port, h}, dir, to_client[0],
-                   from_client[1]);
+                   from_client[1], hold > 0);
     close(to_client[0]);
     close(from_client[1]);
     uint64_t value = 0;
@@ -457,11 +445,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--client") {
     return ClientProcess(argv[2], std::atoi(argv[3]));
   }
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return 1;
-  self[n] = '\0';
-  g_self = self;
+  g_self = rpma_harness::bench::SelfPath();
+  if (g_self.empty()) return 1;
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;

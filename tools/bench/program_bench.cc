@@ -49,6 +49,7 @@
 
 #include "benchmark/benchmark.h"
 #include "rpma/librpma.h"
+#include "tools/bench/spawn_self.h"
 
 namespace {
 
@@ -284,22 +285,10 @@ void ThreadsCase(benchmark::State& state, bool blocking) {
 
 std::string g_self;  // this binary, for the process placement
 
-// Runs this binary with `args` as a fresh process on the fabric `fabric`,
-// with `stdin_fd` / `stdout_fd` (when >= 0) as its fd 0 / 1. Every other
-// descriptor of ours is close-on-exec (the pipes are made with O_CLOEXEC).
 pid_t Spawn(const std::vector<std::string>& args, const std::string& fabric,
             int stdin_fd, int stdout_fd) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  setenv("RPMA_HARNESS_FABRIC", fabric.c_str(), 1);
-  if (stdin_fd >= 0) dup2(stdin_fd, 0);
-  if (stdout_fd >= 0) dup2(stdout_fd, 1);
-  std::vector<char*> argv;
-  for (const std::string& a : args)
-    argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(g_self.c_str(), argv.data());
-  _exit(127);
+  return rpma_harness::bench::SpawnSelf(g_self, args, fabric, stdin_fd,
+                                        stdout_fd, {});
 }
 
 // The client process: connects, then one batch per byte read on fd 0,
@@ -510,11 +499,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--client") {
     return ClientProcess(argv[2], std::string(argv[3]) == "blocking");
   }
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return 1;
-  self[n] = '\0';
-  g_self = self;
+  g_self = rpma_harness::bench::SelfPath();
+  if (g_self.empty()) return 1;
   benchmark::Initialize(&argc, argv);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
