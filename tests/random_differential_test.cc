@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -1089,6 +1090,21 @@ int EnvInt(const char* name, int fallback) {
 
 class RandomDifferential : public ConformanceTest {
  protected:
+  // One "qp client ret=N ... server ret=N ..." line: ibv_query_qp(3) of each
+  // QP for `mask`, the fields `fields` writes after each side's ret.
+  void RecordQueriedQps(
+      int mask, const std::function<std::string(const ibv_qp_attr&)>& fields) {
+    std::string line = "qp";
+    for (Endpoint* side : {&client(), &server()}) {
+      ibv_qp_attr attr{};
+      ibv_qp_init_attr init{};
+      const int ret = nic(*side).QueryQp(side->qp, &attr, mask, &init);
+      line += std::string(side == &client() ? " client" : " server") +
+              " ret=" + std::to_string(ret) + fields(attr);
+    }
+    RecordLine(line);
+  }
+
   // Runs `p` on the current backend and returns its stream (Canonical).
   std::vector<std::string> RunProgram(const Program& p) {
     drain_quiet_ms_ = 60;
@@ -1116,34 +1132,19 @@ class RandomDifferential : public ConformanceTest {
     if (HasFatalFailure()) return {};
     if (p.ack_timeout != 0) {
       // What rdma_cm gave each QP (RDMA_OPTION_ID_ACK_TIMEOUT, retry_count).
-      std::string line = "qp";
-      for (Endpoint* side : {&client(), &server()}) {
-        ibv_qp_attr attr{};
-        ibv_qp_init_attr init{};
-        const int ret = nic(*side).QueryQp(
-            side->qp, &attr, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &init);
-        line += std::string(side == &client() ? " client" : " server") +
-                " ret=" + std::to_string(ret) +
-                " timeout=" + std::to_string(attr.timeout) +
-                " retry_cnt=" + std::to_string(attr.retry_cnt);
-      }
-      RecordLine(line);
+      RecordQueriedQps(IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT,
+                       [](const ibv_qp_attr& attr) {
+                         return " timeout=" + std::to_string(attr.timeout) +
+                                " retry_cnt=" + std::to_string(attr.retry_cnt);
+                       });
     }
     if (p.mtu != 0) {
       // The path MTU each QP was given (ibv_query_qp(3) path_mtu: an
       // ibv_mtu, 1 = 256 ... 5 = 4096), and with it that rxe's is the
       // program's.
-      std::string line = "qp";
-      for (Endpoint* side : {&client(), &server()}) {
-        ibv_qp_attr attr{};
-        ibv_qp_init_attr init{};
-        const int ret =
-            nic(*side).QueryQp(side->qp, &attr, IBV_QP_PATH_MTU, &init);
-        line += std::string(side == &client() ? " client" : " server") +
-                " ret=" + std::to_string(ret) +
-                " path_mtu=" + std::to_string(attr.path_mtu);
-      }
-      RecordLine(line);
+      RecordQueriedQps(IBV_QP_PATH_MTU, [](const ibv_qp_attr& attr) {
+        return " path_mtu=" + std::to_string(attr.path_mtu);
+      });
     }
     // A short RNR timer (0.01 ms, IB spec table 45): an rnr_retry 7 write
     // waiting for a receive goes within any drain window once one is posted.
