@@ -1146,13 +1146,15 @@ class FakeNic final : public VerbsBackend {
   // futex at most instead of one per record.
   class WorkWakeDeferral {
    public:
-    WorkWakeDeferral(FakeNic* nic, bool on) : nic_(on ? nic : nullptr) {
+    WorkWakeDeferral(FakeNic* nic, bool on)
+        : nic_(on ? nic : nullptr), was_deferred_(on && nic->defer_work_wake_) {
       if (nic_ != nullptr) nic_->defer_work_wake_ = true;
     }
+    // A deferral inside another leaves the wake to the outer one.
     ~WorkWakeDeferral() {
       if (nic_ == nullptr) return;
-      nic_->defer_work_wake_ = false;
-      if (nic_->work_waiters_ > 0 && nic_->HasReadyWork()) {
+      nic_->defer_work_wake_ = was_deferred_;
+      if (!was_deferred_ && nic_->work_waiters_ > 0 && nic_->HasReadyWork()) {
         nic_->work_cv_.notify_all();
       }
     }
@@ -1161,6 +1163,7 @@ class FakeNic final : public VerbsBackend {
 
    private:
     FakeNic* const nic_;
+    const bool was_deferred_;
   };
   // CM work an API call queues (a REQ, REP, DREQ, an address resolved) is
   // done before the call returns, on the caller's thread, when background
@@ -1170,24 +1173,16 @@ class FakeNic final : public VerbsBackend {
   // for a post (rxe sends in ibv_post_send); CM work is FIFO and a step
   // takes it before any QP's (StepLocked), so the order is the step's. Off
   // in manual-step and sequenced modes, where who steps decides. Declared
-  // after the call's lock, so it runs under it.
+  // after the call's lock, so it runs under it; the background thread is
+  // woken once at its end, if it can step (WorkWakeDeferral).
   class CmWorkNow {
    public:
     explicit CmWorkNow(FakeNic* nic)
         : nic_(nic->background_running_ && !nic->sequenced_ ? nic : nullptr),
-          was_deferred_(nic->defer_work_wake_) {
-      if (nic_ != nullptr) nic_->defer_work_wake_ = true;
-    }
+          defer_(nic, nic_ != nullptr) {}
     ~CmWorkNow() {
       if (nic_ == nullptr) return;
-      while (!nic_->cm_work_.empty()) {
-        CmWork work = std::move(nic_->cm_work_.front());
-        nic_->cm_work_.pop_front();
-        work.run();
-      }
-      nic_->defer_work_wake_ = was_deferred_;
-      if (!was_deferred_ && nic_->work_waiters_ > 0 && nic_->HasReadyWork()) {
-        nic_->work_cv_.notify_all();
+      while (nic_->RunOneCmWorkLocked()) {
       }
     }
     CmWorkNow(const CmWorkNow&) = delete;
@@ -1195,8 +1190,11 @@ class FakeNic final : public VerbsBackend {
 
    private:
     FakeNic* const nic_;
-    const bool was_deferred_;
+    WorkWakeDeferral defer_;  // destroyed after the loop above: one wake
   };
+  // Runs the first queued CM work, if any (StepLocked and CmWorkNow): the
+  // one place CM work is taken.
+  bool RunOneCmWorkLocked();
   // A timer (transport, CM) was armed for `at`: the background thread is
   // woken only if it sleeps past it (it sleeps until its first timer), not
   // for every timer a connection or an in-flight WR arms.

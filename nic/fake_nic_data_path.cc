@@ -667,13 +667,16 @@ bool FakeNic::AnyReadyWork() {
   return false;
 }
 
+bool FakeNic::RunOneCmWorkLocked() {
+  if (cm_work_.empty()) return false;
+  CmWork work = std::move(cm_work_.front());
+  cm_work_.pop_front();
+  work.run();
+  return true;
+}
+
 bool FakeNic::StepLocked() {
-  if (!cm_work_.empty()) {
-    CmWork work = std::move(cm_work_.front());
-    cm_work_.pop_front();
-    work.run();
-    return true;
-  }
+  if (RunOneCmWorkLocked()) return true;
   if (config_.random_schedule) {
     // Any QP with work may go next; the seed decides which.
     std::vector<Qp*> ready;
