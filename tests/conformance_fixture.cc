@@ -240,6 +240,18 @@ void ConformanceTest::TearDown() {
     netdev_mtu_before_ = 0;
     path_mtu_ = 0;
   }
+  // The other pairs first: their QPs hold client_'s and server_'s CQs.
+  for (auto* pairs : {&pair_clients_, &pair_servers_}) {
+    for (Endpoint& side : *pairs) {
+      if (side.qp != nullptr) nic(side).DestroyQp(side.id);
+      if (side.id != nullptr) nic(side).DestroyId(side.id);
+      if (side.channel != nullptr) nic(side).DestroyEventChannel(side.channel);
+    }
+  }
+  pair_clients_.clear();
+  pair_servers_.clear();
+  pair_of_qp_num_[0].clear();
+  pair_of_qp_num_[1].clear();
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);
   if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);
@@ -335,7 +347,12 @@ std::string CmEventText(rdma_cm_event_type type) {
 
 void ConformanceTest::RecordCmEvents(int wait_ms) {
   Settle();
-  for (Endpoint* side : {&client_, &server_}) {
+  std::vector<Endpoint*> sides = {&client_, &server_};
+  for (int k = 1; k < pairs(); ++k) {
+    sides.push_back(&client(k));
+    sides.push_back(&server(k));
+  }
+  for (Endpoint* side : sides) {
     if (side->channel == nullptr) continue;
     int wait = fake_ != nullptr ? 0 : wait_ms;
     for (;;) {
@@ -352,8 +369,7 @@ void ConformanceTest::RecordCmEvents(int wait_ms) {
         nic(*side).AckCmEvent(event);
         continue;
       }
-      RecordLine(std::string("cm ") + (side == &client_ ? "client " : "server ") +
-                 CmEventText(event->event) +
+      RecordLine("cm " + SideName(*side) + " " + CmEventText(event->event) +
                  " status=" + std::to_string(event->status));
       nic(*side).AckCmEvent(event);
     }
@@ -409,7 +425,7 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
   if (is_server && options.server_srq_wr > 0) {
     ibv_srq_init_attr srq_attr{};
     srq_attr.attr.max_wr = options.server_srq_wr;
-    srq_attr.attr.max_sge = 1;
+    srq_attr.attr.max_sge = options.max_recv_sge;
     side.srq = nic(side).CreateSrq(side.pd, &srq_attr);
     ASSERT_NE(side.srq, nullptr) << std::strerror(errno);
   }
@@ -441,7 +457,8 @@ void ConformanceTest::Connect(const QpOptions& options,
                               const std::function<void()>& before_accept) {
   in_section_ = true;
   const std::string addr = TestAddress();
-  const std::string port = std::to_string(NextPort());
+  listen_port_ = NextPort();
+  const std::string port = std::to_string(listen_port_);
   listen_channel_ = nic(server_).CreateEventChannel();
   ASSERT_NE(listen_channel_, nullptr);
   ASSERT_EQ(nic(server_).CreateId(listen_channel_, &listen_id_, nullptr), 0);
@@ -495,6 +512,92 @@ void ConformanceTest::Connect(const QpOptions& options,
   ASSERT_EQ(NextCmEvent(server_), RDMA_CM_EVENT_ESTABLISHED);
 }
 
+void ConformanceTest::ConnectAnotherPair(const QpOptions& options) {
+  ASSERT_NE(listen_id_, nullptr) << "ConnectAnotherPair needs Connect first";
+  const int pair = pairs();
+  pair_clients_.emplace_back();
+  pair_servers_.emplace_back();
+  Endpoint& c = pair_clients_.back();
+  Endpoint& s = pair_servers_.back();
+  const auto make_qp = [&](Endpoint& side, const Endpoint& owner) {
+    ibv_qp_init_attr attr{};
+    attr.send_cq = owner.cq;
+    attr.recv_cq = owner.rcq != nullptr ? owner.rcq : owner.cq;
+    attr.srq = owner.srq;
+    attr.qp_type = IBV_QPT_RC;
+    attr.sq_sig_all = options.sq_sig_all;
+    attr.cap.max_send_wr = options.max_send_wr;
+    attr.cap.max_recv_wr = options.max_recv_wr;
+    attr.cap.max_send_sge = options.max_send_sge;
+    attr.cap.max_recv_sge = options.max_recv_sge;
+    attr.cap.max_inline_data = options.max_inline_data;
+    ASSERT_EQ(side.id->verbs, owner.id->verbs)
+        << "the pair's id resolved to another device";
+    ASSERT_EQ(nic(side).CreateQp(side.id, owner.pd, &attr), 0)
+        << std::strerror(errno);
+    side.qp = side.id->qp;
+    pair_of_qp_num_[IsServer(side)][side.qp->qp_num] = pair;
+  };
+  const std::string addr = TestAddress();
+  const std::string port = std::to_string(listen_port_);
+  ASSERT_EQ(nic(c).CreateId(nullptr, &c.id, nullptr), 0);
+  ASSERT_EQ(nic(c).ResolveAddr(c.id, addr.c_str(), port.c_str(), 2000), 0);
+  ASSERT_EQ(nic(c).ResolveRoute(c.id, 2000), 0);
+  ASSERT_NO_FATAL_FAILURE(make_qp(c, client_));
+  c.channel = nic(c).CreateEventChannel();
+  ASSERT_EQ(nic(c).MigrateId(c.id, c.channel), 0);
+  rdma_conn_param param{};
+  param.responder_resources = options.client_responder_resources;
+  param.initiator_depth = options.client_initiator_depth;
+  param.retry_count = options.retry_count;
+  param.rnr_retry_count = options.rnr_retry_count;
+  uint8_t ack_timeout = options.ack_timeout;
+  if (ack_timeout != 0) {
+    ASSERT_EQ(nic(c).SetOption(c.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+                               &ack_timeout, sizeof(ack_timeout)),
+              0);
+  }
+  ASSERT_EQ(nic(c).Connect(c.id, &param), 0);
+  rdma_cm_event* request = nullptr;
+  ASSERT_EQ(nic(server_).GetCmEvent(listen_channel_, &request), 0);
+  ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+  s.id = request->id;
+  ASSERT_EQ(nic(server_).AckCmEvent(request), 0);
+  ASSERT_NO_FATAL_FAILURE(make_qp(s, server_));
+  s.channel = nic(s).CreateEventChannel();
+  ASSERT_EQ(nic(s).MigrateId(s.id, s.channel), 0);
+  if (ack_timeout != 0) {
+    ASSERT_EQ(nic(s).SetOption(s.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+                               &ack_timeout, sizeof(ack_timeout)),
+              0);
+  }
+  param.responder_resources = options.server_responder_resources;
+  param.initiator_depth = options.server_initiator_depth;
+  ASSERT_EQ(nic(s).Accept(s.id, &param), 0) << std::strerror(errno);
+  ASSERT_EQ(NextCmEvent(c), RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_EQ(NextCmEvent(s), RDMA_CM_EVENT_ESTABLISHED);
+}
+
+bool ConformanceTest::IsServer(const Endpoint& side) const {
+  if (&side == &server_) return true;
+  for (const Endpoint& s : pair_servers_) {
+    if (&side == &s) return true;
+  }
+  return false;
+}
+
+std::string ConformanceTest::SideName(const Endpoint& side) const {
+  const bool is_server = IsServer(side);
+  const auto& pairs = is_server ? pair_servers_ : pair_clients_;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    if (&side == &pairs[k]) {
+      return std::string(is_server ? "server" : "client") + " qp" +
+             std::to_string(k + 1);
+    }
+  }
+  return is_server ? "server" : "client";
+}
+
 void ConformanceTest::TearDownEndpoint(Endpoint& side) {
   if (side.id == nullptr) return;
   if (side.qp != nullptr) nic(side).DestroyQp(side.id);
@@ -522,7 +625,7 @@ int ConformanceTest::PostRecv(Endpoint& side, uint64_t wr_id, size_t offset,
   }
   ibv_recv_wr* bad = nullptr;
   const int ret = nic(side).PostRecv(side.qp, &wr, &bad);
-  RecordPost(&side == &client_ ? "recv client" : "recv server", ret,
+  RecordPost(("recv " + SideName(side)).c_str(), ret,
              ret == 0 ? -1 : (bad == &wr ? 0 : -2));
   return ret;
 }
@@ -561,7 +664,7 @@ int ConformanceTest::PostSend(Endpoint& side, ibv_send_wr* wr,
       if (w == *bad_wr) bad_index = i;
     }
   }
-  RecordPost(&side == &client_ ? "send client" : "send server", ret, bad_index);
+  RecordPost(("send " + SideName(side)).c_str(), ret, bad_index);
   return ret;
 }
 
@@ -681,14 +784,22 @@ void ConformanceTest::DrainAndRecord(std::initializer_list<Endpoint*> sides) {
   for (Endpoint* side : sides) {
     if (side->cq != nullptr) polled.push_back(side);
   }
-  const auto name = [this](const Endpoint* side) {
-    return side == &client_ ? "client" : "server";
+  // A completion of pair k > 0 (sharing the CQ) is "client qpk ...".
+  const auto name = [this](const Endpoint* side, const ibv_wc& wc) {
+    const bool is_server = side != &client_;
+    std::string name = is_server ? "server" : "client";
+    const auto& pair_of = pair_of_qp_num_[is_server];
+    auto it = pair_of.find(wc.qp_num);
+    if (it != pair_of.end()) name += " qp" + std::to_string(it->second);
+    return name;
   };
   ibv_wc wc;
   if (fake_ != nullptr) {
     for (Endpoint* side : polled) {
       Settle();
-      while (nic(*side).PollCq(side->cq, 1, &wc) == 1) Record(name(side), wc);
+      while (nic(*side).PollCq(side->cq, 1, &wc) == 1) {
+        Record(name(side, wc).c_str(), wc);
+      }
     }
     return;
   }
@@ -705,7 +816,7 @@ void ConformanceTest::DrainAndRecord(std::initializer_list<Endpoint*> sides) {
     bool any = false;
     for (size_t s = 0; s < polled.size(); ++s) {
       if (nic(*polled[s]).PollCq(polled[s]->cq, 1, &wc) == 1) {
-        lines[s].push_back(WcLine(name(polled[s]), wc));
+        lines[s].push_back(WcLine(name(polled[s], wc).c_str(), wc));
         any = true;
       }
     }
@@ -734,6 +845,18 @@ void ConformanceTest::EndSection() {
   if (record_client_digest_ && !client_.buffer.empty()) {
     RecordDigest("client", client_.buffer);
   }
+  // The other pairs first: their QPs hold client_'s and server_'s CQs.
+  for (auto* pairs : {&pair_clients_, &pair_servers_}) {
+    for (Endpoint& side : *pairs) {
+      if (side.qp != nullptr) nic(side).DestroyQp(side.id);
+      if (side.id != nullptr) nic(side).DestroyId(side.id);
+      if (side.channel != nullptr) nic(side).DestroyEventChannel(side.channel);
+    }
+  }
+  pair_clients_.clear();
+  pair_servers_.clear();
+  pair_of_qp_num_[0].clear();
+  pair_of_qp_num_[1].clear();
   TearDownEndpoint(client_);
   TearDownEndpoint(server_);
   if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);

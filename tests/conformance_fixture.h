@@ -24,8 +24,10 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,7 +76,7 @@ struct QpOptions {
   uint8_t server_responder_resources = 1;
   // The server's QP takes its receives from an SRQ of this depth (0: its
   // own receive queue), as librpma's rpma_srq_new / rpma_conn_cfg_set_srq
-  // set it up (one SGE per receive).
+  // set it up (max_recv_sge SGEs per receive).
   uint32_t server_srq_wr = 0;
   // The server gets a separate receive CQ, and both its CQs share one
   // completion channel, armed (rpma_conn_cfg_set_compl_channel(3)).
@@ -110,15 +112,37 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   void Connect(const QpOptions& options,
                const std::function<void()>& before_accept = nullptr);
 
+  // One more connection after Connect: a client QP and a server QP with
+  // their own rdma_cm ids and event channels, on client()'s and server()'s
+  // PD and CQs, and the server's SRQ if it has one (ibv_create_qp(3): QPs
+  // of one context may share CQs and an SRQ, and MRs of their PD serve
+  // them all). The pair's Endpoints hold only id,
+  // channel and qp; client(pair) / server(pair) name them, pair 0 being
+  // client() / server(). Completions of pair k > 0 are recorded as
+  // "client qpk ..." (by wc.qp_num), its posts as "send client qpk".
+  // EndSection tears the pairs down before the owners of their queues.
+  void ConnectAnotherPair(const QpOptions& options);
+  int pairs() const { return 1 + static_cast<int>(pair_clients_.size()); }
+
   // The backend that owns `side`'s objects: the one backend, or with
   // "fake_rxe_fabric" the client's NIC or the server's.
   VerbsBackend& nic(const Endpoint& side) {
-    return &side == &server_ && server_backend_ != nullptr ? *server_backend_
-                                                           : *backend_;
+    return server_backend_ != nullptr && IsServer(side) ? *server_backend_
+                                                        : *backend_;
   }
   const BackendUnderTest& quirks() const { return GetParam(); }
   Endpoint& client() { return client_; }
   Endpoint& server() { return server_; }
+  Endpoint& client(int pair) {
+    return pair == 0 ? client_ : pair_clients_[static_cast<size_t>(pair - 1)];
+  }
+  Endpoint& server(int pair) {
+    return pair == 0 ? server_ : pair_servers_[static_cast<size_t>(pair - 1)];
+  }
+  // Whether `side` is the server of its pair.
+  bool IsServer(const Endpoint& side) const;
+  // "client" or "server", and " qpK" for the pair K > 0 it belongs to.
+  std::string SideName(const Endpoint& side) const;
 
   // Posts one receive of [offset, offset + len) of the side's buffer
   // (len 0: no SGE). Returns the backend's return value.
@@ -239,8 +263,15 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   std::string fabric_dir_;
   rdma_event_channel* listen_channel_ = nullptr;
   rdma_cm_id* listen_id_ = nullptr;
+  int listen_port_ = 0;
   Endpoint client_;
   Endpoint server_;
+  // ConnectAnotherPair's pairs 1.. (deques: Endpoint addresses stay), and
+  // which pair each of their QP numbers is (kept after a QP is destroyed:
+  // its completions stay in the shared CQ).
+  std::deque<Endpoint> pair_clients_;
+  std::deque<Endpoint> pair_servers_;
+  std::map<uint32_t, int> pair_of_qp_num_[2];  // [0] client's, [1] server's
   std::vector<std::string> stream_;
   std::string section_;  // "" or "size=64 " etc.
   bool in_section_ = false;

@@ -41,6 +41,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -118,6 +119,9 @@ struct Step {
   bool reverse = false;
   // kRecv: each receive's bytes in this many SGEs, 100 bytes apart.
   uint8_t recv_sges = 1;
+  // Shared programs: the QP pair the step's verbs act on (0: client() and
+  // server(); ConformanceTest::ConnectAnotherPair's pairs from 1).
+  uint8_t qp = 0;
 };
 
 struct Program {
@@ -140,6 +144,11 @@ struct Program {
   // The path MTU in bytes (Flavour::kMtu; 0: the default, 1024): rdma_cm
   // gives both QPs the netdev's (ConformanceTest::SetPathMtu).
   uint32_t mtu = 0;
+  // QP pairs (Flavour::kShared): each side's QPs share its PD, its CQ and
+  // its MRs.
+  uint8_t pairs = 1;
+  // The server's QPs take their receives from one SRQ (Flavour::kSrq).
+  bool srq = false;
 };
 
 // Which programs Generate draws. Each flavour keeps its seeds' programs
@@ -168,6 +177,18 @@ struct Program {
 //    packet boundary (k x MTU - 1 .. k x MTU + 1): where a bad source SGE,
 //    a short receive or an RNR cuts a message depends on the packet it
 //    falls in.
+//  - kShared: kDuplex on two or three QP pairs (separate rdma_cm
+//    connections) whose QPs on each side share one CQ, one PD and its
+//    MRs; each step acts on one pair. A pair's error, flush, state change
+//    or destroyed QP must leave the others' traffic as it is, the shared
+//    CQ must order every QP's completions as rxe's does, and a target MR
+//    re-registered (kReregTarget) changes the rkey for every pair at once;
+//    the receives posted before it keep the old lkey.
+//  - kSrq: kShared on one to three pairs whose server QPs take their
+//    receives from one SRQ (ibv_create_srq(3)): the server's receives go
+//    to the SRQ, and a SEND or write with imm on any pair takes the next
+//    one; a server QP's error does not flush the SRQ's receives, which the
+//    other pairs go on taking.
 enum class Flavour {
   kNarrow,
   kWide,
@@ -176,7 +197,9 @@ enum class Flavour {
   kDisconnects,
   kDestroys,
   kRnr,
-  kMtu
+  kMtu,
+  kShared,
+  kSrq
 };
 
 // splitmix64: the same numbers on every platform and compiler.
@@ -209,14 +232,28 @@ constexpr uint32_t kBuffer = 64 * 1024;
 // nothing goes the other way. Duplex programs have rnr_retry 0, so no WR
 // waits on RNR for a receive (a WR that would is one that fails); waiting
 // on RNR is the narrow and wide programs' part.
+// The receives one side has posted, as a DuplexGuard counts them: its own
+// receive queue's, or (srq programs) one SRQ's that several QPs take from.
+struct ReceivePool {
+  int receives = 0;
+  uint32_t min_len = UINT32_MAX;  // the shortest receive's bytes
+  // How many of the first `receives` name an MR since re-registered.
+  int stale = 0;
+};
+
 class DuplexGuard {
  public:
+  // The receives of `reverse` traffic come from `pool`, which other
+  // guards (QP pairs) share: an SRQ.
+  void SharePool(bool reverse, std::shared_ptr<ReceivePool> pool) {
+    pools_[reverse] = std::move(pool);
+  }
   // Whether a kWrites step may run the given way.
   bool MayRun(bool reverse) const { return locked_ < 0 || locked_ == reverse; }
   // The ops of a step that runs `reverse`: locks the direction when one
   // may fail.
   void Ran(bool reverse, const std::vector<WriteOp>& ops) {
-    int& receives = receives_[reverse];
+    int& receives = pools_[reverse]->receives;
     for (const WriteOp& op : ops) {
       const bool consumes =
           op.kind == OpKind::kSend || (op.kind == OpKind::kWrite && op.imm);
@@ -226,7 +263,11 @@ class DuplexGuard {
                  op.kind == OpKind::kCmpSwap;
       if (consumes) {
         if (receives <= 0) may_fail = true;  // RNR, rnr_retry 0
-        if (op.kind == OpKind::kSend && op.size > min_recv_len_[reverse]) {
+        // A receive posted before its MR was re-registered: its lkey is
+        // gone, the landing fails.
+        if (pools_[reverse]->stale > 0) may_fail = true;
+        --pools_[reverse]->stale;
+        if (op.kind == OpKind::kSend && op.size > pools_[reverse]->min_len) {
           may_fail = true;  // a receive too short: LOC_LEN_ERR
         }
         --receives;
@@ -237,11 +278,16 @@ class DuplexGuard {
   // `count` receives of `recv_len` bytes (0: no buffer) posted by the
   // server (!reverse) or the client.
   void Received(bool reverse, int count, uint32_t recv_len) {
-    receives_[reverse] += count;
-    min_recv_len_[reverse] = std::min(min_recv_len_[reverse], recv_len);
+    pools_[reverse]->receives += count;
+    pools_[reverse]->min_len = std::min(pools_[reverse]->min_len, recv_len);
   }
   // The responder of `reverse` traffic loses remote write.
   void NoRemoteWrite(bool reverse) { no_write_[reverse] = true; }
+  // The MR the receives of `reverse` traffic land in is re-registered: the
+  // ones posted so far name a dead lkey.
+  void ReceivesSpoiled(bool reverse) {
+    pools_[reverse]->stale = std::max(pools_[reverse]->receives, 0);
+  }
   // The client's QP goes to ERR: nothing may go towards it any more.
   void ClientErr() { locked_ = 0; }
   // The server's QP goes to ERR (retry programs only).
@@ -257,8 +303,10 @@ class DuplexGuard {
 
  private:
   int locked_ = -1;  // -1: both ways; 0: client to server only; 1: reverse
-  int receives_[2] = {0, 0};  // [0]: the server's, [1]: the client's
-  uint32_t min_recv_len_[2] = {UINT32_MAX, UINT32_MAX};
+  // [0]: the server's receives, [1]: the client's; a pool may be shared
+  // (SharePool).
+  std::shared_ptr<ReceivePool> pools_[2] = {std::make_shared<ReceivePool>(),
+                                            std::make_shared<ReceivePool>()};
   bool no_write_[2] = {false, false};
 };
 
@@ -291,7 +339,9 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool rnr = flavour == Flavour::kRnr;
   const bool retry = flavour == Flavour::kRetry || disconnects || rnr;
   const bool mtus = flavour == Flavour::kMtu;
-  const bool duplex = flavour == Flavour::kDuplex || retry || mtus;
+  const bool srqs = flavour == Flavour::kSrq;
+  const bool shared = flavour == Flavour::kShared || srqs;
+  const bool duplex = flavour == Flavour::kDuplex || retry || mtus || shared;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
   Program p;
   p.seed = seed;
@@ -299,6 +349,11 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   p.rnr_retry = rng.Chance(60) ? 0 : 7;
   if (duplex) p.rnr_retry = 0;  // DuplexGuard
   if (mtus) p.mtu = 256u << rng.Below(5);
+  if (shared) p.pairs = static_cast<uint8_t>(2 + rng.Below(2));
+  if (srqs) {
+    p.srq = true;
+    p.pairs = static_cast<uint8_t>(1 + rng.Below(3));
+  }
   // Mtu programs: k x MTU - 1, k x MTU or k x MTU + 1 bytes (k 1-4).
   const auto near_boundary = [&rng, &p]() {
     return (1 + rng.Below(4)) * p.mtu - 1 + rng.Below(3);
@@ -337,7 +392,16 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
                          (disconnects ? 2 + rng.Below(4) : 0);
   // wide: the percentage of ops that keep the fault drawn for them.
   const uint32_t fault_share = wide ? 100 * rng.Below(3) / 2 : 100;
-  DuplexGuard guard;
+  // One guard per QP pair: a pair's errors lock only its own traffic.
+  std::vector<DuplexGuard> guards(p.pairs);
+  // Srq programs: one pool of the server's receives for every pair.
+  if (p.srq) {
+    auto pool = std::make_shared<ReceivePool>();
+    for (DuplexGuard& g : guards) g.SharePool(false, pool);
+  }
+  // Shared programs: the pairs nothing may act on any more (a QP destroyed,
+  // the connection disconnected).
+  std::vector<bool> dead(p.pairs, false);
   // Retry programs: which QPs may be dead (the same bookkeeping, not a rule
   // the traffic keeps).
   DuplexGuard hazard;
@@ -352,19 +416,54 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
     recv.count = 2 + static_cast<int>(rng.Below(7));
     recv.recv_len = rng.Chance(50) ? 4096 : 16384;
     p.steps.push_back(recv);
-    guard.Received(false, recv.count, recv.recv_len);
+    guards[0].Received(false, recv.count, recv.recv_len);
     hazard.Received(false, recv.count, recv.recv_len);
     if (duplex && rng.Chance(70)) {
       recv.reverse = true;
       p.steps.push_back(recv);
-      guard.Received(true, recv.count, recv.recv_len);
+      guards[0].Received(true, recv.count, recv.recv_len);
       hazard.Received(true, recv.count, recv.recv_len);
+    }
+    // Shared programs: the same for every other pair.
+    for (uint8_t q = 1; q < p.pairs; ++q) {
+      recv.qp = q;
+      recv.reverse = false;
+      p.steps.push_back(recv);
+      guards[q].Received(false, recv.count, recv.recv_len);
+      recv.reverse = true;
+      p.steps.push_back(recv);
+      guards[q].Received(true, recv.count, recv.recv_len);
     }
   }
   static const uint32_t kSizes[] = {0,    1,    64,   1023,  1024,
                                     1025, 2048, 4096, 65536, 3000};
   for (uint32_t s = 0; s < steps; ++s) {
     Step step;
+    if (shared) {
+      step.qp = static_cast<uint8_t>(rng.Below(p.pairs));
+      if (dead[step.qp]) continue;
+      if (rng.Chance(6)) {
+        // A target MR re-registered: every pair's traffic takes the new
+        // rkey; the receives posted into it so far keep a dead lkey.
+        step.kind = StepKind::kReregTarget;
+        step.reverse = rng.Chance(40);
+        step.qp = 0;
+        reregistered[step.reverse] = true;
+        for (DuplexGuard& g : guards) g.ReceivesSpoiled(step.reverse);
+        p.steps.push_back(step);
+        continue;
+      }
+      if (rng.Chance(6)) {
+        // One QP of the pair destroyed with its completions in the shared
+        // CQ; the pair takes no more steps.
+        step.kind = StepKind::kDestroyQp;
+        step.reverse = rng.Chance(40);
+        dead[step.qp] = true;
+        p.steps.push_back(step);
+        continue;
+      }
+    }
+    DuplexGuard& guard = guards[step.qp];
     if (destroys && rng.Chance(8)) {
       step.kind = StepKind::kReregTarget;
       step.reverse = rng.Chance(40);
@@ -523,7 +622,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       step.kind = rng.Chance(50) && (retry || p.rnr_retry != 7)
                       ? StepKind::kServerErr
                       : StepKind::kClientErr;
-      if (step.kind == StepKind::kServerErr && !retry) {
+      if (step.kind == StepKind::kServerErr && !retry && !shared) {
         // A responder in ERR drops requests; rxe's requester then retries
         // for retry_cnt x 4.096 us x 2^timeout (~17 s at rdma_cm's timeout
         // 19) before RETRY_EXC_ERR, the fake fails at once (time is steps,
@@ -539,6 +638,9 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
         break;
       }
       if (step.kind == StepKind::kClientErr && !retry) guard.ClientErr();
+      // Shared programs go on with the other pairs, and with this one's
+      // traffic the other way (its server's posts flush).
+      if (step.kind == StepKind::kServerErr && shared) guard.ServerErr();
       if (step.kind == StepKind::kClientErr && retry) hazard.ClientErr();
       if (step.kind == StepKind::kServerErr) hazard.ServerErr();
     } else {
@@ -547,13 +649,15 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       // librdmacm moves the disconnecting side's QP to ERR.
       if (disconnects && step.reverse) hazard.ServerErr();
       if (disconnects && !step.reverse) hazard.ClientErr();
+      // Shared programs: the other pairs go on.
+      if (shared) dead[step.qp] = true;
     }
     // Destroy programs: nothing by or to a destroyed QP's own verbs (a
     // destroyed ibv_qp may not be named again); rdma_disconnect needs no
     // QP, and traffic towards it is what the flavour is for.
     if (destroys && ActingQp(step) >= 0 && gone[ActingQp(step)]) continue;
     p.steps.push_back(step);
-    if (step.kind == StepKind::kDisconnect && !disconnects) break;
+    if (step.kind == StepKind::kDisconnect && !disconnects && !shared) break;
   }
   return p;
 }
@@ -564,14 +668,21 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
 bool KeepsDuplexRule(const Program& p) {
   // Retry programs (a short ACK timeout) have no such rule.
   if (!p.duplex || p.ack_timeout != 0) return true;
-  DuplexGuard guard;
+  std::vector<DuplexGuard> guards(std::max<int>(p.pairs, 1));
+  if (p.srq) {
+    auto pool = std::make_shared<ReceivePool>();
+    for (DuplexGuard& g : guards) g.SharePool(false, pool);
+  }
+  std::vector<bool> dead(guards.size(), false);
   for (const Step& s : p.steps) {
+    if (s.qp >= guards.size()) return false;
+    DuplexGuard& guard = guards[s.qp];
     switch (s.kind) {
       case StepKind::kRecv:
         guard.Received(s.reverse, s.count, s.recv_len);
         break;
       case StepKind::kWrites:
-        if (!guard.MayRun(s.reverse)) return false;
+        if (!guard.MayRun(s.reverse) || dead[s.qp]) return false;
         guard.Ran(s.reverse, s.writes);
         break;
       case StepKind::kServerNoRemoteWrite:
@@ -580,8 +691,20 @@ bool KeepsDuplexRule(const Program& p) {
       case StepKind::kClientErr:
         guard.ClientErr();
         break;
+      case StepKind::kServerErr:
+        guard.ServerErr();  // only shared programs go on after it
+        break;
       case StepKind::kModifyState:
         if (s.count == IBV_QPS_RESET) guard.Reset(s.reverse);
+        break;
+      case StepKind::kDestroyQp:
+      case StepKind::kDisconnect:
+        dead[s.qp] = true;  // only shared programs go on after it
+        break;
+      case StepKind::kReregTarget:
+        if (p.pairs > 1 || p.srq) {
+          for (DuplexGuard& g : guards) g.ReceivesSpoiled(s.reverse);
+        }
         break;
       default:
         break;
@@ -672,26 +795,31 @@ std::string AsCode(const Program& p) {
       out << "}, ";
     }
     out << "}";
-    if (s.recv_len != 0 || s.reverse || s.recv_sges != 1) {
+    if (s.recv_len != 0 || s.reverse || s.recv_sges != 1 || s.qp != 0) {
       out << ", " << s.recv_len;
     }
-    if (s.reverse || s.recv_sges != 1) {
+    if (s.reverse || s.recv_sges != 1 || s.qp != 0) {
       out << ", " << (s.reverse ? "true" : "false");
     }
-    if (s.recv_sges != 1) out << ", " << int{s.recv_sges};
+    if (s.recv_sges != 1 || s.qp != 0) out << ", " << int{s.recv_sges};
+    if (s.qp != 0) out << ", " << int{s.qp};
     out << "},";
   }
   out << "}";
-  if (p.duplex || p.ack_timeout != 0 || p.mtu != 0) {
+  // The fields after mtu are written.
+  const bool more = p.pairs != 1 || p.srq;
+  if (p.duplex || p.ack_timeout != 0 || p.mtu != 0 || more) {
     out << ", " << (p.duplex ? "true" : "false");
   }
-  if (p.ack_timeout != 0 || p.min_rnr_timer != 0 || p.mtu != 0) {
+  if (p.ack_timeout != 0 || p.min_rnr_timer != 0 || p.mtu != 0 || more) {
     out << ", " << int{p.retry_cnt} << ", " << int{p.ack_timeout};
   }
-  if (p.min_rnr_timer != 0 || p.mtu != 0) {
+  if (p.min_rnr_timer != 0 || p.mtu != 0 || more) {
     out << ", " << int{p.min_rnr_timer};
   }
-  if (p.mtu != 0) out << ", " << p.mtu;
+  if (p.mtu != 0 || more) out << ", " << p.mtu;
+  if (more) out << ", " << int{p.pairs};
+  if (p.srq) out << ", true";
   out << "}";
   return out.str();
 }
@@ -1128,8 +1256,16 @@ class RandomDifferential : public ConformanceTest {
       options.max_send_sge = 3;
       options.max_recv_sge = 2;
     }
+    // Srq programs: every server QP's receives from one SRQ, deep enough
+    // for all a program posts.
+    if (p.srq) options.server_srq_wr = 64;
     Connect(options);
     if (HasFatalFailure()) return {};
+    // Shared programs: the other pairs, on the same PDs, CQs and MRs.
+    for (int k = 1; k < p.pairs; ++k) {
+      ConnectAnotherPair(options);
+      if (HasFatalFailure()) return {};
+    }
     if (p.ack_timeout != 0) {
       // What rdma_cm gave each QP (RDMA_OPTION_ID_ACK_TIMEOUT, retry_count).
       RecordQueriedQps(IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT,
@@ -1151,9 +1287,11 @@ class RandomDifferential : public ConformanceTest {
     // Rnr programs set both QPs' to theirs.
     ibv_qp_attr timer{};
     timer.min_rnr_timer = p.min_rnr_timer != 0 ? p.min_rnr_timer : 1;
-    RecordPost(
-        "modify server min_rnr_timer",
-        nic(server()).ModifyQp(server().qp, &timer, IBV_QP_MIN_RNR_TIMER));
+    for (int k = 0; k < p.pairs; ++k) {
+      Endpoint& side = server(k);
+      RecordPost(("modify " + SideName(side) + " min_rnr_timer").c_str(),
+                 nic(side).ModifyQp(side.qp, &timer, IBV_QP_MIN_RNR_TIMER));
+    }
     if (p.min_rnr_timer != 0) {
       RecordPost(
           "modify client min_rnr_timer",
@@ -1200,8 +1338,11 @@ class RandomDifferential : public ConformanceTest {
       RecordLine("step " + std::to_string(i));
       // A shrunk or hand-written program may name a destroyed QP: skipped
       // (Generate never draws one).
+      // The step's pair (shared programs; else pair 0).
+      Endpoint& pc = client(step.qp);
+      Endpoint& ps = server(step.qp);
       const int acting = ActingQp(step);
-      if (acting >= 0 && (acting == 0 ? client() : server()).qp == nullptr) {
+      if (acting >= 0 && (acting == 0 ? pc : ps).qp == nullptr) {
         RecordLine("skipped: the QP is destroyed");
         continue;
       }
@@ -1212,7 +1353,7 @@ class RandomDifferential : public ConformanceTest {
           // thread could otherwise slip between two calls.
           // Server receives land in its buffer, the client's (duplex) in
           // its inbox; two SGEs split the receive with 100 bytes between.
-          Endpoint& side = step.reverse ? client() : server();
+          Endpoint& side = step.reverse ? pc : ps;
           const uint64_t base = reinterpret_cast<uint64_t>(
               step.reverse ? inbox_.data() : server().buffer.data());
           const uint32_t lkey =
@@ -1240,13 +1381,18 @@ class RandomDifferential : public ConformanceTest {
             if (r > 0) recvs[r - 1].next = &recvs[r];
           }
           ibv_recv_wr* bad = nullptr;
-          const int ret = nic(side).PostRecv(side.qp, &recvs[0], &bad);
+          // Srq programs: the server's receives go to the SRQ, whichever
+          // pair the step names.
+          const bool to_srq = p.srq && !step.reverse;
+          const int ret =
+              to_srq ? nic(server()).PostSrqRecv(server().srq, &recvs[0], &bad)
+                     : nic(side).PostRecv(side.qp, &recvs[0], &bad);
           int bad_index = -1;
           for (size_t r = 0; ret != 0 && r < recvs.size(); ++r) {
             if (bad == &recvs[r]) bad_index = static_cast<int>(r);
           }
-          RecordPost(step.reverse ? "recv client" : "recv server", ret,
-                     bad_index);
+          RecordPost(to_srq ? "recv server srq" : ("recv " + SideName(side)).c_str(),
+                     ret, bad_index);
           break;
         }
         case StepKind::kWrites: {
@@ -1298,32 +1444,29 @@ class RandomDifferential : public ConformanceTest {
             if (w > 0) wrs[w - 1].next = &wrs[w];
           }
           ibv_send_wr* bad = nullptr;
-          PostSend(rev ? server() : client(), &wrs[0], &bad);
+          PostSend(rev ? ps : pc, &wrs[0], &bad);
           break;
         }
         case StepKind::kServerErr:
         case StepKind::kClientErr: {
           ibv_qp_attr a{};
           a.qp_state = IBV_QPS_ERR;
-          const bool server_side = step.kind == StepKind::kServerErr;
-          RecordPost(server_side ? "modify server ERR" : "modify client ERR",
-                     nic(server_side ? server() : client())
-                         .ModifyQp(server_side ? server().qp : client().qp, &a,
-                                   IBV_QP_STATE));
+          Endpoint& side = step.kind == StepKind::kServerErr ? ps : pc;
+          RecordPost(("modify " + SideName(side) + " ERR").c_str(),
+                     nic(side).ModifyQp(side.qp, &a, IBV_QP_STATE));
           break;
         }
         case StepKind::kServerNoRemoteWrite: {
           ibv_qp_attr a{};
           a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-          Endpoint& side = step.reverse ? client() : server();
-          RecordPost(step.reverse ? "modify client access=REMOTE_READ"
-                                  : "modify server access=REMOTE_READ",
+          Endpoint& side = step.reverse ? pc : ps;
+          RecordPost(("modify " + SideName(side) + " access=REMOTE_READ").c_str(),
                      nic(side).ModifyQp(side.qp, &a, IBV_QP_ACCESS_FLAGS));
           break;
         }
         case StepKind::kDisconnect: {
-          Endpoint& side = step.reverse ? server() : client();
-          RecordPost(step.reverse ? "disconnect server" : "disconnect client",
+          Endpoint& side = step.reverse ? ps : pc;
+          RecordPost(("disconnect " + SideName(side)).c_str(),
                      nic(side).Disconnect(side.id) == 0 ? 0 : errno);
           break;
         }
@@ -1350,18 +1493,18 @@ class RandomDifferential : public ConformanceTest {
         case StepKind::kDestroyQp: {
           // rdma_destroy_qp(3) with the connection up: what was completed
           // stays in the CQ; nothing is posted to the QP again.
-          Endpoint& side = step.reverse ? client() : server();
+          Endpoint& side = step.reverse ? pc : ps;
           nic(side).DestroyQp(side.id);
           side.qp = nullptr;
-          RecordLine(step.reverse ? "destroy client qp" : "destroy server qp");
+          RecordLine("destroy " + SideName(side) + " qp");
           break;
         }
         case StepKind::kModifyState: {
-          Endpoint& side = step.reverse ? client() : server();
+          Endpoint& side = step.reverse ? pc : ps;
           ibv_qp_attr a{};
           a.qp_state = static_cast<ibv_qp_state>(step.count);
-          RecordPost((std::string(step.reverse ? "modify client" : "modify server") +
-                      " state=" + std::to_string(step.count))
+          RecordPost(("modify " + SideName(side) + " state=" +
+                      std::to_string(step.count))
                          .c_str(),
                      nic(side).ModifyQp(side.qp, &a, IBV_QP_STATE));
           break;
@@ -1378,8 +1521,13 @@ class RandomDifferential : public ConformanceTest {
           return side.qp == nullptr ? std::string("gone")
                                     : std::to_string(QpState(side));
         };
-        RecordLine("state client=" + state(client()) +
-                   " server=" + state(server()));
+        std::string line = "state client=" + state(client()) +
+                           " server=" + state(server());
+        for (int k = 1; k < p.pairs; ++k) {
+          line += " client" + std::to_string(k) + "=" + state(client(k)) +
+                  " server" + std::to_string(k) + "=" + state(server(k));
+        }
+        RecordLine(line);
       }
     }
     if (read_only != nullptr) nic(server()).DeregMr(read_only);
@@ -1952,6 +2100,38 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnMtuPrograms) {
                  EnvInt("RPMA_HARNESS_MTU_SEED", 11000001), "MTU");
 }
 
+// Shared programs (Flavour::kShared): two or three QP pairs whose QPs on
+// each side share one CQ, PD and MRs, traffic both ways on each; one
+// pair's errors, state changes, destroyed QP or disconnect beside the
+// others' traffic, and target MRs re-registered under all of them. rxe's
+// streams are in tests/testdata/rxe_random_shared_streams.txt.
+// env RPMA_HARNESS_SHARED_PROGRAMS=N: the harness's own test: how many
+//   shared programs FakeRxeAgreesWithRxeOnSharedPrograms compares (default
+//   100; the recording holds seeds 12000001..12000100).
+// env RPMA_HARNESS_SHARED_SEED=N: the harness's own test: the first shared
+//   program's seed (default 12000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnSharedPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kShared, EnvInt("RPMA_HARNESS_SHARED_PROGRAMS", 100),
+                 EnvInt("RPMA_HARNESS_SHARED_SEED", 12000001), "SHARED");
+}
+
+// Srq programs (Flavour::kSrq): one to three QP pairs as in shared
+// programs, the server's QPs taking their receives from one SRQ. rxe's
+// streams are in tests/testdata/rxe_random_srq_streams.txt.
+// env RPMA_HARNESS_SRQ_PROGRAMS=N: the harness's own test: how many srq
+//   programs FakeRxeAgreesWithRxeOnSrqPrograms compares (default 100; the
+//   recording holds seeds 13000001..13000100).
+// env RPMA_HARNESS_SRQ_SEED=N: the harness's own test: the first srq
+//   program's seed (default 13000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnSrqPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kSrq, EnvInt("RPMA_HARNESS_SRQ_PROGRAMS", 100),
+                 EnvInt("RPMA_HARNESS_SRQ_SEED", 13000001), "SRQ");
+}
+
 // The fake in one process against the same fake as two NICs that meet only
 // through a fabric directory (two processes' path: request / answer frames,
 // the far responder), on wider programs than rxe's recording holds: SENDs,
@@ -1977,10 +2157,13 @@ TEST_P(RandomDifferential, OneProcessAgreesWithTwo) {
   std::map<std::string, int> reached;
   for (int i = 0; i < count; ++i) {
     // Every other program is a duplex one (both directions cross the
-    // fabric), half of those at another path MTU (packets of 256 bytes to
-    // 4 KiB).
+    // fabric), a quarter of those at another path MTU (packets of 256 bytes
+    // to 4 KiB), a quarter on several QP pairs sharing CQs and MRs, and a
+    // quarter with the server's receives in an SRQ.
     const Program p = Generate(5000001 + static_cast<uint64_t>(i),
                                i % 2 == 0   ? Flavour::kWide
+                               : i % 8 == 7 ? Flavour::kShared
+                               : i % 8 == 5 ? Flavour::kSrq
                                : i % 4 == 3 ? Flavour::kMtu
                                             : Flavour::kDuplex);
     std::vector<std::string> reference;
@@ -2175,6 +2358,65 @@ TEST(RandomDifferentialGenerator, MtuProgramsCutMessagesAtPacketBoundaries) {
   EXPECT_GT(near_recv, 200);
 }
 
+// Shared programs use every pair, both ways, and keep each pair's duplex
+// rule; some re-register a target under all pairs, destroy a pair's QP or
+// disconnect it, and then go on with the others.
+TEST(RandomDifferentialGenerator, SharedProgramsActOnEveryPair) {
+  std::map<int, int> pairs, writes_by_pair;
+  int reverse = 0, rereg = 0, after_dead = 0;
+  for (uint64_t seed = 12000001; seed < 12001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kShared);
+    EXPECT_TRUE(p.duplex);
+    EXPECT_TRUE(KeepsDuplexRule(p)) << AsCode(p);
+    ++pairs[p.pairs];
+    std::set<int> dead;
+    for (const Step& s : p.steps) {
+      ASSERT_LT(s.qp, p.pairs);
+      if (s.kind == StepKind::kWrites) {
+        EXPECT_EQ(dead.count(s.qp), 0u) << "traffic on a dead pair: "
+                                        << AsCode(p);
+        ++writes_by_pair[s.qp];
+        reverse += s.reverse;
+        if (!dead.empty()) ++after_dead;
+      }
+      rereg += s.kind == StepKind::kReregTarget;
+      if (s.kind == StepKind::kDestroyQp || s.kind == StepKind::kDisconnect) {
+        dead.insert(s.qp);
+      }
+    }
+  }
+  EXPECT_GT(pairs[2], 400);
+  EXPECT_GT(pairs[3], 400);
+  for (int q = 0; q < 3; ++q) EXPECT_GT(writes_by_pair[q], 200) << q;
+  EXPECT_GT(reverse, 300);
+  EXPECT_GT(rereg, 100);
+  EXPECT_GT(after_dead, 100);
+}
+
+// Srq programs post the server's receives to the SRQ and take them on
+// every pair, keeping the duplex rule with one pool of receives.
+TEST(RandomDifferentialGenerator, SrqProgramsShareOneReceiveQueue) {
+  std::map<int, int> pairs;
+  int server_receives = 0, consumers_on_other_pairs = 0;
+  for (uint64_t seed = 13000001; seed < 13001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kSrq);
+    EXPECT_TRUE(p.srq && p.duplex);
+    EXPECT_TRUE(KeepsDuplexRule(p)) << AsCode(p);
+    ++pairs[p.pairs];
+    for (const Step& s : p.steps) {
+      if (s.kind == StepKind::kRecv && !s.reverse) ++server_receives;
+      if (s.kind != StepKind::kWrites || s.reverse || s.qp == 0) continue;
+      for (const WriteOp& w : s.writes) {
+        consumers_on_other_pairs +=
+            w.kind == OpKind::kSend || (w.kind == OpKind::kWrite && w.imm);
+      }
+    }
+  }
+  for (int n = 1; n <= 3; ++n) EXPECT_GT(pairs[n], 250) << n;
+  EXPECT_GT(server_receives, 1000);
+  EXPECT_GT(consumers_on_other_pairs, 500);
+}
+
 // ---- what the recorded programs reach ---------------------------------------
 
 // The classes one line of a recorded stream reaches: a completion by side,
@@ -2196,6 +2438,20 @@ std::vector<std::string> ClassesOf(const std::string& line) {
     return std::strtol(line.c_str() + at + key.size() + 2, nullptr, 10);
   };
   std::vector<std::string> out;
+  // Shared programs: a class is the same on every pair ("client qp2 ..."
+  // counts as "client ...").
+  const size_t at = line.find(" qp");
+  if (at != std::string::npos && at + 3 < line.size() &&
+      std::isdigit(static_cast<unsigned char>(line[at + 3]))) {
+    size_t end = at + 3;
+    while (end < line.size() &&
+           std::isdigit(static_cast<unsigned char>(line[end]))) {
+      ++end;
+    }
+    std::string copy = line;
+    copy.erase(at, end - at);
+    return ClassesOf(copy);
+  }
   const std::string side = line.substr(0, line.find(' '));
   if ((side == "client" || side == "server") &&
       line.find(" status=") != std::string::npos) {
@@ -2261,7 +2517,7 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
   static const char* const kFlavours[] = {
       "RANDOM", "WIDE",    "DUPLEX", "RETRY",
-      "DISCONNECT", "DESTROY", "RNR",    "MTU"};
+      "DISCONNECT", "DESTROY", "RNR",    "MTU", "SHARED", "SRQ"};
   for (const char* flavour : kFlavours) {
     std::string name = flavour;
     for (char& c : name) c = static_cast<char>(std::tolower(c));

@@ -106,8 +106,9 @@ status=0
 # destroy program: more steps, and each rdma_disconnect's CM events are
 # watched for). FULL=1 (and RECORD=1) runs every recorded program: 200
 # narrow ones (and 20 regressions), 100 wide, 200 duplex, 100 retry, 50
-# disconnect, 50 destroy, 50 rnr and 100 mtu, ~740 s of the VM's time. By
-# default (what CI runs) the first quarter of each, ~200 s: the host's
+# disconnect, 50 destroy, 50 rnr, 100 mtu, 100 shared and 100 srq, ~870 s
+# of the VM's time. By default (what CI runs) the first quarter of each,
+# ~240 s: the host's
 # random_differential_test holds the fake to every recorded program on every
 # run, and this part only re-asks live rxe, whose kernel is pinned, for the
 # recording it already gave; a seed's lines compare whole either way.
@@ -116,7 +117,8 @@ full=0
 # PREFIX:ALL:CI -- each flavour's program count, all and in CI
 # (RPMA_HARNESS_<PREFIX>_PROGRAMS).
 flavours=(RANDOM:200:50 WIDE:100:25 DUPLEX:200:50 RETRY:100:25
-  DISCONNECT:50:15 DESTROY:50:15 RNR:50:15 MTU:100:25)
+  DISCONNECT:50:15 DESTROY:50:15 RNR:50:15 MTU:100:25 SHARED:100:25
+  SRQ:100:25)
 counts=()
 declare -A want_seeds
 for f in "${flavours[@]}"; do
@@ -204,7 +206,9 @@ fi
 # that destroy either QP at any point, with traffic towards it; RNR: retry
 # programs whose WRs wait out RNR NAKs while the retransmit timer runs;
 # MTU: duplex programs at path MTUs of 256 to 4096 bytes, set through rxe's
-# netdev, their sizes a byte either side of packet boundaries):
+# netdev, their sizes a byte either side of packet boundaries; SHARED:
+# duplex programs on two or three QP pairs sharing each side's CQ, PD and
+# MRs; SRQ: shared programs whose server QPs take receives from one SRQ):
 # the host's
 # random_differential_test holds the fake to them (in the VM it compares
 # rxe with the fake directly). PREFIX FILE: renewed with RECORD=1, else
@@ -216,7 +220,9 @@ for rec in RANDOM:tests/testdata/rxe_random_streams.txt \
   DISCONNECT:tests/testdata/rxe_random_disconnect_streams.txt \
   DESTROY:tests/testdata/rxe_random_destroy_streams.txt \
   RNR:tests/testdata/rxe_random_rnr_streams.txt \
-  MTU:tests/testdata/rxe_random_mtu_streams.txt; do
+  MTU:tests/testdata/rxe_random_mtu_streams.txt \
+  SHARED:tests/testdata/rxe_random_shared_streams.txt \
+  SRQ:tests/testdata/rxe_random_srq_streams.txt; do
   IFS=: read -r prefix recording <<<"$rec"
   grep -a "^$prefix " "$out/vm/console.log" | tr -d '\r' >"$out/$prefix.txt"
   # The seeds rxe ran (their first line order), and the recording's lines
