@@ -1373,6 +1373,11 @@ fake_nic_internal::RecvWqe FakeNic::TakeReceive(Qp* responder) {
   return recv;
 }
 
+void FakeNic::HoldCutReceive(Qp* responder) {
+  if (responder->srq == nullptr || responder->srq->rq.empty()) return;
+  responder->rq.push_back(TakeReceive(responder));
+}
+
 // ibv_get_async_event(3) blocks in a read of the context's async fd and
 // honours O_NONBLOCK on it (rdma-core: read(2) of context->async_fd). Here
 // the wait is poll(2) on the eventfd outside the NIC's mutex, then the

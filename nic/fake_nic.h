@@ -1106,6 +1106,15 @@ class FakeNic final : public VerbsBackend {
   // its SRQ's); every path that consumes one for a message goes through
   // here, which raises the SRQ's limit event.
   fake_nic_internal::RecvWqe TakeReceive(Qp* responder);
+  // A SEND cut short after its FIRST packet (a bad source SGE further on)
+  // leaves the receive its FIRST took in progress, without a completion.
+  // From the QP's own receive queue it stays at the head. From an SRQ rxe
+  // has taken it out already (rxe_resp.c get_srq_wqe, at FIRST: into the
+  // QP's resp.srq_wqe), so it is gone from the SRQ, and the QP holds it
+  // (here: in its own, otherwise unused, receive queue): only a flush ends
+  // it (the QP to ERR: check_resource completes resp.wqe first) or a RESET
+  // drops it. Srq program 13000293 on rxe.
+  void HoldCutReceive(Qp* responder);
   // A completion written in place: CqeSlot hands out the CQ ring's next
   // slot (nullptr when the CQ is overrun or full: build the entry aside and
   // AddCqe it, which reports the loss); the caller fills every field, then

@@ -487,6 +487,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       // FIRST packet took stays in progress (no completion, the bytes of
       // the packets before in place) and the responder stays as it is.
       RecordPacket(qp, head, packet, "not sent: local SGE");
+      HoldCutReceive(responder);
       FailOnSourcePacket(qp, source_status, i);
       return;
     }

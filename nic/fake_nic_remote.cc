@@ -899,7 +899,10 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       answer->acked_packets = r.sent_packets;
       // A message cut short by the requester leaves its receive in
       // progress (ExecuteSendByPackets).
-      if (r.sent_packets < count) return;
+      if (r.sent_packets < count) {
+        HoldCutReceive(responder);
+        return;
+      }
       CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
                       IBV_WC_RECV, static_cast<uint32_t>(length));
       return;

@@ -35,6 +35,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -149,7 +151,21 @@ struct Program {
   uint8_t pairs = 1;
   // The server's QPs take their receives from one SRQ (Flavour::kSrq).
   bool srq = false;
+  // Each QP's max_recv_wr and (srq programs) the SRQ's max_wr; shared and
+  // srq programs draw small ones, which posts of receives overflow.
+  uint32_t max_recv_wr = 16;
+  uint32_t srq_wr = 64;
 };
+
+// What rxe makes of a requested queue depth: a ring of the next power of
+// two above it, one slot kept empty (rxe_queue.c rxe_queue_init:
+// roundup_pow_of_two(num_elem + 1), num_elem = slots - 1). A post finds it
+// full past that many.
+int RxeQueueDepth(uint32_t requested) {
+  uint32_t slots = 1;
+  while (slots < requested + 1) slots <<= 1;
+  return static_cast<int>(slots - 1);
+}
 
 // Which programs Generate draws. Each flavour keeps its seeds' programs
 // forever (rxe's recordings hold them): a new feature is a new flavour.
@@ -235,9 +251,15 @@ constexpr uint32_t kBuffer = 64 * 1024;
 // The receives one side has posted, as a DuplexGuard counts them: its own
 // receive queue's, or (srq programs) one SRQ's that several QPs take from.
 struct ReceivePool {
+  // At least this many receives wait (it goes below 0 past an RNR, which
+  // keeps the count low: conservative).
   int receives = 0;
+  // At most this many wait (bounded queues only).
+  int high = 0;
+  // How many the queue holds (Bounded); INT_MAX: more than a program posts.
+  int capacity = INT_MAX;
   uint32_t min_len = UINT32_MAX;  // the shortest receive's bytes
-  // How many of the first `receives` name an MR since re-registered.
+  // How many of the first waiting receives name an MR since re-registered.
   int stale = 0;
 };
 
@@ -248,12 +270,18 @@ class DuplexGuard {
   void SharePool(bool reverse, std::shared_ptr<ReceivePool> pool) {
     pools_[reverse] = std::move(pool);
   }
+  // The receive queue of `reverse` traffic holds `capacity` receives: a
+  // post past that fails (ENOMEM) from the WR that finds it full on.
+  void Bounded(bool reverse, int capacity) {
+    pools_[reverse]->capacity = capacity;
+  }
   // Whether a kWrites step may run the given way.
   bool MayRun(bool reverse) const { return locked_ < 0 || locked_ == reverse; }
   // The ops of a step that runs `reverse`: locks the direction when one
   // may fail.
   void Ran(bool reverse, const std::vector<WriteOp>& ops) {
     int& receives = pools_[reverse]->receives;
+    bool chain_fails = false;  // an earlier WR of the chain may fail
     for (const WriteOp& op : ops) {
       const bool consumes =
           op.kind == OpKind::kSend || (op.kind == OpKind::kWrite && op.imm);
@@ -271,22 +299,35 @@ class DuplexGuard {
           may_fail = true;  // a receive too short: LOC_LEN_ERR
         }
         --receives;
+        // Surely taken: the upper bound drops too.
+        if (!may_fail && !chain_fails) --pools_[reverse]->high;
       }
       if (may_fail) locked_ = reverse ? 1 : 0;
+      chain_fails = chain_fails || may_fail;
     }
   }
   // `count` receives of `recv_len` bytes (0: no buffer) posted by the
   // server (!reverse) or the client.
   void Received(bool reverse, int count, uint32_t recv_len) {
-    pools_[reverse]->receives += count;
-    pools_[reverse]->min_len = std::min(pools_[reverse]->min_len, recv_len);
+    ReceivePool& pool = *pools_[reverse];
+    if (pool.capacity == INT_MAX) {
+      pool.receives += count;
+    } else {
+      // The queue takes min(count, room): with at least `receives`
+      // waiting, at least min(receives + count, capacity) wait after.
+      pool.receives = std::min(std::max(pool.receives, 0) + count,
+                               pool.capacity);
+    }
+    pool.high = static_cast<int>(
+        std::min<int64_t>(int64_t{pool.high} + count, pool.capacity));
+    pool.min_len = std::min(pool.min_len, recv_len);
   }
   // The responder of `reverse` traffic loses remote write.
   void NoRemoteWrite(bool reverse) { no_write_[reverse] = true; }
   // The MR the receives of `reverse` traffic land in is re-registered: the
   // ones posted so far name a dead lkey.
   void ReceivesSpoiled(bool reverse) {
-    pools_[reverse]->stale = std::max(pools_[reverse]->receives, 0);
+    pools_[reverse]->stale = pools_[reverse]->high;
   }
   // The client's QP goes to ERR: nothing may go towards it any more.
   void ClientErr() { locked_ = 0; }
@@ -332,6 +373,25 @@ int ActingQp(const Step& step) {
   return -1;
 }
 
+// One DuplexGuard per QP pair of `p`: with an SRQ the server's receives
+// are one pool for all; small receive queues are bounded.
+std::vector<DuplexGuard> MakeGuards(const Program& p) {
+  std::vector<DuplexGuard> guards(std::max<int>(p.pairs, 1));
+  if (p.srq) {
+    auto pool = std::make_shared<ReceivePool>();
+    for (DuplexGuard& g : guards) g.SharePool(false, pool);
+  }
+  // The older flavours' programs (one pair, no SRQ) were drawn with
+  // unbounded queues, and keep their draws (rxe's recordings hold them).
+  if (p.pairs == 1 && !p.srq) return guards;
+  for (DuplexGuard& g : guards) {
+    g.Bounded(true, RxeQueueDepth(p.max_recv_wr));
+    if (!p.srq) g.Bounded(false, RxeQueueDepth(p.max_recv_wr));
+  }
+  if (p.srq) guards[0].Bounded(false, RxeQueueDepth(p.srq_wr));
+  return guards;
+}
+
 Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool wide = flavour != Flavour::kNarrow;
   const bool destroys = flavour == Flavour::kDestroys;
@@ -354,6 +414,10 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
     p.srq = true;
     p.pairs = static_cast<uint8_t>(1 + rng.Below(3));
   }
+  // Receive queues a program overflows: 3 or 7 receives per QP, 7 or 15 in
+  // the SRQ (RxeQueueDepth).
+  if (shared && rng.Chance(30)) p.max_recv_wr = rng.Chance(50) ? 2 : 4;
+  if (srqs && rng.Chance(30)) p.srq_wr = rng.Chance(50) ? 4 : 8;
   // Mtu programs: k x MTU - 1, k x MTU or k x MTU + 1 bytes (k 1-4).
   const auto near_boundary = [&rng, &p]() {
     return (1 + rng.Below(4)) * p.mtu - 1 + rng.Below(3);
@@ -393,12 +457,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   // wide: the percentage of ops that keep the fault drawn for them.
   const uint32_t fault_share = wide ? 100 * rng.Below(3) / 2 : 100;
   // One guard per QP pair: a pair's errors lock only its own traffic.
-  std::vector<DuplexGuard> guards(p.pairs);
-  // Srq programs: one pool of the server's receives for every pair.
-  if (p.srq) {
-    auto pool = std::make_shared<ReceivePool>();
-    for (DuplexGuard& g : guards) g.SharePool(false, pool);
-  }
+  std::vector<DuplexGuard> guards = MakeGuards(p);
   // Shared programs: the pairs nothing may act on any more (a QP destroyed,
   // the connection disconnected).
   std::vector<bool> dead(p.pairs, false);
@@ -668,11 +727,7 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
 bool KeepsDuplexRule(const Program& p) {
   // Retry programs (a short ACK timeout) have no such rule.
   if (!p.duplex || p.ack_timeout != 0) return true;
-  std::vector<DuplexGuard> guards(std::max<int>(p.pairs, 1));
-  if (p.srq) {
-    auto pool = std::make_shared<ReceivePool>();
-    for (DuplexGuard& g : guards) g.SharePool(false, pool);
-  }
+  std::vector<DuplexGuard> guards = MakeGuards(p);
   std::vector<bool> dead(guards.size(), false);
   for (const Step& s : p.steps) {
     if (s.qp >= guards.size()) return false;
@@ -807,7 +862,8 @@ std::string AsCode(const Program& p) {
   }
   out << "}";
   // The fields after mtu are written.
-  const bool more = p.pairs != 1 || p.srq;
+  const bool queues = p.max_recv_wr != 16 || p.srq_wr != 64;
+  const bool more = p.pairs != 1 || p.srq || queues;
   if (p.duplex || p.ack_timeout != 0 || p.mtu != 0 || more) {
     out << ", " << (p.duplex ? "true" : "false");
   }
@@ -819,7 +875,8 @@ std::string AsCode(const Program& p) {
   }
   if (p.mtu != 0 || more) out << ", " << p.mtu;
   if (more) out << ", " << int{p.pairs};
-  if (p.srq) out << ", true";
+  if (p.srq || queues) out << ", " << (p.srq ? "true" : "false");
+  if (queues) out << ", " << p.max_recv_wr << ", " << p.srq_wr;
   out << "}";
   return out.str();
 }
@@ -1197,6 +1254,32 @@ std::vector<Program> RegressionPrograms() {
                     {WriteOp{0, false, true, Fault::kNone, 0},
                      WriteOp{0, false, true, Fault::kNone, 0},
                      WriteOp{0, false, true, Fault::kNone, 0}}}}},
+      // A SEND whose second SGE has a bad lkey is cut after two of its
+      // packets; its FIRST took the SRQ's one receive, which rxe keeps in
+      // the QP (get_srq_wqe), so the other pair's write with imm finds the
+      // SRQ empty (RNR, rnr_retry 0) where the fake had left the receive
+      // in the SRQ (FakeNic::HoldCutReceive). Srq program 13000293, shrunk;
+      // 1000022 then moves the SEND's server QP to ERR, which flushes the
+      // receive it holds.
+      Program{1000021, 0, 16,
+              {Step{StepKind::kRecv, 1, {}, 4096, false, 1, 1},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{5885, false, true, Fault::kBadLkey, 0,
+                             OpKind::kSend, 2}}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, true, true, Fault::kNone, 0}}, 0, false, 1,
+                    1}},
+              true, 7, 0, 0, 0, 2, true},
+      Program{1000022, 0, 16,
+              {Step{StepKind::kRecv, 1, {}, 4096, false, 1, 1},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{5885, false, true, Fault::kBadLkey, 0,
+                             OpKind::kSend, 2}}},
+               Step{StepKind::kServerErr, 0, {}},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, true, true, Fault::kNone, 0}}, 0, false, 1,
+                    1}},
+              true, 7, 0, 0, 0, 2, true},
   };
 }
 
@@ -1243,7 +1326,7 @@ class RandomDifferential : public ConformanceTest {
     BeginSection("");
     QpOptions options;
     options.max_send_wr = p.max_send_wr;
-    options.max_recv_wr = 16;
+    options.max_recv_wr = p.max_recv_wr;
     options.max_send_sge = 1;
     options.max_inline_data = 64;
     options.rnr_retry_count = p.rnr_retry;
@@ -1258,7 +1341,7 @@ class RandomDifferential : public ConformanceTest {
     }
     // Srq programs: every server QP's receives from one SRQ, deep enough
     // for all a program posts.
-    if (p.srq) options.server_srq_wr = 64;
+    if (p.srq) options.server_srq_wr = p.srq_wr;
     Connect(options);
     if (HasFatalFailure()) return {};
     // Shared programs: the other pairs, on the same PDs, CQs and MRs.
@@ -1815,6 +1898,29 @@ class RandomDifferential : public ConformanceTest {
     if (p.rnr_retry != 0) {
       Program q = p;
       q.rnr_retry = 0;
+      out.push_back(q);
+    }
+    // Queue depths and the path MTU back to their defaults, a step onto
+    // the first pair.
+    if (p.max_recv_wr != 16) {
+      Program q = p;
+      q.max_recv_wr = 16;
+      out.push_back(q);
+    }
+    if (p.srq_wr != 64) {
+      Program q = p;
+      q.srq_wr = 64;
+      out.push_back(q);
+    }
+    if (p.mtu != 0 && p.mtu != 1024) {
+      Program q = p;
+      q.mtu = 1024;
+      out.push_back(q);
+    }
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      if (p.steps[i].qp == 0) continue;
+      Program q = p;
+      q.steps[i].qp = 0;
       out.push_back(q);
     }
     // A duplex program stays within its rule (KeepsDuplexRule).
@@ -2387,6 +2493,18 @@ TEST(RandomDifferentialGenerator, SharedProgramsActOnEveryPair) {
   }
   EXPECT_GT(pairs[2], 400);
   EXPECT_GT(pairs[3], 400);
+  // Some programs' receive queues hold 3 or 7 receives, fewer than their
+  // first posts: the posts overflow them (ENOMEM).
+  std::map<uint32_t, int> depths;
+  for (uint64_t seed = 12000001; seed < 12001001; ++seed) {
+    ++depths[Generate(seed, Flavour::kShared).max_recv_wr];
+  }
+  EXPECT_GT(depths[2], 100);
+  EXPECT_GT(depths[4], 100);
+  EXPECT_GT(depths[16], 500);
+  EXPECT_EQ(RxeQueueDepth(2), 3);
+  EXPECT_EQ(RxeQueueDepth(4), 7);
+  EXPECT_EQ(RxeQueueDepth(16), 31);
   for (int q = 0; q < 3; ++q) EXPECT_GT(writes_by_pair[q], 200) << q;
   EXPECT_GT(reverse, 300);
   EXPECT_GT(rereg, 100);
@@ -2413,6 +2531,12 @@ TEST(RandomDifferentialGenerator, SrqProgramsShareOneReceiveQueue) {
     }
   }
   for (int n = 1; n <= 3; ++n) EXPECT_GT(pairs[n], 250) << n;
+  std::map<uint32_t, int> srq_depths;
+  for (uint64_t seed = 13000001; seed < 13001001; ++seed) {
+    ++srq_depths[Generate(seed, Flavour::kSrq).srq_wr];
+  }
+  EXPECT_GT(srq_depths[4], 100);
+  EXPECT_GT(srq_depths[8], 100);
   EXPECT_GT(server_receives, 1000);
   EXPECT_GT(consumers_on_other_pairs, 500);
 }

@@ -105,7 +105,7 @@ status=0
 # their drain windows outlast rxe's retransmit timer; ~2-3 s a disconnect or
 # destroy program: more steps, and each rdma_disconnect's CM events are
 # watched for). FULL=1 (and RECORD=1) runs every recorded program: 200
-# narrow ones (and 20 regressions), 100 wide, 200 duplex, 100 retry, 50
+# narrow ones (and 22 regressions), 100 wide, 200 duplex, 100 retry, 50
 # disconnect, 50 destroy, 50 rnr, 100 mtu, 100 shared and 100 srq, ~870 s
 # of the VM's time. By default (what CI runs) the first quarter of each,
 # ~240 s: the host's
