@@ -240,25 +240,7 @@ void ConformanceTest::TearDown() {
     netdev_mtu_before_ = 0;
     path_mtu_ = 0;
   }
-  // The other pairs first: their QPs hold client_'s and server_'s CQs.
-  for (auto* pairs : {&pair_clients_, &pair_servers_}) {
-    for (Endpoint& side : *pairs) {
-      if (side.qp != nullptr) nic(side).DestroyQp(side.id);
-      if (side.id != nullptr) nic(side).DestroyId(side.id);
-      if (side.channel != nullptr) nic(side).DestroyEventChannel(side.channel);
-    }
-  }
-  pair_clients_.clear();
-  pair_servers_.clear();
-  pair_of_qp_num_[0].clear();
-  pair_of_qp_num_[1].clear();
-  TearDownEndpoint(client_);
-  TearDownEndpoint(server_);
-  if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);
-  if (listen_channel_ != nullptr)
-    nic(server_).DestroyEventChannel(listen_channel_);
-  listen_id_ = nullptr;
-  listen_channel_ = nullptr;
+  TearDownConnection();
   StopFakes();
   if (!fabric_dir_.empty()) {
     const std::string cmd = "rm -rf '" + fabric_dir_ + "'";
@@ -403,6 +385,26 @@ void ConformanceTest::RecordCmEventsFor(int ms, const std::string& tag) {
   }
 }
 
+namespace {
+
+// An RC QP on `owner`'s CQs (its receive CQ, if it has one) and SRQ.
+ibv_qp_init_attr QpInitAttr(const Endpoint& owner, const QpOptions& options) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = owner.cq;
+  attr.recv_cq = owner.rcq != nullptr ? owner.rcq : owner.cq;
+  attr.srq = owner.srq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.sq_sig_all = options.sq_sig_all;
+  attr.cap.max_send_wr = options.max_send_wr;
+  attr.cap.max_recv_wr = options.max_recv_wr;
+  attr.cap.max_send_sge = options.max_send_sge;
+  attr.cap.max_recv_sge = options.max_recv_sge;
+  attr.cap.max_inline_data = options.max_inline_data;
+  return attr;
+}
+
+}  // namespace
+
 void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
                                           const QpOptions& options) {
   side.pd = nic(side).AllocPd(side.id->verbs);
@@ -429,17 +431,7 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
     side.srq = nic(side).CreateSrq(side.pd, &srq_attr);
     ASSERT_NE(side.srq, nullptr) << std::strerror(errno);
   }
-  ibv_qp_init_attr attr{};
-  attr.send_cq = side.cq;
-  attr.recv_cq = side.rcq != nullptr ? side.rcq : side.cq;
-  attr.srq = side.srq;
-  attr.qp_type = IBV_QPT_RC;
-  attr.sq_sig_all = options.sq_sig_all;
-  attr.cap.max_send_wr = options.max_send_wr;
-  attr.cap.max_recv_wr = options.max_recv_wr;
-  attr.cap.max_send_sge = options.max_send_sge;
-  attr.cap.max_recv_sge = options.max_recv_sge;
-  attr.cap.max_inline_data = options.max_inline_data;
+  ibv_qp_init_attr attr = QpInitAttr(side, options);
   ASSERT_EQ(nic(side).CreateQp(side.id, side.pd, &attr), 0)
       << std::strerror(errno);
   side.qp = side.id->qp;
@@ -465,85 +457,29 @@ void ConformanceTest::Connect(const QpOptions& options,
   ASSERT_EQ(nic(server_).BindAddr(listen_id_, addr.c_str(), port.c_str()), 0)
       << addr << ":" << port << ": " << std::strerror(errno);
   ASSERT_EQ(nic(server_).Listen(listen_id_, 8), 0);
-
-  ASSERT_EQ(nic(client_).CreateId(nullptr, &client_.id, nullptr), 0);
-  ASSERT_EQ(
-      nic(client_).ResolveAddr(client_.id, addr.c_str(), port.c_str(), 2000),
-      0);
-  ASSERT_EQ(nic(client_).ResolveRoute(client_.id, 2000), 0);
-  ASSERT_NO_FATAL_FAILURE(SetUpEndpointQueues(client_, options));
-  client_.channel = nic(client_).CreateEventChannel();
-  ASSERT_EQ(nic(client_).MigrateId(client_.id, client_.channel), 0);
-  rdma_conn_param param{};
-  param.responder_resources = options.client_responder_resources;
-  param.initiator_depth = options.client_initiator_depth;
-  param.retry_count = options.retry_count;
-  param.rnr_retry_count = options.rnr_retry_count;
-  uint8_t ack_timeout = options.ack_timeout;
-  if (ack_timeout != 0) {
-    ASSERT_EQ(nic(client_).SetOption(client_.id, RDMA_OPTION_ID,
-                                     RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
-                                     sizeof(ack_timeout)),
-              0)
-        << std::strerror(errno);
-  }
-  ASSERT_EQ(nic(client_).Connect(client_.id, &param), 0);
-
-  rdma_cm_event* request = nullptr;
-  ASSERT_EQ(nic(server_).GetCmEvent(listen_channel_, &request), 0);
-  ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST);
-  server_.id = request->id;
-  ASSERT_EQ(nic(server_).AckCmEvent(request), 0);
-  ASSERT_NO_FATAL_FAILURE(SetUpEndpointQueues(server_, options));
-  server_.channel = nic(server_).CreateEventChannel();
-  ASSERT_EQ(nic(server_).MigrateId(server_.id, server_.channel), 0);
-  if (before_accept) before_accept();
-  if (ack_timeout != 0) {
-    ASSERT_EQ(nic(server_).SetOption(server_.id, RDMA_OPTION_ID,
-                                     RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
-                                     sizeof(ack_timeout)),
-              0)
-        << std::strerror(errno);
-  }
-  param.responder_resources = options.server_responder_resources;
-  param.initiator_depth = options.server_initiator_depth;
-  ASSERT_EQ(nic(server_).Accept(server_.id, &param), 0) << std::strerror(errno);
-  ASSERT_EQ(NextCmEvent(client_), RDMA_CM_EVENT_ESTABLISHED);
-  ASSERT_EQ(NextCmEvent(server_), RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(client_, server_, options, before_accept));
 }
 
 void ConformanceTest::ConnectAnotherPair(const QpOptions& options) {
   ASSERT_NE(listen_id_, nullptr) << "ConnectAnotherPair needs Connect first";
-  const int pair = pairs();
   pair_clients_.emplace_back();
   pair_servers_.emplace_back();
-  Endpoint& c = pair_clients_.back();
-  Endpoint& s = pair_servers_.back();
-  const auto make_qp = [&](Endpoint& side, const Endpoint& owner) {
-    ibv_qp_init_attr attr{};
-    attr.send_cq = owner.cq;
-    attr.recv_cq = owner.rcq != nullptr ? owner.rcq : owner.cq;
-    attr.srq = owner.srq;
-    attr.qp_type = IBV_QPT_RC;
-    attr.sq_sig_all = options.sq_sig_all;
-    attr.cap.max_send_wr = options.max_send_wr;
-    attr.cap.max_recv_wr = options.max_recv_wr;
-    attr.cap.max_send_sge = options.max_send_sge;
-    attr.cap.max_recv_sge = options.max_recv_sge;
-    attr.cap.max_inline_data = options.max_inline_data;
-    ASSERT_EQ(side.id->verbs, owner.id->verbs)
-        << "the pair's id resolved to another device";
-    ASSERT_EQ(nic(side).CreateQp(side.id, owner.pd, &attr), 0)
-        << std::strerror(errno);
-    side.qp = side.id->qp;
-    pair_of_qp_num_[IsServer(side)][side.qp->qp_num] = pair;
-  };
+  ASSERT_NO_FATAL_FAILURE(ConnectPair(pair_clients_.back(),
+                                      pair_servers_.back(), options, nullptr));
+}
+
+void ConformanceTest::ConnectPair(Endpoint& c, Endpoint& s,
+                                  const QpOptions& options,
+                                  const std::function<void()>& before_accept) {
   const std::string addr = TestAddress();
   const std::string port = std::to_string(listen_port_);
+  // The first pair makes the queues; the others' QPs go on the first's.
+  const bool first = &c == &client_;
   ASSERT_EQ(nic(c).CreateId(nullptr, &c.id, nullptr), 0);
   ASSERT_EQ(nic(c).ResolveAddr(c.id, addr.c_str(), port.c_str(), 2000), 0);
   ASSERT_EQ(nic(c).ResolveRoute(c.id, 2000), 0);
-  ASSERT_NO_FATAL_FAILURE(make_qp(c, client_));
+  ASSERT_NO_FATAL_FAILURE(first ? SetUpEndpointQueues(c, options)
+                                : SetUpSharedQp(c, client_, options));
   c.channel = nic(c).CreateEventChannel();
   ASSERT_EQ(nic(c).MigrateId(c.id, c.channel), 0);
   rdma_conn_param param{};
@@ -555,27 +491,45 @@ void ConformanceTest::ConnectAnotherPair(const QpOptions& options) {
   if (ack_timeout != 0) {
     ASSERT_EQ(nic(c).SetOption(c.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
                                &ack_timeout, sizeof(ack_timeout)),
-              0);
+              0)
+        << std::strerror(errno);
   }
   ASSERT_EQ(nic(c).Connect(c.id, &param), 0);
+
   rdma_cm_event* request = nullptr;
   ASSERT_EQ(nic(server_).GetCmEvent(listen_channel_, &request), 0);
   ASSERT_EQ(request->event, RDMA_CM_EVENT_CONNECT_REQUEST);
   s.id = request->id;
   ASSERT_EQ(nic(server_).AckCmEvent(request), 0);
-  ASSERT_NO_FATAL_FAILURE(make_qp(s, server_));
+  ASSERT_NO_FATAL_FAILURE(first ? SetUpEndpointQueues(s, options)
+                                : SetUpSharedQp(s, server_, options));
   s.channel = nic(s).CreateEventChannel();
   ASSERT_EQ(nic(s).MigrateId(s.id, s.channel), 0);
+  if (before_accept) before_accept();
   if (ack_timeout != 0) {
     ASSERT_EQ(nic(s).SetOption(s.id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
                                &ack_timeout, sizeof(ack_timeout)),
-              0);
+              0)
+        << std::strerror(errno);
   }
   param.responder_resources = options.server_responder_resources;
   param.initiator_depth = options.server_initiator_depth;
   ASSERT_EQ(nic(s).Accept(s.id, &param), 0) << std::strerror(errno);
   ASSERT_EQ(NextCmEvent(c), RDMA_CM_EVENT_ESTABLISHED);
   ASSERT_EQ(NextCmEvent(s), RDMA_CM_EVENT_ESTABLISHED);
+}
+
+void ConformanceTest::SetUpSharedQp(Endpoint& side, const Endpoint& owner,
+                                    const QpOptions& options) {
+  ASSERT_EQ(side.id->verbs, owner.id->verbs)
+      << "the pair's id resolved to another device";
+  ibv_qp_init_attr attr = QpInitAttr(owner, options);
+  ASSERT_EQ(nic(side).CreateQp(side.id, owner.pd, &attr), 0)
+      << std::strerror(errno);
+  side.qp = side.id->qp;
+  pair_of_qp_num_[IsServer(side)][side.qp->qp_num] =
+      static_cast<int>(IsServer(side) ? pair_servers_.size()
+                                      : pair_clients_.size());
 }
 
 bool ConformanceTest::IsServer(const Endpoint& side) const {
@@ -596,6 +550,28 @@ std::string ConformanceTest::SideName(const Endpoint& side) const {
     }
   }
   return is_server ? "server" : "client";
+}
+
+void ConformanceTest::TearDownConnection() {
+  // The other pairs first: their QPs hold client_'s and server_'s CQs.
+  for (auto* pairs : {&pair_clients_, &pair_servers_}) {
+    for (Endpoint& side : *pairs) {
+      if (side.qp != nullptr) nic(side).DestroyQp(side.id);
+      if (side.id != nullptr) nic(side).DestroyId(side.id);
+      if (side.channel != nullptr) nic(side).DestroyEventChannel(side.channel);
+    }
+  }
+  pair_clients_.clear();
+  pair_servers_.clear();
+  pair_of_qp_num_[0].clear();
+  pair_of_qp_num_[1].clear();
+  TearDownEndpoint(client_);
+  TearDownEndpoint(server_);
+  if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);
+  if (listen_channel_ != nullptr)
+    nic(server_).DestroyEventChannel(listen_channel_);
+  listen_id_ = nullptr;
+  listen_channel_ = nullptr;
 }
 
 void ConformanceTest::TearDownEndpoint(Endpoint& side) {
@@ -845,25 +821,7 @@ void ConformanceTest::EndSection() {
   if (record_client_digest_ && !client_.buffer.empty()) {
     RecordDigest("client", client_.buffer);
   }
-  // The other pairs first: their QPs hold client_'s and server_'s CQs.
-  for (auto* pairs : {&pair_clients_, &pair_servers_}) {
-    for (Endpoint& side : *pairs) {
-      if (side.qp != nullptr) nic(side).DestroyQp(side.id);
-      if (side.id != nullptr) nic(side).DestroyId(side.id);
-      if (side.channel != nullptr) nic(side).DestroyEventChannel(side.channel);
-    }
-  }
-  pair_clients_.clear();
-  pair_servers_.clear();
-  pair_of_qp_num_[0].clear();
-  pair_of_qp_num_[1].clear();
-  TearDownEndpoint(client_);
-  TearDownEndpoint(server_);
-  if (listen_id_ != nullptr) nic(server_).DestroyId(listen_id_);
-  if (listen_channel_ != nullptr)
-    nic(server_).DestroyEventChannel(listen_channel_);
-  listen_id_ = nullptr;
-  listen_channel_ = nullptr;
+  TearDownConnection();
   section_.clear();
 }
 

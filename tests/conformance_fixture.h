@@ -244,6 +244,16 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
 
  private:
   void SetUpEndpointQueues(Endpoint& side, const QpOptions& options);
+  // Connect's and ConnectAnotherPair's connection of `c` to `s` through
+  // the listening id; the first pair makes the queues (SetUpEndpointQueues),
+  // the others' QPs go on them (SetUpSharedQp).
+  void ConnectPair(Endpoint& c, Endpoint& s, const QpOptions& options,
+                   const std::function<void()>& before_accept);
+  void SetUpSharedQp(Endpoint& side, const Endpoint& owner,
+                     const QpOptions& options);
+  // Every pair (the others first: their QPs hold the first's queues) and
+  // the listening id.
+  void TearDownConnection();
   void TearDownEndpoint(Endpoint& side);
   rdma_cm_event_type NextCmEvent(Endpoint& side);
   void StopFakes();
