@@ -275,6 +275,9 @@ class DuplexGuard {
   void Bounded(bool reverse, int capacity) {
     pools_[reverse]->capacity = capacity;
   }
+  // Each poster's send queue holds `depth` WRs: a chain's WRs past that
+  // are refused at post (ENOMEM) and take no receive.
+  void SendQueueDepth(int depth) { sq_depth_ = depth; }
   // Whether a kWrites step may run the given way.
   bool MayRun(bool reverse) const { return locked_ < 0 || locked_ == reverse; }
   // The ops of a step that runs `reverse`: locks the direction when one
@@ -282,7 +285,13 @@ class DuplexGuard {
   void Ran(bool reverse, const std::vector<WriteOp>& ops) {
     int& receives = pools_[reverse]->receives;
     bool chain_fails = false;  // an earlier WR of the chain may fail
+    int index = 0;             // the WR's place in the chain
     for (const WriteOp& op : ops) {
+      // Whether the WR surely reaches its responder: posted, by a QP that
+      // is not in ERR or RESET (a locked direction's poster may be: its
+      // WRs flush), behind no WR that may fail.
+      const bool reaches =
+          locked_ < 0 && !chain_fails && index++ < sq_depth_;
       const bool consumes =
           op.kind == OpKind::kSend || (op.kind == OpKind::kWrite && op.imm);
       bool may_fail = op.fault != Fault::kNone;
@@ -294,13 +303,17 @@ class DuplexGuard {
         // A receive posted before its MR was re-registered: its lkey is
         // gone, the landing fails.
         if (pools_[reverse]->stale > 0) may_fail = true;
-        --pools_[reverse]->stale;
         if (op.kind == OpKind::kSend && op.size > pools_[reverse]->min_len) {
           may_fail = true;  // a receive too short: LOC_LEN_ERR
         }
         --receives;
-        // Surely taken: the upper bound drops too.
-        if (!may_fail && !chain_fails) --pools_[reverse]->high;
+        // Surely taken: the upper bound and the stale receives drop too
+        // (a WR that may not take one leaves them, which keeps both high:
+        // conservative).
+        if (reaches && !may_fail) {
+          --pools_[reverse]->high;
+          --pools_[reverse]->stale;
+        }
       }
       if (may_fail) locked_ = reverse ? 1 : 0;
       chain_fails = chain_fails || may_fail;
@@ -349,6 +362,7 @@ class DuplexGuard {
   std::shared_ptr<ReceivePool> pools_[2] = {std::make_shared<ReceivePool>(),
                                             std::make_shared<ReceivePool>()};
   bool no_write_[2] = {false, false};
+  int sq_depth_ = INT_MAX;
 };
 
 // The QP whose own verb a step calls: 0 the client's, 1 the server's, -1
@@ -387,6 +401,7 @@ std::vector<DuplexGuard> MakeGuards(const Program& p) {
   for (DuplexGuard& g : guards) {
     g.Bounded(true, RxeQueueDepth(p.max_recv_wr));
     if (!p.srq) g.Bounded(false, RxeQueueDepth(p.max_recv_wr));
+    g.SendQueueDepth(RxeQueueDepth(p.max_send_wr));
   }
   if (p.srq) guards[0].Bounded(false, RxeQueueDepth(p.srq_wr));
   return guards;
@@ -864,7 +879,8 @@ std::string AsCode(const Program& p) {
   // The fields after mtu are written.
   const bool queues = p.max_recv_wr != 16 || p.srq_wr != 64;
   const bool more = p.pairs != 1 || p.srq || queues;
-  if (p.duplex || p.ack_timeout != 0 || p.mtu != 0 || more) {
+  if (p.duplex || p.ack_timeout != 0 || p.min_rnr_timer != 0 || p.mtu != 0 ||
+      more) {
     out << ", " << (p.duplex ? "true" : "false");
   }
   if (p.ack_timeout != 0 || p.min_rnr_timer != 0 || p.mtu != 0 || more) {
@@ -1419,12 +1435,20 @@ class RandomDifferential : public ConformanceTest {
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const Step& step = p.steps[i];
       RecordLine("step " + std::to_string(i));
-      // A shrunk or hand-written program may name a destroyed QP: skipped
-      // (Generate never draws one).
       // The step's pair (shared programs; else pair 0).
+      if (step.qp >= p.pairs) {
+        ADD_FAILURE() << "step " << i << " names pair " << int{step.qp}
+                      << " of a program with " << int{p.pairs};
+        return {};
+      }
       Endpoint& pc = client(step.qp);
       Endpoint& ps = server(step.qp);
-      const int acting = ActingQp(step);
+      // Srq programs post the server's receives to the SRQ, whatever
+      // became of the pair's QP.
+      const bool to_srq = p.srq && step.kind == StepKind::kRecv && !step.reverse;
+      // A shrunk or hand-written program may name a destroyed QP: skipped
+      // (Generate never draws one).
+      const int acting = to_srq ? -1 : ActingQp(step);
       if (acting >= 0 && (acting == 0 ? pc : ps).qp == nullptr) {
         RecordLine("skipped: the QP is destroyed");
         continue;
@@ -1466,7 +1490,6 @@ class RandomDifferential : public ConformanceTest {
           ibv_recv_wr* bad = nullptr;
           // Srq programs: the server's receives go to the SRQ, whichever
           // pair the step names.
-          const bool to_srq = p.srq && !step.reverse;
           const int ret =
               to_srq ? nic(server()).PostSrqRecv(server().srq, &recvs[0], &bad)
                      : nic(side).PostRecv(side.qp, &recvs[0], &bad);
