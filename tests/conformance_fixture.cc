@@ -38,10 +38,28 @@ bool OnRdmaCore() {
 }
 
 // Each connection takes a fresh port: a real CM keeps a port busy for a
-// while after its ids are gone.
+// while after its ids are gone. Processes that run at once on one device
+// (random_differential_test's shards in the VM) are given ranges of their
+// own, which they go round.
 int NextPort() {
-  static int port = 17000 + (static_cast<int>(getpid()) % 1000) * 20;
-  return port++;
+  // env RPMA_HARNESS_PORT_BASE=N: the harness's own tests: the first port the
+  //   conformance fixture listens on (default 17000 + 20 x (pid mod 1000));
+  //   random_differential_test gives each of its shard processes its own.
+  // env RPMA_HARNESS_PORT_SPAN=N: the harness's own tests: with
+  //   RPMA_HARNESS_PORT_BASE, how many ports from it the fixture goes round.
+  static const int base = [] {
+    const char* v = std::getenv("RPMA_HARNESS_PORT_BASE");
+    return v != nullptr ? std::atoi(v)
+                        : 17000 + (static_cast<int>(getpid()) % 1000) * 20;
+  }();
+  static const int span = [] {
+    const char* v = std::getenv("RPMA_HARNESS_PORT_SPAN");
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 65535 - base;
+  }();
+  static int next = 0;
+  const int port = base + next;
+  next = (next + 1) % span;
+  return port;
 }
 
 // ibv_mtu of a path MTU in bytes (0: none).
@@ -540,16 +558,21 @@ bool ConformanceTest::IsServer(const Endpoint& side) const {
   return false;
 }
 
+// "client", "server", or for pair k > 0 "client qpk" / "server qpk": how a
+// stream line names the side of a post or a completion.
+static std::string PairSideName(bool is_server, int pair) {
+  std::string name = is_server ? "server" : "client";
+  if (pair > 0) name += " qp" + std::to_string(pair);
+  return name;
+}
+
 std::string ConformanceTest::SideName(const Endpoint& side) const {
   const bool is_server = IsServer(side);
   const auto& pairs = is_server ? pair_servers_ : pair_clients_;
   for (size_t k = 0; k < pairs.size(); ++k) {
-    if (&side == &pairs[k]) {
-      return std::string(is_server ? "server" : "client") + " qp" +
-             std::to_string(k + 1);
-    }
+    if (&side == &pairs[k]) return PairSideName(is_server, static_cast<int>(k) + 1);
   }
-  return is_server ? "server" : "client";
+  return PairSideName(is_server, 0);
 }
 
 void ConformanceTest::TearDownConnection() {
@@ -763,11 +786,9 @@ void ConformanceTest::DrainAndRecord(std::initializer_list<Endpoint*> sides) {
   // A completion of pair k > 0 (sharing the CQ) is "client qpk ...".
   const auto name = [this](const Endpoint* side, const ibv_wc& wc) {
     const bool is_server = side != &client_;
-    std::string name = is_server ? "server" : "client";
     const auto& pair_of = pair_of_qp_num_[is_server];
     auto it = pair_of.find(wc.qp_num);
-    if (it != pair_of.end()) name += " qp" + std::to_string(it->second);
-    return name;
+    return PairSideName(is_server, it != pair_of.end() ? it->second : 0);
   };
   ibv_wc wc;
   if (fake_ != nullptr) {
