@@ -948,13 +948,24 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
   }
   ibv_wc wc = built;
   ApplyErrorCqeFields(config_.personality, wc);
-  if (!cq->overrun) {
-    fprintf(stderr,
-            "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
-            " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
-            static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
+  if (config_.personality.cq_full_loses_the_completion_only && !cq->overrun) {
+    if (!cq->lost_a_completion) {
+      fprintf(stderr,
+              "fake_nic: CQ %p full (depth %d): completion of wr_id %" PRIu64
+              " lost (IBV_EVENT_CQ_ERR); the CQ goes on, as rxe's does\n",
+              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
+    }
+    cq->lost_a_completion = true;
+    RaiseCqErrLocked(cq);
+  } else {
+    if (!cq->overrun) {
+      fprintf(stderr,
+              "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
+              " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
+              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
+    }
+    OverrunLocked(cq);
   }
-  OverrunLocked(cq);
   FakeNicEvent event;
   event.qp_num = wc.qp_num;
   event.wr_id = wc.wr_id;
@@ -1346,6 +1357,10 @@ void FakeNic::RaiseAsyncEventLocked(Device* device,
 
 void FakeNic::OverrunLocked(Cq* cq) {
   cq->overrun = true;
+  RaiseCqErrLocked(cq);
+}
+
+void FakeNic::RaiseCqErrLocked(Cq* cq) {
   BumpPollEpoch();
   ibv_async_event event;
   memset(&event, 0, sizeof(event));

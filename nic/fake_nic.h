@@ -37,7 +37,10 @@
 //     to ERR too. A responder that is gone / not RTR gives RETRY_EXC_ERR.
 //   - rnr_retry N: N + 1 attempts, then RNR_RETRY_EXC_ERR; 7: the WR waits
 //     (and the NIC is idle) until the responder posts a receive.
-//   - A CQ overrun loses the CQE and PollCq returns -EOVERFLOW from then on.
+//   - A CQ overrun loses the CQE and PollCq returns -EOVERFLOW from then on
+//     (rxe: the CQ goes on, and a lost receive completion puts the
+//     responder in ERR without an ACK; Personality::
+//     cq_full_loses_the_completion_only).
 //   - Without background progress a blocking GetCqEvent / GetCmEvent runs
 //     the NIC itself and fails with ETIMEDOUT (and says why on stderr) if
 //     the NIC goes idle with no event for it.
@@ -233,6 +236,18 @@ struct Personality {
   // (docs/fidelity.md). Applies where the transport timer runs in real time
   // (FakeNic::RequesterWaitsForRetransmit).
   bool transport_retry_7_never_runs_out = false;
+  // A completion that finds its CQ full is lost, IBV_EVENT_CQ_ERR is raised
+  // and the CQ goes on: later polls return what it holds (rxe_cq.c
+  // rxe_cq_post: queue_full -> event, -EBUSY, nothing written). The
+  // requester ignores the failure (rxe_comp.c do_complete) and goes on; the
+  // responder does not (rxe_resp.c do_complete -> RESPST_ERR_CQ_OVERFLOW ->
+  // RESPST_ERROR): the message was placed and its receive consumed, the QP
+  // goes to ERR and no ACK or NAK is sent, so the requester's transport
+  // retries run out (RETRY_EXC_ERR). false (spec): the CQ is overrun for
+  // good, every later poll fails with -EOVERFLOW, and the responder answers
+  // as if the completion had been written. A fault rule's overrun
+  // (FakeNic::OverrunCq) is for good under every personality.
+  bool cq_full_loses_the_completion_only = false;
   // A UC responder drops a message it cannot take (no receive, a bad rkey,
   // a responder not RTR) silently, and the next message starts afresh (IB
   // spec 9.8.3: UC has no NAKs). rxe 6.1 does so only when the message
@@ -1050,6 +1065,15 @@ class FakeNic final : public VerbsBackend {
   void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
                        const SendWqe& wqe, ibv_wc_status status,
                        ibv_wc_opcode opcode, uint32_t byte_len);
+  // The receive a message ended in completes with success (CompleteReceive).
+  // False when its CQ was full and the personality makes that the
+  // responder's error (Personality::cq_full_loses_the_completion_only): the
+  // completion is lost and the responder is in ERR; the caller then sends
+  // no answer (kReceiveCqFull).
+  bool CompleteMessageReceive(Qp* responder,
+                              const fake_nic_internal::RecvWqe& recv,
+                              const SendWqe& wqe, ibv_wc_opcode opcode,
+                              uint32_t byte_len);
   // The responder answered the head WR with an RNR NAK asking for the
   // RNR wait `rnr_timer` (its min_rnr_timer, IB spec table 45): one retry
   // used (or parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR
@@ -1093,6 +1117,8 @@ class FakeNic final : public VerbsBackend {
   // fail from now on and IBV_EVENT_CQ_ERR is raised, as rxe_cq_post raises
   // it for each completion that finds the queue full.
   void OverrunLocked(Cq* cq);
+  // IBV_EVENT_CQ_ERR on `cq`: a completion found it full.
+  void RaiseCqErrLocked(Cq* cq);
   // Queues an asynchronous event on the device's context (ibv_async_event
   // names its CQ, QP, SRQ or port).
   void RaiseAsyncEventLocked(Device* device, const ibv_async_event& event);

@@ -360,6 +360,64 @@ TEST_F(FabricTest, RxeDisconnectedWaitsForThePeersDisconnect) {
   EXPECT_EQ(child.Wait(), 0);
 }
 
+// rxe across processes (Personality::cq_full_loses_the_completion_only, as
+// in one process: verbs_dropin/testdata/async_events.c recv_cq_overrun,
+// recorded on rxe): a SEND whose receive completion finds the server's CQ
+// full is placed, its completion lost, the server's QP goes to ERR and
+// answers nothing, so the client's WR ends in RETRY_EXC_ERR.
+TEST_F(FabricTest, RxeFullReceiveCqLeavesTheSendUnanswered) {
+  const Personality rxe = Personality::Rxe();
+  Child child = Fork(
+      dir_,
+      AcceptOne(port_,
+                [](Side& s, int in, int out) {
+                  // The receive queue holds 16: receives in batches of 8,
+                  // each answered by the client's SENDs; nothing polled.
+                  const int holds = s.cq->cqe;
+                  for (int posted = 0; posted <= holds;) {
+                    for (int i = 0; i < 8 && posted <= holds; ++i, ++posted) {
+                      CHILD_CHECK(s.PostRecv(100 + posted, 64 * posted, 64) ==
+                                  0);
+                    }
+                    SendInfo(out, s);  // a batch posted
+                    WaitGoOn(in);      // its SENDs done
+                  }
+                  ibv_qp_attr attr{};
+                  ibv_qp_init_attr init{};
+                  CHILD_CHECK(s.nic->QueryQp(s.id->qp, &attr, IBV_QP_STATE,
+                                             &init) == 0);
+                  CHILD_CHECK(attr.qp_state == IBV_QPS_ERR);
+                  CHILD_CHECK(s.buffer[64 * holds] == 'z');  // placed
+                  ibv_wc wc;
+                  for (int i = 0; i < holds; ++i) {
+                    CHILD_CHECK(s.nic->PollCq(s.cq, 1, &wc) == 1);
+                    CHILD_CHECK(wc.wr_id == uint64_t(100 + i));
+                    CHILD_CHECK(wc.status == IBV_WC_SUCCESS);
+                  }
+                  CHILD_CHECK(s.nic->PollCq(s.cq, 1, &wc) == 0);  // lost
+                }),
+      1 << 20, rxe);
+  Side client(dir_, 65536, rxe);
+  ServerInfo info;
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
+  const int holds = client.cq->cqe;  // both CQs are made alike
+  ibv_wc wc;
+  for (int sent = 0; sent <= holds;) {
+    ASSERT_TRUE(child.ReadInfo(&info));
+    for (int i = 0; i < 8 && sent <= holds; ++i, ++sent) {
+      if (sent == holds) memset(client.buffer.data(), 'z', 8);
+      ASSERT_EQ(client.PostSend(IBV_WR_SEND, sent, 0, 8, 0, 0), 0);
+      ASSERT_TRUE(client.Poll(&wc));
+      ASSERT_EQ(wc.wr_id, uint64_t(sent));
+      ASSERT_EQ(wc.status,
+                sent < holds ? IBV_WC_SUCCESS : IBV_WC_RETRY_EXC_ERR)
+          << "SEND " << sent << " of a CQ that holds " << holds;
+    }
+    child.GoOn();
+  }
+  EXPECT_EQ(child.Wait(), 0);
+}
+
 // What rxe did (tools/softroce_vm/README.md "When the peer process dies"; in
 // the soft-RoCE VM): the survivor gets one DISCONNECTED with status 0, its QP
 // stays RTS and its receives stay posted; a write to the dead peer ends in

@@ -214,6 +214,9 @@ struct Cq {
   bool armed = false;
   bool armed_solicited_only = false;
   bool overrun = false;
+  // A completion was lost on this full CQ, which goes on
+  // (Personality::cq_full_loses_the_completion_only): said once on stderr.
+  bool lost_a_completion = false;
   CompChannel* channel = nullptr;
   size_t slot = 0;  // FakeNic::cq_slots_ index, also in base.handle
   Device* device = nullptr;
@@ -722,6 +725,12 @@ struct CmEvent {
 
 // The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
 // rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).
+// Why a request went unanswered when the responder's receive CQ was full
+// (Personality::cq_full_loses_the_completion_only; rxe_resp.c do_complete,
+// RESPST_ERR_CQ_OVERFLOW).
+constexpr char kReceiveCqFull[] =
+    "receive CQ full: completion lost, responder to ERR, no ACK";
+
 constexpr size_t kMaxConnectPrivateData = 56;
 constexpr size_t kMaxAcceptPrivateData = 196;
 constexpr size_t kMaxRejectPrivateData = 148;

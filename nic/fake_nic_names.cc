@@ -51,6 +51,7 @@ Personality Personality::Rxe() {
   p.inline_read_fails_at_completion = true;
   p.misaligned_atomic_refused_at_post = true;
   p.transport_retry_7_never_runs_out = true;
+  p.cq_full_loses_the_completion_only = true;
   p.uc_cut_message_stalls_responder = true;
   p.executes_at_post = true;
   p.peer_qp_to_err_on_dreq = false;

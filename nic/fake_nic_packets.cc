@@ -290,9 +290,13 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
         const RecvWqe recv = TakeReceive(responder);
-        CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
-                        IBV_WC_RECV_RDMA_WITH_IMM,
-                        static_cast<uint32_t>(length));
+        if (!CompleteMessageReceive(responder, recv, wqe,
+                                    IBV_WC_RECV_RDMA_WITH_IMM,
+                                    static_cast<uint32_t>(length))) {
+          // No ACK: the WR stays at the head, unanswered.
+          RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+          return;
+        }
       }
       CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
       qp->sq.pop_front();
@@ -527,11 +531,15 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   // LAST / ONLY: RESPST_COMPLETE. byte_len is the message's length, the
   // immediate (SEND_WITH_IMM) came on this packet (ibv_poll_cq(3)).
   RecvWqe taken = TakeReceive(responder);
+  RecordExecuted(qp, qp->sq.front(), IBV_WC_SUCCESS, "");
+  if (!CompleteMessageReceive(responder, taken, qp->sq.front(), IBV_WC_RECV,
+                              static_cast<uint32_t>(length))) {
+    // No ACK: the WR stays at the head, unanswered.
+    RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+    return;
+  }
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
-  RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
-  CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
-                  static_cast<uint32_t>(length));
   CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
 }
 
@@ -579,6 +587,18 @@ void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
   executed.text = why;
   DescribeAddresses(&executed, wqe.sges, wqe.rkey, wqe.remote_addr);
   Record(std::move(executed));
+}
+
+bool FakeNic::CompleteMessageReceive(Qp* responder, const RecvWqe& recv,
+                                     const SendWqe& wqe, ibv_wc_opcode opcode,
+                                     uint32_t byte_len) {
+  const bool overflows =
+      config_.personality.cq_full_loses_the_completion_only &&
+      CqHasNoRoom(responder->recv_cq);
+  CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS, opcode, byte_len);
+  if (!overflows) return true;
+  SetQpState(responder, IBV_QPS_ERR, fake_nic_internal::kReceiveCqFull);
+  return false;
 }
 
 void FakeNic::CompleteReceive(Qp* responder, const RecvWqe& recv,

@@ -854,10 +854,14 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         }
         // Before the receive completes: the bytes were there first.
         if (packet.ends_message) RecordLanded(responder, wqe, length);
-        if (packet.ends_message && took_receive) {
-          CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
-                          IBV_WC_RECV_RDMA_WITH_IMM,
-                          static_cast<uint32_t>(length));
+        if (packet.ends_message && took_receive &&
+            !CompleteMessageReceive(responder, take_receive(), wqe,
+                                    IBV_WC_RECV_RDMA_WITH_IMM,
+                                    static_cast<uint32_t>(length))) {
+          answer->kind = AnswerFrame::kNoAnswer;
+          CopyText(answer->why, sizeof(answer->why),
+                   fake_nic_internal::kReceiveCqFull);
+          return;
         }
       }
       answer->kind = AnswerFrame::kAck;
@@ -903,8 +907,12 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         HoldCutReceive(responder);
         return;
       }
-      CompleteReceive(responder, take_receive(), wqe, IBV_WC_SUCCESS,
-                      IBV_WC_RECV, static_cast<uint32_t>(length));
+      if (!CompleteMessageReceive(responder, take_receive(), wqe, IBV_WC_RECV,
+                                  static_cast<uint32_t>(length))) {
+        answer->kind = AnswerFrame::kNoAnswer;
+        CopyText(answer->why, sizeof(answer->why),
+                 fake_nic_internal::kReceiveCqFull);
+      }
       return;
     }
     case IBV_WR_RDMA_READ: {

@@ -1118,6 +1118,123 @@ TEST_F(FakeNicTest, CqOverrunRaisesCqErrOnTheAsyncFd) {
   EXPECT_EQ(errno, EAGAIN);
 }
 
+// rxe (Personality::cq_full_loses_the_completion_only): a requester's
+// completion that finds its CQ full is lost with IBV_EVENT_CQ_ERR, and the
+// CQ goes on (rxe_cq.c rxe_cq_post; rxe_comp.c do_complete ignores the
+// failure): polls return what it holds, and later completions come.
+TEST_F(FakeNicTest, RxeCqFullLosesTheCompletionAndGoesOn) {
+  QpOptions options;
+  options.cq_depth = 2;
+  ConnectHostsAs(Personality::Rxe(), options);
+  int overruns = 0;
+  nic_->AddObserver([&](const FakeNicEvent& e) {
+    if (e.kind == FakeNicEvent::Kind::kCqOverrun) ++overruns;
+  });
+  // rxe rounds a CQ's depth up (2 holds 3): what it holds, then one more.
+  const uint64_t holds = static_cast<uint64_t>(client_.cq->cqe);
+  for (uint64_t i = 0; i <= holds; ++i) {
+    ASSERT_EQ(Write(i, 8, IBV_SEND_SIGNALED), 0);
+  }
+  nic_->RunUntilIdle();
+  EXPECT_EQ(overruns, 1);
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), holds);
+  for (uint64_t i = 0; i < holds; ++i) EXPECT_EQ(wcs[i].wr_id, i);
+  ibv_async_event event;
+  ASSERT_EQ(nic_->GetAsyncEvent(client_.ctx, &event), 0);
+  EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR);
+  nic_->AckAsyncEvent(&event);
+  EXPECT_EQ(State(client_.qp), IBV_QPS_RTS);
+  ASSERT_EQ(Write(100, 8, IBV_SEND_SIGNALED), 0);
+  nic_->RunUntilIdle();
+  wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 100u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
+// rxe: a receive completion that finds the responder's CQ full is the
+// responder's error (rxe_resp.c do_complete -> RESPST_ERR_CQ_OVERFLOW): the
+// message was placed and its receive consumed, the completion is lost, the
+// QP goes to ERR and sends no ACK, so the requester's transport retries run
+// out (at once on a stepped NIC). For a SEND and for a write with imm.
+class FakeNicFullReceiveCqTest
+    : public FakeNicTest,
+      public ::testing::WithParamInterface<ibv_wr_opcode> {};
+
+TEST_P(FakeNicFullReceiveCqTest, RxePutsTheResponderInErrWithoutAnAck) {
+  const ibv_wr_opcode opcode = GetParam();
+  QpOptions options;
+  options.cq_depth = 2;
+  ConnectHostsAs(Personality::Rxe(), options);
+  // The server's CQ filled by as many messages as it holds (rxe rounds its
+  // depth up), each polled at the client; then one more.
+  const uint64_t holds = static_cast<uint64_t>(server_.cq->cqe);
+  ASSERT_LE(64 * (holds + 1), server_.buf.size());
+  for (uint64_t i = 0; i <= holds; ++i) {
+    ASSERT_EQ(PostRecv(server_, 10 + i, 64 * i, 64), 0);
+  }
+  for (uint64_t i = 0; i < holds; ++i) {
+    ASSERT_EQ(PostRdma(client_.qp, opcode, i, client_, 0, 8,
+                       RemoteAddr(server_, 64 * i), server_.mr->rkey,
+                       IBV_SEND_SIGNALED),
+              0);
+    nic_->RunUntilIdle();
+    ASSERT_EQ(PollAll(client_.cq).size(), 1u);
+  }
+  memcpy(client_.buf.data(), "overflow", 8);
+  ASSERT_EQ(PostRdma(client_.qp, opcode, holds, client_, 0, 8,
+                     RemoteAddr(server_, 64 * holds), server_.mr->rkey,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, holds);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(memcmp(server_.buf.data() + 64 * holds, "overflow", 8), 0)
+      << "the message is placed before its completion is lost";
+  wcs = PollAll(server_.cq);
+  ASSERT_EQ(wcs.size(), holds) << "the last receive's completion is lost";
+  for (uint64_t i = 0; i < holds; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, 10 + i);
+    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SendAndWriteWithImm, FakeNicFullReceiveCqTest,
+                         ::testing::Values(IBV_WR_SEND,
+                                           IBV_WR_RDMA_WRITE_WITH_IMM));
+
+// spec: the same full receive CQ is overrun for good; the responder
+// answered as if the completion had been written.
+TEST_F(FakeNicTest, SpecFullReceiveCqIsOverrunForGood) {
+  QpOptions options;
+  options.cq_depth = 2;
+  ConnectHosts(options);
+  for (uint64_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(PostRecv(server_, 10 + i, 64 * i, 64), 0);
+  }
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, i, client_, 0, 8, 0, 0,
+                       IBV_SEND_SIGNALED),
+              0);
+  }
+  nic_->RunUntilIdle();
+  ASSERT_EQ(PollAll(client_.cq).size(), 2u);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 2, client_, 0, 8, 0, 0,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(State(server_.qp), IBV_QPS_RTS);
+  ibv_wc wc[4];
+  EXPECT_LT(nic_->PollCq(server_.cq, 4, wc), 0);
+}
+
 // Destroying a CQ drops its events not yet got (uverbs does), and is EBUSY
 // while one got is not acked (libibverbs would wait for the ack for ever).
 TEST_F(FakeNicTest, DestroyCqDropsItsQueuedEventsAndRefusesWhileOneIsUnacked) {

@@ -144,10 +144,13 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       if (!packet.ends_message) continue;
       RecordLanded(responder, wqe, length);
       if (packet.takes_receive) {
+        // A full receive CQ puts the responder in ERR (no answer on UC).
         RecvWqe recv = TakeReceive(responder);
-        CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS,
-                        IBV_WC_RECV_RDMA_WITH_IMM,
-                        static_cast<uint32_t>(length));
+        if (!CompleteMessageReceive(responder, recv, wqe,
+                                    IBV_WC_RECV_RDMA_WITH_IMM,
+                                    static_cast<uint32_t>(length))) {
+          return;
+        }
       }
     }
     if (sent_packets < count) dropped(sent_packets, "the requester stopped");
@@ -187,8 +190,8 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
     return;
   }
   RecvWqe taken = TakeReceive(responder);
-  CompleteReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
-                  static_cast<uint32_t>(length));
+  CompleteMessageReceive(responder, taken, wqe, IBV_WC_RECV,
+                         static_cast<uint32_t>(length));
 }
 
 }  // namespace rpma_harness

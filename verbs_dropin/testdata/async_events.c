@@ -11,9 +11,12 @@
  * The same binary runs on rxe (tools/softroce_vm/ci.sh) and on the drop-in
  * libibverbs.so.1 with the rxe personality (//verbs_dropin:dropin_verbs_test);
  * verbs_dropin/testdata/async_events.rxe.txt is what rxe printed, and both
- * must print it again. What a CQ holds after an overrun is not printed: rxe
- * keeps taking completions once the program makes room, the fake fails
- * every later poll (docs/fidelity.md).
+ * must print it again. After an overrun the CQ goes on: it holds what it
+ * held, and a completion that finds room again is written. A receive
+ * completion that finds its CQ full is the responder's error: the message
+ * is placed, its completion lost, the QP goes to ERR without an ACK, and
+ * the sender's transport retries run out (rxe_resp.c do_complete,
+ * RESPST_ERR_CQ_OVERFLOW).
  *
  *   async_events [device]
  */
@@ -129,10 +132,93 @@ static void cq_overrun(void) {
 	struct pollfd none = {-1, 0, 0};
 	poll(&none, 0, 300);
 	drain("cq-overrun", small);
+	/* What the CQ holds, then a completion that finds room again. */
+	struct ibv_wc wc;
+	int held = 0;
+	while (ibv_poll_cq(small, 1, &wc) == 1) {
+		printf("cq-overrun holds wr_id %llu status %d\n",
+		       (unsigned long long)wc.wr_id, wc.status);
+		++held;
+	}
+	printf("cq-overrun held %d\n", held);
+	said_rc("cq-overrun post-after-room",
+		post(a, IBV_WR_RDMA_WRITE, 200));
+	printf("cq-overrun after-room status %d\n", one(small));
 	said_rc("cq-overrun destroy-qp-a", ibv_destroy_qp(a));
 	said_rc("cq-overrun destroy-qp-b", ibv_destroy_qp(b));
 	said_rc("cq-overrun destroy-cq", ibv_destroy_cq(small));
 	said_rc("cq-overrun destroy-other-cq", ibv_destroy_cq(other));
+}
+
+static int post_recv_at(struct ibv_qp *qp, uint64_t id, size_t offset) {
+	struct ibv_sge sge = {(uintptr_t)buf + offset, 64, mr->lkey};
+	struct ibv_recv_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	return ibv_post_recv(qp, &wr, &bad);
+}
+
+/* A SEND whose receive completion finds the receiver's CQ full. The sender
+ * retries once (retry_cnt 1, timeout 14: ~67 ms a try), so its WR ends
+ * within a second. */
+static void recv_cq_overrun(void) {
+	struct ibv_cq *small = ibv_create_cq(ctx, 1, NULL, NULL, 0);
+	struct ibv_cq *other = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (small == NULL || other == NULL) {
+		printf("recv-cq-overrun setup failed\n");
+		return;
+	}
+	struct ibv_qp *a = new_qp(other, other, NULL, 64);
+	struct ibv_qp *b = new_qp(other, small, NULL, 64);
+	struct ibv_qp_attr rts;
+	memset(&rts, 0, sizeof(rts));
+	rts.qp_state = IBV_QPS_RTS;
+	rts.timeout = 14;
+	rts.retry_cnt = 1;
+	rts.rnr_retry = 7;
+	rts.max_rd_atomic = 1;
+	if (a == NULL || b == NULL || to_init(a, 0) ||
+	    to_init(b, IBV_ACCESS_REMOTE_WRITE) ||
+	    to_rtr(a, b->qp_num, RC_RTR_MASK) ||
+	    to_rtr(b, a->qp_num, RC_RTR_MASK) ||
+	    ibv_modify_qp(a, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | RC_RTS_MASK) ||
+	    to_rts(b, RC_RTS_MASK)) {
+		printf("recv-cq-overrun pair failed\n");
+		return;
+	}
+	printf("recv-cq-overrun cqe %d\n", small->cqe);
+	int posted = 0;
+	for (int i = 0; i <= small->cqe; ++i)
+		posted += post_recv_at(b, 300 + i, 1024 + 64 * i) == 0;
+	printf("recv-cq-overrun receives %d\n", posted);
+	/* As many SENDs as its CQ holds, then one more, marked. */
+	for (int i = 0; i <= small->cqe; ++i) {
+		memset(buf, 'a' + i, 8);
+		said_rc("recv-cq-overrun post-send", post(a, IBV_WR_SEND, 400 + i));
+		printf("recv-cq-overrun send %d status %d\n", i, one(other));
+	}
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	memset(&attr, 0, sizeof(attr));
+	if (ibv_query_qp(b, &attr, IBV_QP_STATE, &init) == 0)
+		printf("recv-cq-overrun receiver-state %d\n", attr.qp_state);
+	printf("recv-cq-overrun last-placed %d\n",
+	       buf[1024 + 64 * small->cqe] == 'a' + small->cqe);
+	struct ibv_wc wc;
+	int held = 0;
+	while (ibv_poll_cq(small, 1, &wc) == 1) {
+		printf("recv-cq-overrun holds wr_id %llu status %d\n",
+		       (unsigned long long)wc.wr_id, wc.status);
+		++held;
+	}
+	printf("recv-cq-overrun held %d\n", held);
+	drain("recv-cq-overrun", small);
+	said_rc("recv-cq-overrun destroy-qp-a", ibv_destroy_qp(a));
+	said_rc("recv-cq-overrun destroy-qp-b", ibv_destroy_qp(b));
+	said_rc("recv-cq-overrun destroy-cq", ibv_destroy_cq(small));
+	said_rc("recv-cq-overrun destroy-other-cq", ibv_destroy_cq(other));
 }
 
 static void print_srq(const char *name, struct ibv_srq *srq) {
@@ -260,6 +346,7 @@ int main(int argc, char *argv[]) {
 	printf("get-async-event-none %d %s\n", rc, errno_name(errno));
 
 	cq_overrun();
+	recv_cq_overrun();
 	srq_limit();
 
 	ibv_dereg_mr(mr);
