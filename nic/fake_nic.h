@@ -1065,15 +1065,16 @@ class FakeNic final : public VerbsBackend {
   void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
                        const SendWqe& wqe, ibv_wc_status status,
                        ibv_wc_opcode opcode, uint32_t byte_len);
-  // The receive a message ended in completes with success (CompleteReceive).
-  // False when its CQ was full and the personality makes that the
-  // responder's error (Personality::cq_full_loses_the_completion_only): the
-  // completion is lost and the responder is in ERR; the caller then sends
-  // no answer (kReceiveCqFull).
+  // The receive a message ended in (or failed in, at a responder error)
+  // completes (CompleteReceive). False when its CQ was full and the
+  // personality makes that the responder's error (Personality::
+  // cq_full_loses_the_completion_only): the completion is lost and the
+  // responder is in ERR; the caller then sends no answer, neither ACK nor
+  // NAK (kReceiveCqFull).
   bool CompleteMessageReceive(Qp* responder,
                               const fake_nic_internal::RecvWqe& recv,
-                              const SendWqe& wqe, ibv_wc_opcode opcode,
-                              uint32_t byte_len);
+                              const SendWqe& wqe, ibv_wc_status status,
+                              ibv_wc_opcode opcode, uint32_t byte_len);
   // The responder answered the head WR with an RNR NAK asking for the
   // RNR wait `rnr_timer` (its min_rnr_timer, IB spec table 45): one retry
   // used (or parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR

@@ -187,18 +187,23 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       return;
     }
     if (answer == PacketAnswer::kNakRemoteAccess) {
-      SendWqe wqe = std::move(qp->sq.front());
-      qp->sq.pop_front();
       const char* why =
           "rkey/PD/bounds/REMOTE_WRITE check failed at the responder";
       if (took_receive) {
         // An ONLY packet: check_resource took the receive before
-        // check_rkey failed, so it completes with the error.
+        // check_rkey failed, so it completes with the error -- or, its CQ
+        // full, with no NAK at all (CompleteMessageReceive).
         RecvWqe recv = TakeReceive(responder);
-        CompleteReceive(responder, recv, wqe,
-                        config_.personality.recv_status_on_rkey_violation,
-                        IBV_WC_RECV_RDMA_WITH_IMM, 0);
+        if (!CompleteMessageReceive(
+                responder, recv, head,
+                config_.personality.recv_status_on_rkey_violation,
+                IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
+          RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+          return;
+        }
       }
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
       RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why);
       SetQpState(responder, IBV_QPS_ERR, why);
       qp->failed_on_last_packet = packet.ends_message;
@@ -290,7 +295,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
         const RecvWqe recv = TakeReceive(responder);
-        if (!CompleteMessageReceive(responder, recv, wqe,
+        if (!CompleteMessageReceive(responder, recv, wqe, IBV_WC_SUCCESS,
                                     IBV_WC_RECV_RDMA_WITH_IMM,
                                     static_cast<uint32_t>(length))) {
           // No ACK: the WR stays at the head, unanswered.
@@ -308,21 +313,25 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
 void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
                                    uint64_t copy_length, uintptr_t fault,
                                    bool took_receive, bool ends_message) {
-  SendWqe wqe = std::move(qp->sq.front());
-  qp->sq.pop_front();
   const uint64_t target_addr = Address(target);
   if (fault >= target_addr && fault - target_addr < copy_length) {
     // The responder's memory faulted: answered as its own protection
     // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
     // packet took completes with the error as on a failed check_rkey.
-    const std::string why =
-        fake_nic_internal::HarnessMemoryError("the responder's", wqe.wr_id);
+    const std::string why = fake_nic_internal::HarnessMemoryError(
+        "the responder's", qp->sq.front().wr_id);
     if (took_receive) {
       RecvWqe recv = TakeReceive(responder);
-      CompleteReceive(responder, recv, wqe,
-                      config_.personality.recv_status_on_rkey_violation,
-                      IBV_WC_RECV_RDMA_WITH_IMM, 0);
+      if (!CompleteMessageReceive(
+              responder, recv, qp->sq.front(),
+              config_.personality.recv_status_on_rkey_violation,
+              IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
+        RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+        return;
+      }
     }
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
     RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
     SetQpState(responder, IBV_QPS_ERR, why.c_str());
     qp->failed_on_last_packet = ends_message;
@@ -333,6 +342,8 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
     // local SGE fails its checks. The message was cut: the responder's
     // receive, if taken, is flushed with its QP.
+    SendWqe wqe = std::move(qp->sq.front());
+    qp->sq.pop_front();
     const std::string why =
         fake_nic_internal::HarnessMemoryError("the requester's", wqe.wr_id);
     if (took_receive) {
@@ -473,9 +484,13 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
                  ibv_wc_status requester_status, const std::string& why) {
     RecordPacket(qp, head, packet, why.c_str());
     RecvWqe taken = TakeReceive(responder);
+    if (!CompleteMessageReceive(responder, taken, head, recv_status,
+                                IBV_WC_RECV, 0)) {
+      RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);  // no NAK
+      return;
+    }
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
-    CompleteReceive(responder, taken, wqe, recv_status, IBV_WC_RECV, 0);
     RecordExecuted(qp, wqe, requester_status, why.c_str());
     SetQpState(responder, IBV_QPS_ERR, why.c_str());
     qp->failed_on_last_packet = packet.ends_message;
@@ -532,7 +547,8 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   // immediate (SEND_WITH_IMM) came on this packet (ibv_poll_cq(3)).
   RecvWqe taken = TakeReceive(responder);
   RecordExecuted(qp, qp->sq.front(), IBV_WC_SUCCESS, "");
-  if (!CompleteMessageReceive(responder, taken, qp->sq.front(), IBV_WC_RECV,
+  if (!CompleteMessageReceive(responder, taken, qp->sq.front(),
+                              IBV_WC_SUCCESS, IBV_WC_RECV,
                               static_cast<uint32_t>(length))) {
     // No ACK: the WR stays at the head, unanswered.
     RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
@@ -590,12 +606,12 @@ void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 }
 
 bool FakeNic::CompleteMessageReceive(Qp* responder, const RecvWqe& recv,
-                                     const SendWqe& wqe, ibv_wc_opcode opcode,
-                                     uint32_t byte_len) {
+                                     const SendWqe& wqe, ibv_wc_status status,
+                                     ibv_wc_opcode opcode, uint32_t byte_len) {
   const bool overflows =
       config_.personality.cq_full_loses_the_completion_only &&
       CqHasNoRoom(responder->recv_cq);
-  CompleteReceive(responder, recv, wqe, IBV_WC_SUCCESS, opcode, byte_len);
+  CompleteReceive(responder, recv, wqe, status, opcode, byte_len);
   if (!overflows) return true;
   SetQpState(responder, IBV_QPS_ERR, fake_nic_internal::kReceiveCqFull);
   return false;

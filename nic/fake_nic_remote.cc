@@ -777,6 +777,13 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     CopyText(answer->why, sizeof(answer->why), why);
     SetQpState(responder, IBV_QPS_ERR, why.c_str());
   };
+  // The receive's completion found its CQ full (CompleteMessageReceive):
+  // neither ACK nor NAK.
+  auto receive_cq_full = [&]() {
+    answer->kind = AnswerFrame::kNoAnswer;
+    CopyText(answer->why, sizeof(answer->why),
+             fake_nic_internal::kReceiveCqFull);
+  };
   const char* refused = nullptr;
   switch (CheckRequest(responder, opcode, &refused)) {
     case RequestVerdict::kNoAnswer:
@@ -838,10 +845,13 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
                         payload + packet.offset, packet.length, &fault);
         }
         if (!ok) {
-          if (took_receive) {
-            CompleteReceive(responder, take_receive(), wqe,
-                            config_.personality.recv_status_on_rkey_violation,
-                            IBV_WC_RECV_RDMA_WITH_IMM, 0);
+          if (took_receive &&
+              !CompleteMessageReceive(
+                  responder, take_receive(), wqe,
+                  config_.personality.recv_status_on_rkey_violation,
+                  IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
+            receive_cq_full();
+            return;
           }
           answer->acked_packets = i;
           nak(IBV_WC_REM_ACCESS_ERR,
@@ -856,11 +866,9 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         if (packet.ends_message) RecordLanded(responder, wqe, length);
         if (packet.ends_message && took_receive &&
             !CompleteMessageReceive(responder, take_receive(), wqe,
-                                    IBV_WC_RECV_RDMA_WITH_IMM,
+                                    IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
                                     static_cast<uint32_t>(length))) {
-          answer->kind = AnswerFrame::kNoAnswer;
-          CopyText(answer->why, sizeof(answer->why),
-                   fake_nic_internal::kReceiveCqFull);
+          receive_cq_full();
           return;
         }
       }
@@ -892,8 +900,11 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
             payload == nullptr ? nullptr : payload + packet.offset, r.wr_id,
             &recv_status, &why);
         if (status != IBV_WC_SUCCESS) {
-          CompleteReceive(responder, take_receive(), wqe, recv_status,
-                          IBV_WC_RECV, 0);
+          if (!CompleteMessageReceive(responder, take_receive(), wqe,
+                                      recv_status, IBV_WC_RECV, 0)) {
+            receive_cq_full();
+            return;
+          }
           answer->acked_packets = i;
           nak(status, why);
           return;
@@ -907,11 +918,10 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         HoldCutReceive(responder);
         return;
       }
-      if (!CompleteMessageReceive(responder, take_receive(), wqe, IBV_WC_RECV,
+      if (!CompleteMessageReceive(responder, take_receive(), wqe,
+                                  IBV_WC_SUCCESS, IBV_WC_RECV,
                                   static_cast<uint32_t>(length))) {
-        answer->kind = AnswerFrame::kNoAnswer;
-        CopyText(answer->why, sizeof(answer->why),
-                 fake_nic_internal::kReceiveCqFull);
+        receive_cq_full();
       }
       return;
     }

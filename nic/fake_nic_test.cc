@@ -1203,6 +1203,37 @@ TEST_P(FakeNicFullReceiveCqTest, RxePutsTheResponderInErrWithoutAnAck) {
   }
 }
 
+// The same at a responder error: a SEND longer than its receive would
+// complete that receive with LOC_QP_OP_ERR and NAK; with the CQ full rxe's
+// do_complete fails first, so no NAK goes either (rxe_resp.c
+// RESPST_ERR_CQ_OVERFLOW) and the sender's WR ends RETRY_EXC_ERR, not
+// REM_OP_ERR (found by the cq random programs, seed 14000074).
+TEST_F(FakeNicTest, RxeFullReceiveCqSendsNoNakEither) {
+  QpOptions options;
+  options.cq_depth = 1;
+  ConnectHostsAs(Personality::Rxe(), options);
+  ASSERT_EQ(server_.cq->cqe, 1);
+  ASSERT_EQ(PostRecv(server_, 10, 0, 64), 0);
+  ASSERT_EQ(PostRecv(server_, 11, 64, 64), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 1, client_, 0, 8, 0, 0,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  ASSERT_EQ(PollAll(client_.cq).size(), 1u);  // the server's CQ is full
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_SEND, 2, client_, 0, 100, 0, 0,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR) << "a NAK went";
+  EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
+  wcs = PollAll(server_.cq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 10u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
 INSTANTIATE_TEST_SUITE_P(SendAndWriteWithImm, FakeNicFullReceiveCqTest,
                          ::testing::Values(IBV_WR_SEND,
                                            IBV_WR_RDMA_WRITE_WITH_IMM));

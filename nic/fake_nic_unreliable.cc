@@ -146,7 +146,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       if (packet.takes_receive) {
         // A full receive CQ puts the responder in ERR (no answer on UC).
         RecvWqe recv = TakeReceive(responder);
-        if (!CompleteMessageReceive(responder, recv, wqe,
+        if (!CompleteMessageReceive(responder, recv, wqe, IBV_WC_SUCCESS,
                                     IBV_WC_RECV_RDMA_WITH_IMM,
                                     static_cast<uint32_t>(length))) {
           return;
@@ -190,7 +190,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
     return;
   }
   RecvWqe taken = TakeReceive(responder);
-  CompleteMessageReceive(responder, taken, wqe, IBV_WC_RECV,
+  CompleteMessageReceive(responder, taken, wqe, IBV_WC_SUCCESS, IBV_WC_RECV,
                          static_cast<uint32_t>(length));
 }
 

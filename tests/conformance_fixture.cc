@@ -432,12 +432,12 @@ void ConformanceTest::SetUpEndpointQueues(Endpoint& side,
     side.comp_channel = nic(side).CreateCompChannel(side.id->verbs);
     ASSERT_NE(side.comp_channel, nullptr);
   }
-  side.cq =
-      nic(side).CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
+  side.cq = nic(side).CreateCq(side.id->verbs, options.cq_depth, nullptr,
+                               side.comp_channel, 0);
   ASSERT_NE(side.cq, nullptr);
   if (side.comp_channel != nullptr) {
-    side.rcq =
-        nic(side).CreateCq(side.id->verbs, 256, nullptr, side.comp_channel, 0);
+    side.rcq = nic(side).CreateCq(side.id->verbs, options.cq_depth, nullptr,
+                                  side.comp_channel, 0);
     ASSERT_NE(side.rcq, nullptr);
     ASSERT_EQ(nic(side).ReqNotifyCq(side.cq, 0), 0);
     ASSERT_EQ(nic(side).ReqNotifyCq(side.rcq, 0), 0);
@@ -807,6 +807,9 @@ void ConformanceTest::DrainAndRecord(std::initializer_list<Endpoint*> sides) {
   // order of `sides`, as one call per side would record them, in one quiet
   // window instead of one per side.
   std::vector<std::vector<std::string>> lines(polled.size());
+  if (drain_settle_ms_ > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(drain_settle_ms_));
+  }
   const auto quiet = std::chrono::milliseconds(drain_quiet_ms_);
   auto quiet_until = std::chrono::steady_clock::now() + quiet;
   while (std::chrono::steady_clock::now() < quiet_until) {

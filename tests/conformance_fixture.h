@@ -58,6 +58,8 @@ std::vector<BackendUnderTest> BackendsUnderTest();
 struct QpOptions {
   uint32_t max_send_wr = 16;
   uint32_t max_recv_wr = 16;
+  // Each side's CQ (ibv_create_cq's cqe; rxe rounds it up to 2^n - 1).
+  int cq_depth = 256;
   uint32_t max_send_sge = 2;
   uint32_t max_recv_sge = 1;
   uint32_t max_inline_data = 0;
@@ -240,6 +242,10 @@ class ConformanceTest : public ::testing::TestWithParam<BackendUnderTest> {
   // atomic results land there), as a "landed client" line.
   bool record_client_digest_ = false;
   int drain_quiet_ms_ = 300;
+  // On a kernel driver, how long a drain waits before its first poll: a
+  // CQ that overflows then holds what the NIC completed first, as a
+  // settled fake's does, and not what the polls made room for meanwhile.
+  int drain_settle_ms_ = 0;
   bool on_fake() const { return fake_ != nullptr; }
 
  private:

@@ -158,6 +158,9 @@ struct Program {
   // srq programs draw small ones, which posts of receives overflow.
   uint32_t max_recv_wr = 16;
   uint32_t srq_wr = 64;
+  // Each side's CQ depth (Flavour::kCq; 0: the fixture's 256): 1, 2 or 4,
+  // which rxe makes 1, 3 or 7, so a step's completions overflow it.
+  uint32_t cq_depth = 0;
 };
 
 // What rxe makes of a requested queue depth: a ring of the next power of
@@ -218,7 +221,8 @@ enum class Flavour {
   kRnr,
   kMtu,
   kShared,
-  kSrq
+  kSrq,
+  kCq
 };
 
 // splitmix64: the same numbers on every platform and compiler.
@@ -415,7 +419,8 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool destroys = flavour == Flavour::kDestroys;
   const bool disconnects = flavour == Flavour::kDisconnects || destroys;
   const bool rnr = flavour == Flavour::kRnr;
-  const bool retry = flavour == Flavour::kRetry || disconnects || rnr;
+  const bool cqs = flavour == Flavour::kCq;
+  const bool retry = flavour == Flavour::kRetry || disconnects || rnr || cqs;
   const bool mtus = flavour == Flavour::kMtu;
   const bool srqs = flavour == Flavour::kSrq;
   const bool shared = flavour == Flavour::kShared || srqs;
@@ -436,6 +441,10 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   // the SRQ (RxeQueueDepth).
   if (shared && rng.Chance(30)) p.max_recv_wr = rng.Chance(50) ? 2 : 4;
   if (srqs && rng.Chance(30)) p.srq_wr = rng.Chance(50) ? 4 : 8;
+  // Cq programs: CQs a step's completions overflow (1, 3 or 7 entries on
+  // rxe); a receive completion lost leaves its request unanswered, which
+  // the retry programs' short timers end within a drain window.
+  if (cqs) p.cq_depth = 1u << rng.Below(3);
   // Mtu programs: k x MTU - 1, k x MTU or k x MTU + 1 bytes (k 1-4).
   const auto near_boundary = [&rng, &p]() {
     return (1 + rng.Below(4)) * p.mtu - 1 + rng.Below(3);
@@ -880,7 +889,7 @@ std::string AsCode(const Program& p) {
   }
   out << "}";
   // The fields after mtu are written.
-  const bool queues = p.max_recv_wr != 16 || p.srq_wr != 64;
+  const bool queues = p.max_recv_wr != 16 || p.srq_wr != 64 || p.cq_depth != 0;
   const bool more = p.pairs != 1 || p.srq || queues;
   if (p.duplex || p.ack_timeout != 0 || p.min_rnr_timer != 0 || p.mtu != 0 ||
       more) {
@@ -896,6 +905,7 @@ std::string AsCode(const Program& p) {
   if (more) out << ", " << int{p.pairs};
   if (p.srq || queues) out << ", " << (p.srq ? "true" : "false");
   if (queues) out << ", " << p.max_recv_wr << ", " << p.srq_wr;
+  if (p.cq_depth != 0) out << ", " << p.cq_depth;
   out << "}";
   return out.str();
 }
@@ -1299,6 +1309,20 @@ std::vector<Program> RegressionPrograms() {
                     {WriteOp{0, true, true, Fault::kNone, 0}}, 0, false, 1,
                     1}},
               true, 7, 0, 0, 0, 2, true},
+      // Cq program 14000074, shrunk. The client's CQ holds one completion
+      // (cq_depth 1), the empty SEND's receive, when a SEND longer than the
+      // next receive fails there: that receive's error completion finds the
+      // CQ full, so rxe sends no NAK either (rxe_resp.c do_complete fails
+      // before acknowledge) and the server's WR ends RETRY_EXC_ERR, not
+      // REM_OP_ERR (Personality::cq_full_loses_the_completion_only).
+      Program{1000023, 0, 16,
+              {Step{StepKind::kRecv, 2, {}, 4096, true},
+               Step{StepKind::kWrites, 0,
+                    {WriteOp{0, false, false, Fault::kNone, 0, OpKind::kSend},
+                     WriteOp{4349, false, true, Fault::kNone, 0,
+                             OpKind::kSend}},
+                    0, true}},
+              true, 2, 10, 0, 0, 1, false, 16, 64, 1},
   };
 }
 
@@ -1361,6 +1385,14 @@ class RandomDifferential : public ConformanceTest {
     // Srq programs: every server QP's receives from one SRQ, deep enough
     // for all a program posts.
     if (p.srq) options.server_srq_wr = p.srq_wr;
+    // Cq programs: rxe finishes a step, retries included (well under 250
+    // ms), before the first poll, so what overflows is what it completed
+    // last, as on the settled fake (ConformanceTest::drain_settle_ms_).
+    drain_settle_ms_ = 0;
+    if (p.cq_depth != 0) {
+      options.cq_depth = static_cast<int>(p.cq_depth);
+      drain_settle_ms_ = 250;
+    }
     Connect(options);
     if (HasFatalFailure()) return {};
     // Shared programs: the other pairs, on the same PDs, CQs and MRs.
@@ -1938,6 +1970,11 @@ class RandomDifferential : public ConformanceTest {
       q.srq_wr = 64;
       out.push_back(q);
     }
+    if (p.cq_depth != 0) {
+      Program q = p;
+      q.cq_depth = 0;
+      out.push_back(q);
+    }
     if (p.mtu != 0 && p.mtu != 1024) {
       Program q = p;
       q.mtu = 1024;
@@ -2447,6 +2484,24 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnSrqPrograms) {
                  EnvInt("RPMA_HARNESS_SRQ_SEED", 13000001), "SRQ");
 }
 
+// Cq programs (Flavour::kCq): retry programs whose CQs (each side's one,
+// send and receive) hold 1, 3 or 7 completions, so a step's completions
+// overflow them. A requester's completion lost is only lost; a receive's
+// puts its QP in ERR without an ACK, and the sender's WR ends when its
+// transport retries run out (Personality::cq_full_loses_the_completion_only).
+// rxe's streams are in tests/testdata/rxe_random_cq_streams.txt.
+// env RPMA_HARNESS_CQ_PROGRAMS=N: the harness's own test: how many cq
+//   programs FakeRxeAgreesWithRxeOnCqPrograms compares (default 100; the
+//   recording holds seeds 14000001..14000100).
+// env RPMA_HARNESS_CQ_SEED=N: the harness's own test: the first cq
+//   program's seed (default 14000001).
+TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnCqPrograms) {
+  const std::string backend = GetParam().name;
+  if (backend == "fake_spec") GTEST_SKIP() << "the differential is for rxe";
+  CompareFlavour(Flavour::kCq, EnvInt("RPMA_HARNESS_CQ_PROGRAMS", 100),
+                 EnvInt("RPMA_HARNESS_CQ_SEED", 14000001), "CQ");
+}
+
 // The fake in one process against the same fake as two NICs that meet only
 // through a fabric directory (two processes' path: request / answer frames,
 // the far responder), on wider programs than rxe's recording holds: SENDs,
@@ -2720,6 +2775,32 @@ TEST(RandomDifferentialGenerator, SharedProgramsActOnEveryPair) {
   EXPECT_GT(after_dead, 100);
 }
 
+// Cq programs are retry programs with CQs of 1, 2 or 4 (1, 3 or 7 on
+// rxe), and most have a step whose signaled WRs alone fill the CQ.
+TEST(RandomDifferentialGenerator, CqProgramsOverflowSmallCqs) {
+  std::map<uint32_t, int> depths;
+  int overflowing = 0;
+  for (uint64_t seed = 14000001; seed < 14001001; ++seed) {
+    const Program p = Generate(seed, Flavour::kCq);
+    ++depths[p.cq_depth];
+    EXPECT_TRUE(p.duplex);
+    EXPECT_GE(p.ack_timeout, 8);
+    EXPECT_LT(p.retry_cnt, 7) << "rxe never counts retry_cnt 7 down";
+    for (const Step& s : p.steps) {
+      int signaled = 0;
+      for (const WriteOp& w : s.writes) signaled += w.signaled;
+      if (s.kind == StepKind::kWrites &&
+          signaled > RxeQueueDepth(p.cq_depth)) {
+        ++overflowing;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(depths.size(), 3u);
+  for (uint32_t depth : {1u, 2u, 4u}) EXPECT_GT(depths[depth], 250) << depth;
+  EXPECT_GT(overflowing, 300);
+}
+
 // Srq programs post the server's receives to the SRQ and take them on
 // every pair, keeping the duplex rule with one pool of receives.
 TEST(RandomDifferentialGenerator, SrqProgramsShareOneReceiveQueue) {
@@ -2850,7 +2931,7 @@ TEST(RandomDifferentialCoverage, RecordedProgramsReachEveryListedClass) {
   std::map<std::string, std::map<std::string, int>> reached;  // class, flavour
   static const char* const kFlavours[] = {
       "RANDOM", "WIDE",    "DUPLEX", "RETRY",
-      "DISCONNECT", "DESTROY", "RNR",    "MTU", "SHARED", "SRQ"};
+      "DISCONNECT", "DESTROY", "RNR",    "MTU", "SHARED", "SRQ", "CQ"};
   for (const char* flavour : kFlavours) {
     std::string name = flavour;
     for (char& c : name) c = static_cast<char>(std::tolower(c));

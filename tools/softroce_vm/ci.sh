@@ -105,11 +105,13 @@ status=0
 # program spends most of its time waiting out quiet windows on rxe), except
 # the mtu programs (each sets the netdev's MTU) and the rnr programs (a race
 # of rxe's two timers that load can tip), which run in one. FULL=1 (and
-# RECORD=1) runs every recorded program: 200 narrow ones (and 22
+# RECORD=1) runs every recorded program: 200 narrow ones (and 23
 # regressions), 100 wide, 200 duplex, 100 retry, 50 disconnect, 50 destroy,
-# 50 rnr, 100 mtu, 100 shared and 100 srq, 1072 in ~400 s of the VM's time
-# (7 Dec 2026). By default (what CI runs) the first half of each flavour and
-# the regressions, 547 programs in ~220 s (the VM step ~465 s): the host's
+# 50 rnr, 100 mtu, 100 shared, 100 srq and 100 cq, 1173 in ~560 s of the
+# VM's time (7 Dec 2026; a cq program waits 250 ms before each drain's
+# first poll, ~4.7 s a program). By default (what CI runs) the first half of
+# each flavour (a quarter of the cq programs) and the regressions, 573
+# programs in ~260 s: the host's
 # random_differential_test holds the fake to every recorded program on every
 # run, and this part re-asks live rxe, whose kernel is pinned, for the
 # recording it already gave; a seed's lines compare whole either way.
@@ -119,7 +121,7 @@ full=0
 # (RPMA_HARNESS_<PREFIX>_PROGRAMS).
 flavours=(RANDOM:200:100 WIDE:100:50 DUPLEX:200:100 RETRY:100:50
   DISCONNECT:50:25 DESTROY:50:25 RNR:50:25 MTU:100:50 SHARED:100:50
-  SRQ:100:50)
+  SRQ:100:50 CQ:100:25)
 counts=()
 declare -A want_seeds
 for f in "${flavours[@]}"; do
@@ -210,7 +212,8 @@ fi
 # MTU: duplex programs at path MTUs of 256 to 4096 bytes, set through rxe's
 # netdev, their sizes a byte either side of packet boundaries; SHARED:
 # duplex programs on two or three QP pairs sharing each side's CQ, PD and
-# MRs; SRQ: shared programs whose server QPs take receives from one SRQ):
+# MRs; SRQ: shared programs whose server QPs take receives from one SRQ;
+# CQ: retry programs whose CQs hold 1, 3 or 7 completions):
 # the host's
 # random_differential_test holds the fake to them (in the VM it compares
 # rxe with the fake directly). PREFIX FILE: renewed with RECORD=1, else
@@ -224,7 +227,8 @@ for rec in RANDOM:tests/testdata/rxe_random_streams.txt \
   RNR:tests/testdata/rxe_random_rnr_streams.txt \
   MTU:tests/testdata/rxe_random_mtu_streams.txt \
   SHARED:tests/testdata/rxe_random_shared_streams.txt \
-  SRQ:tests/testdata/rxe_random_srq_streams.txt; do
+  SRQ:tests/testdata/rxe_random_srq_streams.txt \
+  CQ:tests/testdata/rxe_random_cq_streams.txt; do
   IFS=: read -r prefix recording <<<"$rec"
   grep -a "^$prefix " "$out/vm/console.log" | tr -d '\r' >"$out/$prefix.txt"
   # The seeds rxe ran (their first line order), and the recording's lines

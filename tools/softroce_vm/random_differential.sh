@@ -2,7 +2,7 @@
 # tools/softroce_vm/random_differential.sh [N] [FIRST_SEED] [FLAVOUR]: runs N
 # (default 1000) random verbs programs of one flavour (default random, the
 # narrow ones; also wide, duplex, retry, disconnect, destroy, rnr, mtu,
-# shared, srq) on live rxe and on the fake's rxe personality inside the
+# shared, srq, cq) on live rxe and on the fake's rxe personality inside the
 # soft-RoCE VM (tests/random_differential_test.cc), JOBS (default 3) at once
 # (the mtu and rnr programs one at a time); a program whose streams differ is
 # shrunk and printed as a ready-to-paste Program literal. Prints
@@ -14,7 +14,7 @@ first=${2:-1}
 flavour=${3:-random}
 case $flavour in
   random) test=FakeRxeAgreesWithRxe/ ;;
-  wide | duplex | retry | disconnect | destroy | rnr | mtu | shared | srq)
+  wide | duplex | retry | disconnect | destroy | rnr | mtu | shared | srq | cq)
     test="FakeRxeAgreesWithRxeOn${flavour^}Programs/" ;;
   *)
     echo "random differential: unknown flavour '$flavour'" >&2
