@@ -608,9 +608,10 @@ void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
 bool FakeNic::CompleteMessageReceive(Qp* responder, const RecvWqe& recv,
                                      const SendWqe& wqe, ibv_wc_status status,
                                      ibv_wc_opcode opcode, uint32_t byte_len) {
+  // A CQ a fault rule overran (FakeNic::OverrunCq) only fails its polls.
   const bool overflows =
       config_.personality.cq_full_loses_the_completion_only &&
-      CqHasNoRoom(responder->recv_cq);
+      !responder->recv_cq->overrun && CqHasNoRoom(responder->recv_cq);
   CompleteReceive(responder, recv, wqe, status, opcode, byte_len);
   if (!overflows) return true;
   SetQpState(responder, IBV_QPS_ERR, fake_nic_internal::kReceiveCqFull);

@@ -49,12 +49,15 @@ int NextPort() {
   //   RPMA_HARNESS_PORT_BASE, how many ports from it the fixture goes round.
   static const int base = [] {
     const char* v = std::getenv("RPMA_HARNESS_PORT_BASE");
-    return v != nullptr ? std::atoi(v)
-                        : 17000 + (static_cast<int>(getpid()) % 1000) * 20;
+    const int asked = v != nullptr ? std::atoi(v) : 0;
+    return asked > 0 && asked < 65000
+               ? asked
+               : 17000 + (static_cast<int>(getpid()) % 1000) * 20;
   }();
   static const int span = [] {
     const char* v = std::getenv("RPMA_HARNESS_PORT_SPAN");
-    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 65535 - base;
+    const int asked = v != nullptr ? std::atoi(v) : 0;
+    return asked > 0 && asked <= 65535 - base ? asked : 65535 - base;
   }();
   static int next = 0;
   const int port = base + next;

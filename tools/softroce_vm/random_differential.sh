@@ -28,8 +28,11 @@ bazel build //tests:random_differential_test >/dev/null 2>&1 || {
 }
 bin=$(bazel info bazel-bin 2>/dev/null)
 # Under TCG (2 cores) ~0.4 s a program alone, ~0.15 s each with three at
-# once; rnr, retry, disconnect and destroy programs take a few times longer.
-budget=$((n * 2 + 300))
+# once; rnr, retry, disconnect and destroy programs take a few times longer,
+# a cq program ~4.7 s (its drains wait for rxe to finish each step).
+per=2
+[ "$flavour" = cq ] && per=6
+budget=$((n * per + 300))
 out=$(mktemp -d /tmp/random_diff.XXXXXX)
 tools/softroce_vm/run.sh --out "$out" --timeout $((budget + 120)) \
   --binary-timeout "$budget" \
