@@ -948,22 +948,23 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
   }
   ibv_wc wc = built;
   ApplyErrorCqeFields(config_.personality, wc);
-  if (config_.personality.cq_full_loses_the_completion_only && !cq->overrun) {
-    if (!cq->lost_a_completion) {
-      fprintf(stderr,
-              "fake_nic: CQ %p full (depth %d): completion of wr_id %" PRIu64
-              " lost (IBV_EVENT_CQ_ERR); the CQ goes on, as rxe's does\n",
-              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
-    }
+  // rxe (rxe_cq.c rxe_cq_post) loses this one completion and goes on; the
+  // spec's overrun is for good. Either is said once per CQ.
+  const bool goes_on =
+      config_.personality.cq_full_loses_the_completion_only && !cq->overrun;
+  if (!(goes_on ? cq->lost_a_completion : cq->overrun)) {
+    fprintf(stderr,
+            "fake_nic: CQ %p %s (depth %d): completion of wr_id %" PRIu64
+            " lost%s\n",
+            static_cast<void*>(&cq->base), goes_on ? "full" : "overrun",
+            cq->depth, wc.wr_id,
+            goes_on ? " (IBV_EVENT_CQ_ERR); the CQ goes on, as rxe's does"
+                    : "; PollCq now fails (IBV_EVENT_CQ_ERR)");
+  }
+  if (goes_on) {
     cq->lost_a_completion = true;
     RaiseCqErrLocked(cq);
   } else {
-    if (!cq->overrun) {
-      fprintf(stderr,
-              "fake_nic: CQ %p overrun (depth %d): completion of wr_id %" PRIu64
-              " lost; PollCq now fails (IBV_EVENT_CQ_ERR)\n",
-              static_cast<void*>(&cq->base), cq->depth, wc.wr_id);
-    }
     OverrunLocked(cq);
   }
   FakeNicEvent event;

@@ -105,6 +105,18 @@ static int one(struct ibv_cq *cq) {
 	return -1;
 }
 
+/* Polls `cq` empty, one line a completion, then how many it held. */
+static void print_held(const char *name, struct ibv_cq *cq) {
+	struct ibv_wc wc;
+	int held = 0;
+	while (ibv_poll_cq(cq, 1, &wc) == 1) {
+		printf("%s holds wr_id %llu status %d\n", name,
+		       (unsigned long long)wc.wr_id, wc.status);
+		++held;
+	}
+	printf("%s held %d\n", name, held);
+}
+
 static void cq_overrun(void) {
 	struct ibv_cq *small = ibv_create_cq(ctx, 1, NULL, NULL, 0);
 	struct ibv_cq *other = ibv_create_cq(ctx, 64, NULL, NULL, 0);
@@ -133,14 +145,7 @@ static void cq_overrun(void) {
 	poll(&none, 0, 300);
 	drain("cq-overrun", small);
 	/* What the CQ holds, then a completion that finds room again. */
-	struct ibv_wc wc;
-	int held = 0;
-	while (ibv_poll_cq(small, 1, &wc) == 1) {
-		printf("cq-overrun holds wr_id %llu status %d\n",
-		       (unsigned long long)wc.wr_id, wc.status);
-		++held;
-	}
-	printf("cq-overrun held %d\n", held);
+	print_held("cq-overrun", small);
 	said_rc("cq-overrun post-after-room",
 		post(a, IBV_WR_RDMA_WRITE, 200));
 	printf("cq-overrun after-room status %d\n", one(small));
@@ -206,14 +211,7 @@ static void recv_cq_overrun(void) {
 		printf("recv-cq-overrun receiver-state %d\n", attr.qp_state);
 	printf("recv-cq-overrun last-placed %d\n",
 	       buf[1024 + 64 * small->cqe] == 'a' + small->cqe);
-	struct ibv_wc wc;
-	int held = 0;
-	while (ibv_poll_cq(small, 1, &wc) == 1) {
-		printf("recv-cq-overrun holds wr_id %llu status %d\n",
-		       (unsigned long long)wc.wr_id, wc.status);
-		++held;
-	}
-	printf("recv-cq-overrun held %d\n", held);
+	print_held("recv-cq-overrun", small);
 	drain("recv-cq-overrun", small);
 	said_rc("recv-cq-overrun destroy-qp-a", ibv_destroy_qp(a));
 	said_rc("recv-cq-overrun destroy-qp-b", ibv_destroy_qp(b));
