@@ -958,6 +958,12 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
+  // The head write's rkey-violation NAK (rxe_resp.c check_rkey failing):
+  // a receive the packet took completes with the personality's status
+  // first (or, its CQ full, nothing is answered: RequesterTimesOut), the
+  // WR is popped with REM_ACCESS_ERR and both QPs go to ERR.
+  void NakWriteRemoteAccess(Qp* qp, Qp* responder, bool took_receive,
+                            bool ends_message, const std::string& why);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
   // head WR popped, both QPs' states as rxe leaves them).
@@ -1026,6 +1032,9 @@ class FakeNic final : public VerbsBackend {
   // WR after the last).
   void StartLanding(Qp* qp, Qp* responder, bool took_receive);
   void LandNextPiece(Qp* qp);
+  // The landing head WR's receive completion was lost to a full CQ: no
+  // answer comes (RequesterTimesOut), the landing is dropped.
+  void ReceiveCqFullWhileLanding(Qp* qp);
   // A head WR still landing is flushed: the receive it took is flushed too.
   void AbandonLanding(Qp* qp, const SendWqe& wqe);
   // A packet's trace line (FakeNicConfig::trace_packets); one test when off.
@@ -1071,6 +1080,9 @@ class FakeNic final : public VerbsBackend {
   // cq_full_loses_the_completion_only): the completion is lost and the
   // responder is in ERR; the caller then sends no answer, neither ACK nor
   // NAK (kReceiveCqFull).
+  // Whether CompleteMessageReceive would lose the responder's receive
+  // completion now (asked before the trace says how a packet is answered).
+  bool ReceiveCompletionLost(const Qp* responder) const;
   bool CompleteMessageReceive(Qp* responder,
                               const fake_nic_internal::RecvWqe& recv,
                               const SendWqe& wqe, ibv_wc_status status,

@@ -154,13 +154,18 @@ void FakeNic::LandNextPiece(Qp* qp) {
     why = fake_nic_internal::HarnessMemoryError("the responder's", head.wr_id);
   }
   if (!why.empty()) {
+    if (l.took_receive) {
+      l.took_receive = false;
+      if (!CompleteMessageReceive(
+              responder, receive(), head,
+              config_.personality.recv_status_on_rkey_violation,
+              IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
+        ReceiveCqFullWhileLanding(qp);
+        return;
+      }
+    }
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
-    if (wqe.landing->took_receive) {
-      CompleteReceive(responder, receive(), wqe,
-                      config_.personality.recv_status_on_rkey_violation,
-                      IBV_WC_RECV_RDMA_WITH_IMM, 0);
-    }
     RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
     SetQpState(responder, IBV_QPS_ERR, why.c_str());
     CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
@@ -181,7 +186,16 @@ void FakeNic::LandNextPiece(Qp* qp) {
                   std::to_string(piece.offset);
   });
   if (++l.next < l.pieces.size()) return;
-  // The last piece: the write completes as kAtOnce completes it.
+  // The last piece: the write completes as kAtOnce completes it -- its
+  // receive's completion lost to a full CQ included (ExecuteWriteByPackets).
+  if (l.took_receive && ReceiveCompletionLost(responder)) {
+    l.took_receive = false;
+    CompleteMessageReceive(responder, receive(), head, IBV_WC_SUCCESS,
+                           IBV_WC_RECV_RDMA_WITH_IMM,
+                           static_cast<uint32_t>(head.total_length()));
+    ReceiveCqFullWhileLanding(qp);
+    return;
+  }
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
   const uint32_t length = static_cast<uint32_t>(wqe.total_length());
@@ -191,6 +205,14 @@ void FakeNic::LandNextPiece(Qp* qp) {
                     IBV_WC_RECV_RDMA_WITH_IMM, length);
   }
   CompleteSend(qp, wqe, IBV_WC_SUCCESS, length);
+}
+
+void FakeNic::ReceiveCqFullWhileLanding(Qp* qp) {
+  // The responder is in ERR and answers nothing (CompleteMessageReceive): a
+  // retransmission, if the requester's timer sends one, starts the message
+  // again, so the landing is over.
+  qp->sq.front().landing.reset();
+  RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
 }
 
 void FakeNic::AbandonLanding(Qp* qp, const SendWqe& wqe) {

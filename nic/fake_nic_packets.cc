@@ -100,6 +100,10 @@ namespace {
 
 uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
+// The trace's answer for a packet whose receive completion found its CQ
+// full: rxe_resp.c do_complete fails before acknowledge, so no ACK or NAK.
+constexpr char kUnansweredCqFull[] = "no answer: receive CQ full";
+
 
 // Whether [addr, addr + length) overlaps any entry of the gather list.
 bool Overlaps(const Sge* src, size_t nsrc, uint64_t addr, uint64_t length) {
@@ -177,8 +181,15 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     // check_resource passed unless RNR: the packet took its receive.
     const bool took_receive =
         packet.takes_receive && answer != PacketAnswer::kRnrNak;
+    // A message-ending packet whose receive completion will be lost is
+    // answered by nothing (CompleteMessageReceive): its line says so.
+    const bool unanswered =
+        took_receive && (answer == PacketAnswer::kNakRemoteAccess ||
+                         packet.ends_message) &&
+        ReceiveCompletionLost(responder);
     RecordPacket(qp, head, packet,
-                 answer == PacketAnswer::kAck      ? "ACK"
+                 unanswered ? kUnansweredCqFull
+                 : answer == PacketAnswer::kAck    ? "ACK"
                  : answer == PacketAnswer::kRnrNak ? "RNR NAK"
                                                    : "NAK remote access");
     if (answer == PacketAnswer::kRnrNak) {
@@ -187,28 +198,11 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       return;
     }
     if (answer == PacketAnswer::kNakRemoteAccess) {
-      const char* why =
-          "rkey/PD/bounds/REMOTE_WRITE check failed at the responder";
-      if (took_receive) {
-        // An ONLY packet: check_resource took the receive before
-        // check_rkey failed, so it completes with the error -- or, its CQ
-        // full, with no NAK at all (CompleteMessageReceive).
-        RecvWqe recv = TakeReceive(responder);
-        if (!CompleteMessageReceive(
-                responder, recv, head,
-                config_.personality.recv_status_on_rkey_violation,
-                IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
-          RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
-          return;
-        }
-      }
-      SendWqe wqe = std::move(qp->sq.front());
-      qp->sq.pop_front();
-      RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why);
-      SetQpState(responder, IBV_QPS_ERR, why);
-      qp->failed_on_last_packet = packet.ends_message;
-      CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
-      SetQpState(qp, IBV_QPS_ERR, why);
+      // An ONLY packet: check_resource took the receive before check_rkey
+      // failed, so it completes with the error.
+      NakWriteRemoteAccess(
+          qp, responder, took_receive, packet.ends_message,
+          "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
       return;
     }
     // execute: the payload lands.
@@ -290,7 +284,11 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       // Executed and completed where it sits; popping only advances the
       // head (nothing on this path touches the send or receive queue).
       const SendWqe& wqe = head;
-      RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+      // Executed only when answered: a lost receive completion leaves the
+      // WR to the requester's timeout, which records how it ends.
+      if (!took || !ReceiveCompletionLost(responder)) {
+        RecordExecuted(qp, wqe, IBV_WC_SUCCESS, "");
+      }
       if (took) {
         // The receive is consumed but its SGEs are not touched; byte_len is
         // the RDMA length (ibv_poll_cq(3), IBV_WC_RECV_RDMA_WITH_IMM).
@@ -310,6 +308,29 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
   }
 }
 
+void FakeNic::NakWriteRemoteAccess(Qp* qp, Qp* responder, bool took_receive,
+                                   bool ends_message, const std::string& why) {
+  if (took_receive) {
+    // The receive completes with the error -- or, its CQ full, the
+    // responder answers nothing at all (CompleteMessageReceive).
+    RecvWqe recv = TakeReceive(responder);
+    if (!CompleteMessageReceive(
+            responder, recv, qp->sq.front(),
+            config_.personality.recv_status_on_rkey_violation,
+            IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
+      RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+      return;
+    }
+  }
+  SendWqe wqe = std::move(qp->sq.front());
+  qp->sq.pop_front();
+  RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
+  SetQpState(responder, IBV_QPS_ERR, why.c_str());
+  qp->failed_on_last_packet = ends_message;
+  CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+  SetQpState(qp, IBV_QPS_ERR, why.c_str());
+}
+
 void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
                                    uint64_t copy_length, uintptr_t fault,
                                    bool took_receive, bool ends_message) {
@@ -318,25 +339,9 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     // The responder's memory faulted: answered as its own protection
     // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
     // packet took completes with the error as on a failed check_rkey.
-    const std::string why = fake_nic_internal::HarnessMemoryError(
-        "the responder's", qp->sq.front().wr_id);
-    if (took_receive) {
-      RecvWqe recv = TakeReceive(responder);
-      if (!CompleteMessageReceive(
-              responder, recv, qp->sq.front(),
-              config_.personality.recv_status_on_rkey_violation,
-              IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
-        RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
-        return;
-      }
-    }
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
-    SetQpState(responder, IBV_QPS_ERR, why.c_str());
-    qp->failed_on_last_packet = ends_message;
-    CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
-    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+    NakWriteRemoteAccess(qp, responder, took_receive, ends_message,
+                         fake_nic_internal::HarnessMemoryError(
+                             "the responder's", qp->sq.front().wr_id));
   } else {
     // The requester's own memory faulted: a local protection error
     // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
@@ -482,7 +487,10 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   // do_class_ac_error, then RESPST_COMPLETE and RESPST_ERROR).
   auto nak = [&](const RequestPacket& packet, ibv_wc_status recv_status,
                  ibv_wc_status requester_status, const std::string& why) {
-    RecordPacket(qp, head, packet, why.c_str());
+    RecordPacket(qp, head, packet,
+                 ReceiveCompletionLost(responder)
+                     ? (why + "; " + kUnansweredCqFull).c_str()
+                     : why.c_str());
     RecvWqe taken = TakeReceive(responder);
     if (!CompleteMessageReceive(responder, taken, head, recv_status,
                                 IBV_WC_RECV, 0)) {
@@ -541,12 +549,16 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       nak(packet, recv_status, status, why);
       return;
     }
-    RecordPacket(qp, head, packet, "ACK");
+    RecordPacket(qp, head, packet,
+                 packet.ends_message && ReceiveCompletionLost(responder)
+                     ? kUnansweredCqFull
+                     : "ACK");
   }
   // LAST / ONLY: RESPST_COMPLETE. byte_len is the message's length, the
   // immediate (SEND_WITH_IMM) came on this packet (ibv_poll_cq(3)).
+  const bool lost = ReceiveCompletionLost(responder);
   RecvWqe taken = TakeReceive(responder);
-  RecordExecuted(qp, qp->sq.front(), IBV_WC_SUCCESS, "");
+  if (!lost) RecordExecuted(qp, qp->sq.front(), IBV_WC_SUCCESS, "");
   if (!CompleteMessageReceive(responder, taken, qp->sq.front(),
                               IBV_WC_SUCCESS, IBV_WC_RECV,
                               static_cast<uint32_t>(length))) {
@@ -605,13 +617,16 @@ void FakeNic::RecordExecuted(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
   Record(std::move(executed));
 }
 
+bool FakeNic::ReceiveCompletionLost(const Qp* responder) const {
+  // A CQ a fault rule overran (FakeNic::OverrunCq) only fails its polls.
+  return config_.personality.cq_full_loses_the_completion_only &&
+         !responder->recv_cq->overrun && CqHasNoRoom(responder->recv_cq);
+}
+
 bool FakeNic::CompleteMessageReceive(Qp* responder, const RecvWqe& recv,
                                      const SendWqe& wqe, ibv_wc_status status,
                                      ibv_wc_opcode opcode, uint32_t byte_len) {
-  // A CQ a fault rule overran (FakeNic::OverrunCq) only fails its polls.
-  const bool overflows =
-      config_.personality.cq_full_loses_the_completion_only &&
-      !responder->recv_cq->overrun && CqHasNoRoom(responder->recv_cq);
+  const bool overflows = ReceiveCompletionLost(responder);
   CompleteReceive(responder, recv, wqe, status, opcode, byte_len);
   if (!overflows) return true;
   SetQpState(responder, IBV_QPS_ERR, fake_nic_internal::kReceiveCqFull);

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -1166,7 +1167,21 @@ TEST_P(FakeNicFullReceiveCqTest, RxePutsTheResponderInErrWithoutAnAck) {
   const ibv_wr_opcode opcode = GetParam();
   QpOptions options;
   options.cq_depth = 2;
-  ConnectHostsAs(Personality::Rxe(), options);
+  FakeNicConfig config;
+  config.personality = Personality::Rxe();
+  config.trace_packets = true;
+  MakeNic(config);
+  ConnectHosts(options);
+  // What the trace says of each WR: its packets' answers and its outcome.
+  std::map<uint64_t, std::vector<std::string>> packets;
+  std::map<uint64_t, std::vector<ibv_wc_status>> executed;
+  nic_->AddObserver([&](const FakeNicEvent& e) {
+    if (e.kind == FakeNicEvent::Kind::kPacket) {
+      packets[e.wr_id].push_back(e.text);
+    } else if (e.kind == FakeNicEvent::Kind::kExecute) {
+      executed[e.wr_id].push_back(static_cast<ibv_wc_status>(e.status));
+    }
+  });
   // The server's CQ filled by as many messages as it holds (rxe rounds its
   // depth up), each polled at the client; then one more.
   const uint64_t holds = static_cast<uint64_t>(server_.cq->cqe);
@@ -1201,6 +1216,21 @@ TEST_P(FakeNicFullReceiveCqTest, RxePutsTheResponderInErrWithoutAnAck) {
     EXPECT_EQ(wcs[i].wr_id, 10 + i);
     EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
   }
+  // The trace tells the same story: the last message's packet went
+  // unanswered (not "ACK"), and the WR was executed once, ending as the
+  // requester's retries ran out -- never SUCCESS first.
+  auto ends_with = [](const std::string& text, const std::string& tail) {
+    return text.size() >= tail.size() &&
+           text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  ASSERT_FALSE(packets[holds].empty());
+  EXPECT_TRUE(ends_with(packets[holds].back(), ": no answer: receive CQ full"))
+      << packets[holds].back();
+  EXPECT_EQ(executed[holds],
+            std::vector<ibv_wc_status>{IBV_WC_RETRY_EXC_ERR});
+  ASSERT_FALSE(packets[0].empty());
+  EXPECT_TRUE(ends_with(packets[0].back(), ": ACK")) << packets[0].back();
+  EXPECT_EQ(executed[0], std::vector<ibv_wc_status>{IBV_WC_SUCCESS});
 }
 
 // The same at a responder error: a SEND longer than its receive would
@@ -1233,6 +1263,58 @@ TEST_F(FakeNicTest, RxeFullReceiveCqSendsNoNakEither) {
   EXPECT_EQ(wcs[0].wr_id, 10u);
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
 }
+
+// The same for a write with imm landing later (FakeNicConfig::landing):
+// its receive's completion is made when the last piece lands, and lost to
+// the full CQ there, so the responder goes to ERR and nothing answers.
+class FakeNicLandingFullReceiveCqTest
+    : public FakeNicTest,
+      public ::testing::WithParamInterface<Landing> {};
+
+TEST_P(FakeNicLandingFullReceiveCqTest, RxeLosesItWhenTheLastPieceLands) {
+  const Landing landing = GetParam();
+  {
+    QpOptions options;
+    options.cq_depth = 1;
+    ConnectHostsAs(Personality::Rxe(), options);
+    nic_->SetLanding(landing);
+    ASSERT_EQ(server_.cq->cqe, 1);
+    ASSERT_EQ(PostRecv(server_, 10, 0, 64), 0);
+    ASSERT_EQ(PostRecv(server_, 11, 64, 64), 0);
+    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 1, client_, 0,
+                       8, RemoteAddr(server_, 0), server_.mr->rkey,
+                       IBV_SEND_SIGNALED),
+              0);
+    nic_->RunUntilIdle();
+    std::vector<ibv_wc> wcs = PollAll(client_.cq);
+    ASSERT_EQ(wcs.size(), 1u);  // the server's CQ is full now
+    EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+    memcpy(client_.buf.data(), "overflow", 8);
+    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 2, client_, 0,
+                       8, RemoteAddr(server_, 64), server_.mr->rkey,
+                       IBV_SEND_SIGNALED),
+              0);
+    nic_->RunUntilIdle();
+    wcs = PollAll(client_.cq);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].wr_id, 2u);
+    EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
+    EXPECT_EQ(memcmp(server_.buf.data() + 64, "overflow", 8), 0);
+    wcs = PollAll(server_.cq);
+    ASSERT_EQ(wcs.size(), 1u) << "the second receive's completion is lost";
+    EXPECT_EQ(wcs[0].wr_id, 10u);
+    ASSERT_EQ(ModifyToErr(client_), 0);
+    nic_->RunUntilIdle();
+    EXPECT_TRUE(PollAll(server_.cq).empty())
+        << "the lost receive is not flushed again";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PiecesAndAtCompletion,
+                         FakeNicLandingFullReceiveCqTest,
+                         ::testing::Values(Landing::kPieces,
+                                           Landing::kAtCompletion));
 
 INSTANTIATE_TEST_SUITE_P(SendAndWriteWithImm, FakeNicFullReceiveCqTest,
                          ::testing::Values(IBV_WR_SEND,
