@@ -270,6 +270,10 @@ CheckingBackend::~CheckingBackend() {
 
 void CheckingBackend::OnEvent(const FakeNicEvent& event) {
   std::lock_guard<std::mutex> lock(trace_mu_);
+  if (event.kind == FakeNicEvent::Kind::kCqOverrun) {
+    Lost& lost = lost_[{event.qp_num, (event.opcode & IBV_WC_RECV) != 0}];
+    if (lost.count++ == 0) lost.first = event;
+  }
   auto& ring = trace_[event.qp_num];
   ring.push_back(event);
   if (ring.size() > kTraceLines) ring.pop_front();
@@ -1029,28 +1033,75 @@ void CheckingBackend::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
   target()->AckCqEvents(cq, nevents);
 }
 
+void CheckingBackend::ReportCqOverrun(const ibv_cq* cq,
+                                      const std::string& what) {
+  auto it = cqs_.find(cq);
+  if (it == cqs_.end() || it->second.overrun_reported ||
+      !Enabled("cq-overrun")) {
+    return;
+  }
+  it->second.overrun_reported = true;
+  Report("cq-overrun", what,
+         "  CQ depth " + std::to_string(it->second.depth) +
+             "\n  why: ibv_create_cq(3): more completions than cqe entries "
+             "unpolled overrun the CQ, an affiliated asynchronous error "
+             "(IBV_EVENT_CQ_ERR, IB spec 11.4.2.1); most NICs then fail "
+             "its polls and move its QPs to ERR, rxe drops the completion "
+             "and goes on (rxe_cq.c rxe_cq_post) -- on either a completion "
+             "is lost\n"
+             "  fix: size the CQ for every completion that can be "
+             "outstanding (signaled sends + posted receives), or poll "
+             "more often\n",
+         0);
+}
+
+void CheckingBackend::ReportLostCompletions(const ibv_cq* cq) {
+  uint64_t count = 0;
+  FakeNicEvent first;
+  {
+    std::lock_guard<std::mutex> lock(trace_mu_);
+    if (lost_.empty()) return;
+    for (auto it = lost_.begin(); it != lost_.end();) {
+      auto q = qps_.find(it->first.first);
+      const bool recv = it->first.second;
+      if (q == qps_.end() ||
+          (recv ? q->second.recv_cq : q->second.send_cq) != cq) {
+        ++it;
+        continue;
+      }
+      if (count == 0) first = it->second.first;
+      count += it->second.count;
+      it = lost_.erase(it);
+    }
+  }
+  if (count == 0) return;
+  ReportCqOverrun(cq, "the CQ was full: the NIC lost " +
+                          std::to_string(count) +
+                          " completion(s), the first of wr_id " +
+                          std::to_string(first.wr_id) + " (QP " +
+                          std::to_string(first.qp_num) + ", IBV_WC_" +
+                          WcStatusName(first.status) + ")");
+}
+
+int CheckingBackend::GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) {
+  const int rc = target()->GetAsyncEvent(ctx, event);
+  if (rc == 0 && event->event_type == IBV_EVENT_CQ_ERR) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReportCqOverrun(event->element.cq,
+                    "IBV_EVENT_CQ_ERR: the CQ overran and lost a completion");
+  }
+  return rc;
+}
+
 int CheckingBackend::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   int got = target()->PollCq(cq, num_entries, wc);
   std::lock_guard<std::mutex> lock(mu_);
   if (got < 0) {
-    auto it = cqs_.find(cq);
-    if (it != cqs_.end() && !it->second.overrun_reported &&
-        Enabled("cq-overrun")) {
-      it->second.overrun_reported = true;
-      Report("cq-overrun",
-             "ibv_poll_cq failed (" + std::to_string(got) +
-                 "): the CQ overran and lost a completion",
-             "  CQ depth " + std::to_string(it->second.depth) +
-                 "\n  why: ibv_create_cq(3): more completions than cqe "
-                 "entries unpolled overrun the CQ (IB spec 11.4.2.1: an "
-                 "affiliated asynchronous error; the QPs go to ERR)\n"
-                 "  fix: size the CQ for every completion that can be "
-                 "outstanding (signaled sends + posted receives), or poll "
-                 "more often\n",
-             0);
-    }
+    ReportCqOverrun(cq, "ibv_poll_cq failed (" + std::to_string(got) +
+                            "): the CQ overran and lost a completion");
     return got;
   }
+  ReportLostCompletions(cq);
   for (int i = 0; i < got; ++i) {
     auto q = qps_.find(wc[i].qp_num);
     if (q == qps_.end()) continue;

@@ -170,6 +170,9 @@ class CheckingBackend final : public ForwardingBackend,
                  void** cq_context) override;
   void AckCqEvents(ibv_cq* cq, unsigned int nevents) override;
   int PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  // IBV_EVENT_CQ_ERR on a CQ the program created: cq-overrun (the one sign
+  // of an overrun on a NIC whose polls go on, rxe's).
+  int GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) override;
   int PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) override;
   int PostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
   int CreateQp(rdma_cm_id* id, ibv_pd* pd,
@@ -259,6 +262,13 @@ class CheckingBackend final : public ForwardingBackend,
     std::string where;  // the user's function that created it
   };
 
+  // cq-overrun of a CQ that lost a completion (the NIC told: lost_; or
+  // IBV_EVENT_CQ_ERR), once per CQ. REQUIRES: mu_ held.
+  void ReportCqOverrun(const ibv_cq* cq, const std::string& what);
+  // The lost completions of `cq` the tap was told of, reported at its poll
+  // (a NIC that goes on after a full CQ, as rxe, fails no poll).
+  // REQUIRES: mu_ held.
+  void ReportLostCompletions(const ibv_cq* cq);
   // Records (and prints, once per stack) a finding. REQUIRES: mu_ held.
   // `creation_stack`: for a leak, where the object was created (instead of
   // the current stack).
@@ -323,6 +333,15 @@ class CheckingBackend final : public ForwardingBackend,
   static constexpr size_t kTraceLines = 6;
   mutable std::mutex trace_mu_;
   std::map<uint32_t, std::deque<FakeNicEvent>> trace_;
+  // Completions trace_nic lost to a full CQ (kCqOverrun events), by QP
+  // and queue (qp_num, receive side): the first one and how many, reported
+  // at the program's next poll of that CQ (ReportLostCompletions). Bounded
+  // by the QPs, however many completions a CQ nobody polls loses.
+  struct Lost {
+    FakeNicEvent first;
+    uint64_t count = 0;
+  };
+  std::map<std::pair<uint32_t, bool>, Lost> lost_;
   int tap_ = 0;  // the handle of this tap on trace_nic
 };
 
