@@ -271,8 +271,9 @@ CheckingBackend::~CheckingBackend() {
 void CheckingBackend::OnEvent(const FakeNicEvent& event) {
   std::lock_guard<std::mutex> lock(trace_mu_);
   if (event.kind == FakeNicEvent::Kind::kCqOverrun) {
-    Lost& lost = lost_[{event.qp_num, (event.opcode & IBV_WC_RECV) != 0}];
-    if (lost.count++ == 0) lost.first = event;
+    // The event's opcode is the completion's own, before an error
+    // completion's fields are zeroed (Personality::error_cqe_opcode_zero).
+    lost_[{event.qp_num, (event.opcode & IBV_WC_RECV) != 0}].Add(event, 1);
   }
   auto& ring = trace_[event.qp_num];
   ring.push_back(event);
@@ -1007,6 +1008,7 @@ int CheckingBackend::DestroyCq(ibv_cq* cq) {
   if (err == 0) {
     std::lock_guard<std::mutex> lock(mu_);
     cqs_.erase(cq);
+    lost_by_cq_.erase(cq);
   }
   return err;
 }
@@ -1056,11 +1058,14 @@ void CheckingBackend::ReportCqOverrun(const ibv_cq* cq,
 }
 
 void CheckingBackend::ReportLostCompletions(const ibv_cq* cq) {
-  uint64_t count = 0;
-  FakeNicEvent first;
+  Lost mine;
+  auto gone = lost_by_cq_.find(cq);
+  if (gone != lost_by_cq_.end()) {
+    mine = gone->second;
+    lost_by_cq_.erase(gone);
+  }
   {
     std::lock_guard<std::mutex> lock(trace_mu_);
-    if (lost_.empty()) return;
     for (auto it = lost_.begin(); it != lost_.end();) {
       auto q = qps_.find(it->first.first);
       const bool recv = it->first.second;
@@ -1069,18 +1074,17 @@ void CheckingBackend::ReportLostCompletions(const ibv_cq* cq) {
         ++it;
         continue;
       }
-      if (count == 0) first = it->second.first;
-      count += it->second.count;
+      mine.Add(it->second.first, it->second.count);
       it = lost_.erase(it);
     }
   }
-  if (count == 0) return;
+  if (mine.count == 0) return;
   ReportCqOverrun(cq, "the CQ was full: the NIC lost " +
-                          std::to_string(count) +
+                          std::to_string(mine.count) +
                           " completion(s), the first of wr_id " +
-                          std::to_string(first.wr_id) + " (QP " +
-                          std::to_string(first.qp_num) + ", IBV_WC_" +
-                          WcStatusName(first.status) + ")");
+                          std::to_string(mine.first.wr_id) + " (QP " +
+                          std::to_string(mine.first.qp_num) + ", IBV_WC_" +
+                          WcStatusName(mine.first.status) + ")");
 }
 
 int CheckingBackend::GetAsyncEvent(ibv_context* ctx, ibv_async_event* event) {
@@ -1481,6 +1485,19 @@ void CheckingBackend::DestroyQp(rdma_cm_id* id) {
           }
         }
       }
+      // Completions it lost wait for its CQs' next poll all the same.
+      {
+        std::lock_guard<std::mutex> trace_lock(trace_mu_);
+        for (bool recv : {false, true}) {
+          auto lost = lost_.find({it->second.qp_num, recv});
+          if (lost == lost_.end()) continue;
+          ibv_cq* cq = recv ? it->second.recv_cq : it->second.send_cq;
+          if (cq != nullptr) {
+            lost_by_cq_[cq].Add(lost->second.first, lost->second.count);
+          }
+          lost_.erase(lost);
+        }
+      }
       qps_.erase(it);
     }
   }
@@ -1490,6 +1507,9 @@ void CheckingBackend::DestroyQp(rdma_cm_id* id) {
   if (qp_num != 0) {
     std::lock_guard<std::mutex> lock(trace_mu_);
     trace_.erase(qp_num);
+    // Lost after the checker let go of the QP (nothing to tie them to).
+    lost_.erase({qp_num, false});
+    lost_.erase({qp_num, true});
   }
 }
 

@@ -338,10 +338,16 @@ class CheckingBackend final : public ForwardingBackend,
   // at the program's next poll of that CQ (ReportLostCompletions). Bounded
   // by the QPs, however many completions a CQ nobody polls loses.
   struct Lost {
-    FakeNicEvent first;
+    FakeNicEvent first;  // the earliest (lowest seq)
     uint64_t count = 0;
+    void Add(const FakeNicEvent& event, uint64_t n) {
+      if (count == 0 || event.seq < first.seq) first = event;
+      count += n;
+    }
   };
   std::map<std::pair<uint32_t, bool>, Lost> lost_;
+  // The same, of QPs destroyed before their CQ was polled, by CQ (mu_).
+  std::map<const ibv_cq*, Lost> lost_by_cq_;
   int tap_ = 0;  // the handle of this tap on trace_nic
 };
 

@@ -970,7 +970,7 @@ void FakeNic::AddCqe(Cq* cq, const ibv_wc& built, bool solicited) {
   FakeNicEvent event;
   event.qp_num = wc.qp_num;
   event.wr_id = wc.wr_id;
-  event.opcode = wc.opcode;
+  event.opcode = built.opcode;  // which queue's, even when zeroed in `wc`
   event.status = wc.status;
   event.byte_len = wc.byte_len;
   event.kind = FakeNicEvent::Kind::kCqOverrun;

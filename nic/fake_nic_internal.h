@@ -723,14 +723,17 @@ struct CmEvent {
   std::function<void()> on_get;
 };
 
-// The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
-// rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).
 // Why a request went unanswered when the responder's receive CQ was full
 // (Personality::cq_full_loses_the_completion_only; rxe_resp.c do_complete,
 // RESPST_ERR_CQ_OVERFLOW).
 constexpr char kReceiveCqFull[] =
     "receive CQ full: completion lost, responder to ERR, no ACK";
+// The trace's answer for the packet (or landed piece) whose receive
+// completion found its CQ full: neither ACK nor NAK went.
+constexpr char kUnansweredCqFull[] = "no answer: receive CQ full";
 
+// The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
+// rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).
 constexpr size_t kMaxConnectPrivateData = 56;
 constexpr size_t kMaxAcceptPrivateData = 196;
 constexpr size_t kMaxRejectPrivateData = 148;

@@ -172,6 +172,10 @@ void FakeNic::LandNextPiece(Qp* qp) {
     SetQpState(qp, IBV_QPS_ERR, why.c_str());
     return;
   }
+  // The last piece's receive completion, lost to a full CQ, means no answer
+  // (CompleteMessageReceive), which the piece's line says.
+  const bool last = l.next + 1 == l.pieces.size();
+  const bool lost = last && l.took_receive && ReceiveCompletionLost(responder);
   RecordLazily([&](FakeNicEvent* event) {
     event->kind = FakeNicEvent::Kind::kPacket;
     event->qp_num = qp->base.qp_num;
@@ -183,12 +187,15 @@ void FakeNic::LandNextPiece(Qp* qp) {
     event->text = std::string("landed (") + LandingName(landing_) + ") piece " +
                   std::to_string(l.next + 1) + "/" +
                   std::to_string(l.pieces.size()) + " offset " +
-                  std::to_string(piece.offset);
+                  std::to_string(piece.offset) +
+                  (lost ? std::string("; ") +
+                              fake_nic_internal::kUnansweredCqFull
+                        : std::string());
   });
   if (++l.next < l.pieces.size()) return;
   // The last piece: the write completes as kAtOnce completes it -- its
   // receive's completion lost to a full CQ included (ExecuteWriteByPackets).
-  if (l.took_receive && ReceiveCompletionLost(responder)) {
+  if (lost) {
     l.took_receive = false;
     CompleteMessageReceive(responder, receive(), head, IBV_WC_SUCCESS,
                            IBV_WC_RECV_RDMA_WITH_IMM,

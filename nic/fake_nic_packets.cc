@@ -100,10 +100,6 @@ namespace {
 
 uint64_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-// The trace's answer for a packet whose receive completion found its CQ
-// full: rxe_resp.c do_complete fails before acknowledge, so no ACK or NAK.
-constexpr char kUnansweredCqFull[] = "no answer: receive CQ full";
-
 
 // Whether [addr, addr + length) overlaps any entry of the gather list.
 bool Overlaps(const Sge* src, size_t nsrc, uint64_t addr, uint64_t length) {
@@ -182,13 +178,16 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     const bool took_receive =
         packet.takes_receive && answer != PacketAnswer::kRnrNak;
     // A message-ending packet whose receive completion will be lost is
-    // answered by nothing (CompleteMessageReceive): its line says so.
+    // answered by nothing (CompleteMessageReceive): its line says so. (A
+    // write landing later completes its receive at its last piece, whose
+    // line says it then: LandNextPiece.)
     const bool unanswered =
-        took_receive && (answer == PacketAnswer::kNakRemoteAccess ||
-                         packet.ends_message) &&
+        took_receive &&
+        (answer == PacketAnswer::kNakRemoteAccess ||
+         (packet.ends_message && deferred == nullptr)) &&
         ReceiveCompletionLost(responder);
     RecordPacket(qp, head, packet,
-                 unanswered ? kUnansweredCqFull
+                 unanswered ? fake_nic_internal::kUnansweredCqFull
                  : answer == PacketAnswer::kAck    ? "ACK"
                  : answer == PacketAnswer::kRnrNak ? "RNR NAK"
                                                    : "NAK remote access");
@@ -487,10 +486,11 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   // do_class_ac_error, then RESPST_COMPLETE and RESPST_ERROR).
   auto nak = [&](const RequestPacket& packet, ibv_wc_status recv_status,
                  ibv_wc_status requester_status, const std::string& why) {
-    RecordPacket(qp, head, packet,
-                 ReceiveCompletionLost(responder)
-                     ? (why + "; " + kUnansweredCqFull).c_str()
-                     : why.c_str());
+    const std::string answer =
+        ReceiveCompletionLost(responder)
+            ? why + "; " + fake_nic_internal::kUnansweredCqFull
+            : why;
+    RecordPacket(qp, head, packet, answer.c_str());
     RecvWqe taken = TakeReceive(responder);
     if (!CompleteMessageReceive(responder, taken, head, recv_status,
                                 IBV_WC_RECV, 0)) {
@@ -551,7 +551,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
     }
     RecordPacket(qp, head, packet,
                  packet.ends_message && ReceiveCompletionLost(responder)
-                     ? kUnansweredCqFull
+                     ? fake_nic_internal::kUnansweredCqFull
                      : "ACK");
   }
   // LAST / ONLY: RESPST_COMPLETE. byte_len is the message's length, the

@@ -223,6 +223,18 @@ class FakeNicTest : public ::testing::Test {
     ConnectHosts(options);
   }
 
+  // Connected hosts of the rxe personality with packet tracing on, each
+  // side's CQ asked for `cq_depth` entries.
+  void ConnectTracedRxe(int cq_depth) {
+    FakeNicConfig config;
+    config.personality = Personality::Rxe();
+    config.trace_packets = true;
+    MakeNic(config);
+    QpOptions options;
+    options.cq_depth = cq_depth;
+    ConnectHosts(options);
+  }
+
   // ibv_modify_qp(host's QP, ERR).
   int ModifyToErr(Host& host) {
     ibv_qp_attr attr{};
@@ -307,6 +319,16 @@ class FakeNicTest : public ::testing::Test {
     const int ret = nic_->PostSend(qp, &wr_, &bad);
     if (bad_wr_out != nullptr) *bad_wr_out = bad;
     return ret;
+  }
+
+  // A signaled RDMA WRITE of `length` bytes from a bad lkey (the client's
+  // lkey XOR 0x77) to the server's buffer at `remote_offset`: it fails its
+  // local checks when the requester builds its first packet.
+  int PostBadSourceWrite(uint64_t wr_id, uint32_t length,
+                         size_t remote_offset) {
+    return PostRdma(client_.qp, IBV_WR_RDMA_WRITE, wr_id, client_, 0, length,
+                    RemoteAddr(server_, remote_offset), server_.mr->rkey,
+                    IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77);
   }
 
   // The usual write: client_.buf[0..len) to server_.buf[0..len).
@@ -1165,13 +1187,7 @@ class FakeNicFullReceiveCqTest
 
 TEST_P(FakeNicFullReceiveCqTest, RxePutsTheResponderInErrWithoutAnAck) {
   const ibv_wr_opcode opcode = GetParam();
-  QpOptions options;
-  options.cq_depth = 2;
-  FakeNicConfig config;
-  config.personality = Personality::Rxe();
-  config.trace_packets = true;
-  MakeNic(config);
-  ConnectHosts(options);
+  ConnectTracedRxe(/*cq_depth=*/2);
   // What the trace says of each WR: its packets' answers and its outcome.
   std::map<uint64_t, std::vector<std::string>> packets;
   std::map<uint64_t, std::vector<ibv_wc_status>> executed;
@@ -1272,43 +1288,61 @@ class FakeNicLandingFullReceiveCqTest
       public ::testing::WithParamInterface<Landing> {};
 
 TEST_P(FakeNicLandingFullReceiveCqTest, RxeLosesItWhenTheLastPieceLands) {
-  const Landing landing = GetParam();
-  {
-    QpOptions options;
-    options.cq_depth = 1;
-    ConnectHostsAs(Personality::Rxe(), options);
-    nic_->SetLanding(landing);
-    ASSERT_EQ(server_.cq->cqe, 1);
-    ASSERT_EQ(PostRecv(server_, 10, 0, 64), 0);
-    ASSERT_EQ(PostRecv(server_, 11, 64, 64), 0);
-    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 1, client_, 0,
-                       8, RemoteAddr(server_, 0), server_.mr->rkey,
-                       IBV_SEND_SIGNALED),
-              0);
-    nic_->RunUntilIdle();
-    std::vector<ibv_wc> wcs = PollAll(client_.cq);
-    ASSERT_EQ(wcs.size(), 1u);  // the server's CQ is full now
-    EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
-    memcpy(client_.buf.data(), "overflow", 8);
-    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 2, client_, 0,
-                       8, RemoteAddr(server_, 64), server_.mr->rkey,
-                       IBV_SEND_SIGNALED),
-              0);
-    nic_->RunUntilIdle();
-    wcs = PollAll(client_.cq);
-    ASSERT_EQ(wcs.size(), 1u);
-    EXPECT_EQ(wcs[0].wr_id, 2u);
-    EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR);
-    EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
-    EXPECT_EQ(memcmp(server_.buf.data() + 64, "overflow", 8), 0);
-    wcs = PollAll(server_.cq);
-    ASSERT_EQ(wcs.size(), 1u) << "the second receive's completion is lost";
-    EXPECT_EQ(wcs[0].wr_id, 10u);
-    ASSERT_EQ(ModifyToErr(client_), 0);
-    nic_->RunUntilIdle();
-    EXPECT_TRUE(PollAll(server_.cq).empty())
-        << "the lost receive is not flushed again";
+  ConnectTracedRxe(/*cq_depth=*/1);
+  nic_->SetLanding(GetParam());
+  // The trace's landing lines of the second write.
+  std::vector<std::string> landed;
+  nic_->AddObserver([&](const FakeNicEvent& e) {
+    if (e.kind == FakeNicEvent::Kind::kPacket && e.wr_id == 2) {
+      landed.push_back(e.text);
+    }
+  });
+  ASSERT_EQ(server_.cq->cqe, 1);
+  ASSERT_EQ(PostRecv(server_, 10, 0, 64), 0);
+  ASSERT_EQ(PostRecv(server_, 11, 64, 64), 0);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 1, client_, 0, 8,
+                     RemoteAddr(server_, 0), server_.mr->rkey,
+                     IBV_SEND_SIGNALED),
+            0);
+  nic_->RunUntilIdle();
+  std::vector<ibv_wc> wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u);  // the server's CQ is full now
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  // The second write's receive completion is lost; behind it, in the same
+  // post, a write from a bad lkey keeps the unanswered head queued
+  // (Personality::local_error_behind_unanswered_wr_stalls), so the QP's
+  // flush reaches the WR whose landing ended.
+  memcpy(client_.buf.data(), "overflow", 8);
+  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE_WITH_IMM, 2, client_, 0, 8,
+                     RemoteAddr(server_, 64), server_.mr->rkey,
+                     IBV_SEND_SIGNALED),
+            0);
+  ASSERT_EQ(PostBadSourceWrite(3, 1, 128), 0);
+  nic_->RunUntilIdle();
+  EXPECT_TRUE(PollAll(client_.cq).empty()) << "the head waits, unanswered";
+  EXPECT_EQ(State(server_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(memcmp(server_.buf.data() + 64, "overflow", 8), 0);
+  ASSERT_FALSE(landed.empty());
+  EXPECT_NE(landed.back().find("no answer: receive CQ full"),
+            std::string::npos)
+      << landed.back();
+  for (size_t i = 0; i + 1 < landed.size(); ++i) {
+    EXPECT_EQ(landed[i].find("no answer"), std::string::npos) << landed[i];
   }
+  wcs = PollAll(server_.cq);
+  ASSERT_EQ(wcs.size(), 1u) << "the second receive's completion is lost";
+  EXPECT_EQ(wcs[0].wr_id, 10u);
+  // Room in the server's CQ now: leaving RTS flushes the client's two WRs,
+  // and nothing reaches the server's CQ (its lost receive is not flushed
+  // again: the landing ended with it).
+  ASSERT_EQ(ModifyToErr(client_), 0);
+  nic_->RunUntilIdle();
+  wcs = PollAll(client_.cq);
+  ASSERT_EQ(wcs.size(), 1u) << "the client's CQ holds one entry too";
+  EXPECT_EQ(wcs[0].wr_id, 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(PollAll(server_.cq).empty())
+      << "the lost receive is flushed again";
 }
 
 INSTANTIATE_TEST_SUITE_P(PiecesAndAtCompletion,
@@ -3110,10 +3144,7 @@ class UnansweredHeadTest : public FakeNicTest {
                        RemoteAddr(server_, 0), server_.mr->rkey,
                        IBV_SEND_SIGNALED),
               0);
-    ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 2, client_, 0, 1,
-                       RemoteAddr(server_, 0), server_.mr->rkey,
-                       IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77),
-              0);
+    ASSERT_EQ(PostBadSourceWrite(2, 1, 0), 0);
     nic_->RunUntilIdle();
   }
 };
@@ -3124,10 +3155,7 @@ class UnansweredHeadTest : public FakeNicTest {
 // (retry program 7000010; rxe: LOC_QP_OP_ERR, not RETRY_EXC_ERR).
 TEST_F(UnansweredHeadTest, BadSourceFailsLocallyTowardsAResponderInErr) {
   ASSERT_NO_FATAL_FAILURE(ConnectToADeadServer(Personality::Rxe()));
-  ASSERT_EQ(PostRdma(client_.qp, IBV_WR_RDMA_WRITE, 5, client_, 0, 8,
-                     RemoteAddr(server_, 0), server_.mr->rkey,
-                     IBV_SEND_SIGNALED, client_.mr->lkey ^ 0x77),
-            0);
+  ASSERT_EQ(PostBadSourceWrite(5, 8, 0), 0);
   nic_->RunUntilIdle();
   std::vector<ibv_wc> wcs = PollAll(client_.cq);
   ASSERT_EQ(wcs.size(), 1u);
