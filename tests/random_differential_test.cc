@@ -101,13 +101,18 @@ enum class StepKind {
   // (RTS, SQD, RESET) or not (INIT, RTR, SQE: EINVAL).
   kModifyState,
   // Destroy programs: rdma_destroy_qp(server; reverse: client) mid-program;
-  // nothing is posted to or by that QP afterwards, its CQ stays.
+  // nothing is posted to or by that QP afterwards; its CQ stays unless a
+  // kDestroyCq step follows.
   kDestroyQp,
   // Destroy programs: the target buffer's MR (the server's; reverse: the
   // client's inbox) deregistered and registered again with the same
   // access: a new rkey and lkey, which later WRs and receives use; WRs
   // with Fault::kStaleRkey and receives posted before it keep the old.
   kReregTarget,
+  // Destroy programs: ibv_destroy_cq of the server's CQ (reverse: the
+  // client's) -- EBUSY while its QP uses it (ibv_destroy_cq(3)), 0 once
+  // rdma_destroy_qp dropped that QP; completions still in it go with it.
+  kDestroyCq,
 };
 
 struct Step {
@@ -174,7 +179,9 @@ int RxeQueueDepth(uint32_t requested) {
 }
 
 // Which programs Generate draws. Each flavour keeps its seeds' programs
-// forever (rxe's recordings hold them): a new feature is a new flavour.
+// forever (rxe's recordings hold them): a new feature is a new flavour, or
+// the flavour's whole recording is made again on rxe in the same commit
+// (the destroy programs' CQ destroys, 7 Dec 2026).
 //  - kNarrow: writes with and without imm, receives without buffers.
 //  - kWide: also SENDs, READs and atomics, receives with buffers.
 //  - kDuplex: kWide, and traffic in both directions, sources and receives
@@ -189,7 +196,8 @@ int RxeQueueDepth(uint32_t requested) {
 //    Personality::dreq_waits_for_peer_disconnect).
 //  - kDestroys: kDisconnects, where either QP may be destroyed
 //    (rdma_destroy_qp) at any point, with traffic towards it after that,
-//    and the targets' MRs re-registered.
+//    its CQ destroyed too in half the programs (tried first, while the QP
+//    holds it, in half of those), and the targets' MRs re-registered.
 //  - kRnr: kRetry with rnr_retry 1-7 and an RNR wait (both QPs'
 //    min_rnr_timer) longer than the ACK timeout, fewer receives: WRs wait
 //    out RNR NAKs while rxe's retransmit timer runs (Personality::
@@ -389,6 +397,7 @@ int ActingQp(const Step& step) {
       return 0;
     case StepKind::kDisconnect:
     case StepKind::kReregTarget:
+    case StepKind::kDestroyCq:  // no verb of the QP: it may be gone
       return -1;
   }
   return -1;
@@ -426,6 +435,9 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
   const bool shared = flavour == Flavour::kShared || srqs;
   const bool duplex = flavour == Flavour::kDuplex || retry || mtus || shared;
   Rng rng(seed * 0x2545f4914f6cdd1dull + 1);
+  // Destroy programs' CQ destroys draw from a stream of their own, so every
+  // other step of a seed is what it was before they came.
+  Rng cq_rng(seed * 0x9e3779b97f4a7c15ull + 7);
   Program p;
   p.seed = seed;
   p.duplex = duplex;
@@ -565,7 +577,15 @@ Program Generate(uint64_t seed, Flavour flavour = Flavour::kNarrow) {
       // Nobody answers for a destroyed QP: as one in ERR.
       if (step.reverse) hazard.ClientErr();
       if (!step.reverse) hazard.ServerErr();
+      // Its CQ: destroyed too in half the programs, after the QP (0); in a
+      // quarter it is tried first as well, while the QP holds it (EBUSY).
+      Step cq;
+      cq.kind = StepKind::kDestroyCq;
+      cq.reverse = step.reverse;
+      const uint32_t cq_roll = cq_rng.Below(100);
+      if (cq_roll < 25) p.steps.push_back(cq);
       p.steps.push_back(step);
+      if (cq_roll < 50) p.steps.push_back(cq);
       continue;
     }
     if (duplex && rng.Chance(12)) {
@@ -855,6 +875,8 @@ const char* KindName(StepKind k) {
       return "StepKind::kReregTarget";
     case StepKind::kModifyState:
       return "StepKind::kModifyState";
+    case StepKind::kDestroyCq:
+      return "StepKind::kDestroyCq";
   }
   return "?";
 }
@@ -1640,6 +1662,20 @@ class RandomDifferential : public ConformanceTest {
           RecordLine("destroy " + SideName(side) + " qp");
           break;
         }
+        case StepKind::kDestroyCq: {
+          // ibv_destroy_cq(3): EBUSY while a QP uses the CQ; once it is
+          // gone, nothing polls it again (the drains and the teardown skip
+          // a null CQ).
+          Endpoint& side = step.reverse ? pc : ps;
+          if (side.cq == nullptr || side.rcq != nullptr) {
+            RecordLine("skipped: the CQ is destroyed or shared");
+            break;
+          }
+          const int ret = nic(side).DestroyCq(side.cq);
+          RecordPost(("destroy " + SideName(side) + " cq").c_str(), ret);
+          if (ret == 0) side.cq = nullptr;
+          break;
+        }
         case StepKind::kModifyState: {
           Endpoint& side = step.reverse ? pc : ps;
           ibv_qp_attr a{};
@@ -2127,9 +2163,10 @@ class RandomDifferential : public ConformanceTest {
                                info->test_suite_name() + "." + info->name();
     // Each flavour's shards get port ranges of their own: a later flavour
     // does not take a port an earlier one may still hold. Above the range
-    // this process itself takes (NextPort: 17000 + 20 x (pid mod 1000) on).
+    // this process itself takes (NextPort: 17000 + 20 x (pid mod 1000) on),
+    // below the VM's ephemeral ports (61000 on: tools/softroce_vm/run.sh).
     static int blocks_used = 0;
-    constexpr int kFirstPort = 40000, kBlocks = 30, kBlockPorts = 800;
+    constexpr int kFirstPort = 40000, kBlocks = 25, kBlockPorts = 800;
     const std::string dir = ::testing::TempDir();
     std::vector<pid_t> pids(jobs, -1);
     std::vector<std::string> outs(jobs), logs(jobs);
@@ -2418,7 +2455,8 @@ TEST_P(RandomDifferential, FakeRxeAgreesWithRxeOnDisconnectPrograms) {
 
 // Destroy programs (Flavour::kDestroys): disconnect programs in which either
 // QP may be destroyed (rdma_destroy_qp) at any point, with traffic towards
-// it afterwards, and its CQ polled to the end. rxe's streams are in
+// it afterwards, and its CQ polled to the end or destroyed (ibv_destroy_cq:
+// EBUSY while the QP holds it, 0 after). rxe's streams are in
 // tests/testdata/rxe_random_destroy_streams.txt.
 // env RPMA_HARNESS_DESTROY_PROGRAMS=N: the harness's own test: how many
 //   destroy programs FakeRxeAgreesWithRxeOnDestroyPrograms compares
@@ -2638,6 +2676,8 @@ TEST(RandomDifferentialGenerator, RetryProgramsSendTowardsDeadQps) {
 // MRs, with WRs that name one by its old rkey.
 TEST(RandomDifferentialGenerator, DestroyProgramsSendTowardsDestroyedQps) {
   int destroyed[2] = {0, 0}, traffic_towards = 0, stale = 0;
+  // CQ destroys by side: tried while the QP holds the CQ, and after.
+  int cq_busy[2] = {0, 0}, cq_freed[2] = {0, 0};
   for (uint64_t seed = 9000001; seed < 9001001; ++seed) {
     const Program p = Generate(seed, Flavour::kDestroys);
     bool gone[2] = {false, false};
@@ -2656,6 +2696,10 @@ TEST(RandomDifferentialGenerator, DestroyProgramsSendTowardsDestroyedQps) {
         gone[acting] = true;
         ++destroyed[acting];
       }
+      if (s.kind == StepKind::kDestroyCq) {
+        const int side = s.reverse ? 0 : 1;
+        ++(gone[side] ? cq_freed : cq_busy)[side];
+      }
       if (s.kind == StepKind::kWrites && gone[!acting] && !counted) {
         ++traffic_towards;
         counted = true;
@@ -2666,6 +2710,11 @@ TEST(RandomDifferentialGenerator, DestroyProgramsSendTowardsDestroyedQps) {
   EXPECT_GT(destroyed[1], 100);
   EXPECT_GT(traffic_towards, 100);
   EXPECT_GT(stale, 50);  // WRs naming a re-registered MR by its old rkey
+  for (int side : {0, 1}) {
+    EXPECT_GT(cq_busy[side], 25) << side;
+    EXPECT_GT(cq_freed[side], 50) << side;
+    EXPECT_LT(cq_freed[side], destroyed[side]) << "some CQs outlive their QP";
+  }
 }
 
 // Rnr programs wait out RNR NAKs with every rnr_retry class and an RNR wait

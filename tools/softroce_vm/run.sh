@@ -342,6 +342,13 @@ for m in $(cat /modules/order); do
 done
 
 ip link set lo up || fail "ip link set lo up"
+# Ephemeral ports (a client id's implicit bind: cma.c cma_alloc_any_port
+# takes them from this range) above every port a test listens on, so a
+# client of one process cannot hold the port another binds explicitly
+# (random_differential_test's shards listen on 40000-59999; CI saw
+# "Address already in use" once with Linux's default 32768-60999).
+echo "61000 65535" >/proc/sys/net/ipv4/ip_local_port_range ||
+  fail "setting ip_local_port_range"
 # dummy.ko makes dummy0 itself (its numdummies defaults to 1).
 [ -e /sys/class/net/dummy0 ] || ip link add dummy0 type dummy || fail "ip link add dummy0 type dummy"
 ip addr add "$(cat /etc/softroce/addr)" dev dummy0 || fail "ip addr add on dummy0"
