@@ -17,7 +17,12 @@
 #
 # Why a VM: the host has no RDMA device and cannot load kernel modules, but a
 # qemu guest (TCG, no KVM needed) can load Debian's own rdma_rxe module.
-set -euo pipefail
+set -Eeuo pipefail
+# A command that fails under `set -e` says which one, instead of ending the
+# run silently (CI once got an empty log; see kernel_package). -E: in the
+# functions too; not from inside a command substitution, whose failure the
+# main shell then reports (or handles) itself.
+trap 'rc_=$?; if [ "$BASH_SUBSHELL" -eq 0 ]; then printf "softroce_vm: FAIL: line %s: %s exited %s\n" "$LINENO" "$BASH_COMMAND" "$rc_" >&2; fi' ERR
 
 readonly VM_ADDR=192.168.77.1
 readonly VM_PREFIX=24
@@ -196,10 +201,13 @@ kernel_package() {
     return
   fi
   local pkg
-  pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
+  # `|| true`: apt-cache fails while apt replaces its lists (apt-daily's
+  # update, say), which under pipefail ended the whole run without a word;
+  # an empty answer falls through to the update and the cached kernel.
+  pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }' || true)
   if [[ -z "$pkg" ]]; then
     as_root apt-get update >&2 || true
-    pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
+    pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }' || true)
   fi
   if [[ -z "$pkg" ]]; then
     # Offline with no package lists: a kernel prepared earlier still works.
