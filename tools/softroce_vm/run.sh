@@ -19,7 +19,7 @@
 # qemu guest (TCG, no KVM needed) can load Debian's own rdma_rxe module.
 set -Eeuo pipefail
 # A command that fails under `set -e` says which one, instead of ending the
-# run silently (CI once got an empty log; see kernel_package). -E: in the
+# run silently (CI once got an empty log: build_initramfs's libgcc). -E: in the
 # functions too; not from inside a command substitution, whose failure the
 # main shell then reports (or handles) itself.
 trap 'rc_=$?; if [ "$BASH_SUBSHELL" -eq 0 ]; then printf "softroce_vm: FAIL: line %s: %s exited %s\n" "$LINENO" "$BASH_COMMAND" "$rc_" >&2; fi' ERR
@@ -201,13 +201,13 @@ kernel_package() {
     return
   fi
   local pkg
-  # `|| true`: apt-cache fails while apt replaces its lists (apt-daily's
-  # update, say), which under pipefail ended the whole run without a word;
-  # an empty answer falls through to the update and the cached kernel.
-  pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }' || true)
+  # `|| true`: a failing apt-cache (its lists being replaced, say) must not
+  # end the run; an empty answer falls through to the update and the cached
+  # kernel. awk reads to the end (see build_initramfs's libgcc).
+  pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ && !found { print $2; found = 1 }' || true)
   if [[ -z "$pkg" ]]; then
     as_root apt-get update >&2 || true
-    pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }' || true)
+    pkg=$(apt-cache depends "$KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ && !found { print $2; found = 1 }' || true)
   fi
   if [[ -z "$pkg" ]]; then
     # Offline with no package lists: a kernel prepared earlier still works.
@@ -468,7 +468,10 @@ build_initramfs() {
   cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
   # glibc dlopens libgcc_s for unwinding (pthread_exit, C++ exceptions).
   local libgcc
-  libgcc=$(ldconfig -p | awk '/libgcc_s\.so\.1 \(libc6,x86-64\)/ { print $NF; exit }')
+  # awk reads to the end: an early `exit` let ldconfig's next write meet a
+  # closed pipe (SIGPIPE), and pipefail then ended the whole run silently,
+  # about one run in 25 on a host whose cache lists ~700 libraries.
+  libgcc=$(ldconfig -p | awk '/libgcc_s\.so\.1 \(libc6,x86-64\)/ && !found { print $NF; found = 1 }')
   [[ -n "$libgcc" ]] || die "libgcc_s.so.1 not found on the host"
   [[ -e "$root$libgcc" ]] || install -D -m 0755 "$(readlink -f "$libgcc")" "$root$libgcc"
 
