@@ -959,11 +959,15 @@ class FakeNic final : public VerbsBackend {
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
   // The head write's rkey-violation NAK (rxe_resp.c check_rkey failing):
-  // a receive the packet took completes with the personality's status
-  // first (or, its CQ full, nothing is answered: RequesterTimesOut), the
-  // WR is popped with REM_ACCESS_ERR and both QPs go to ERR.
-  void NakWriteRemoteAccess(Qp* qp, Qp* responder, bool took_receive,
-                            bool ends_message, const std::string& why);
+  // `receive`, the one the packet took if any, completes with the
+  // personality's status first (or, its CQ full, nothing is answered:
+  // UnansweredReceiveCqFull), the WR is popped with REM_ACCESS_ERR and both
+  // QPs go to ERR. `ends_message`: the NAKed packet was the message's last
+  // (a landing piece: all packets were sent).
+  void NakWriteRemoteAccess(
+      Qp* qp, Qp* responder,
+      const std::optional<fake_nic_internal::RecvWqe>& receive,
+      bool ends_message, const std::string& why);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
   // head WR popped, both QPs' states as rxe leaves them).
@@ -1032,9 +1036,6 @@ class FakeNic final : public VerbsBackend {
   // WR after the last).
   void StartLanding(Qp* qp, Qp* responder, bool took_receive);
   void LandNextPiece(Qp* qp);
-  // The landing head WR's receive completion was lost to a full CQ: no
-  // answer comes (RequesterTimesOut), the landing is dropped.
-  void ReceiveCqFullWhileLanding(Qp* qp);
   // A head WR still landing is flushed: the receive it took is flushed too.
   void AbandonLanding(Qp* qp, const SendWqe& wqe);
   // A packet's trace line (FakeNicConfig::trace_packets); one test when off.
@@ -1074,19 +1075,25 @@ class FakeNic final : public VerbsBackend {
   void CompleteReceive(Qp* responder, const fake_nic_internal::RecvWqe& recv,
                        const SendWqe& wqe, ibv_wc_status status,
                        ibv_wc_opcode opcode, uint32_t byte_len);
+  // Whether CompleteMessageReceive would lose the responder's receive
+  // completion now (asked before the trace says how a packet is answered).
+  bool ReceiveCompletionLost(const Qp* responder) const;
   // The receive a message ended in (or failed in, at a responder error)
   // completes (CompleteReceive). False when its CQ was full and the
   // personality makes that the responder's error (Personality::
   // cq_full_loses_the_completion_only): the completion is lost and the
   // responder is in ERR; the caller then sends no answer, neither ACK nor
-  // NAK (kReceiveCqFull).
-  // Whether CompleteMessageReceive would lose the responder's receive
-  // completion now (asked before the trace says how a packet is answered).
-  bool ReceiveCompletionLost(const Qp* responder) const;
+  // NAK: UnansweredReceiveCqFull.
   bool CompleteMessageReceive(Qp* responder,
                               const fake_nic_internal::RecvWqe& recv,
                               const SendWqe& wqe, ibv_wc_status status,
                               ibv_wc_opcode opcode, uint32_t byte_len);
+  // The head WR's message lost its receive completion to a full CQ
+  // (CompleteMessageReceive false): the responder, in ERR, answers nothing,
+  // so the requester's retry timer decides (RequesterTimesOut,
+  // kReceiveCqFull). A landing under way is dropped: a retransmission
+  // starts the message again.
+  void UnansweredReceiveCqFull(Qp* qp);
   // The responder answered the head WR with an RNR NAK asking for the
   // RNR wait `rnr_timer` (its min_rnr_timer, IB spec table 45): one retry
   // used (or parked until a receive, rnr_retry 7), or RNR_RETRY_EXC_ERR

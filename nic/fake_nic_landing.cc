@@ -154,28 +154,18 @@ void FakeNic::LandNextPiece(Qp* qp) {
     why = fake_nic_internal::HarnessMemoryError("the responder's", head.wr_id);
   }
   if (!why.empty()) {
-    if (l.took_receive) {
-      l.took_receive = false;
-      if (!CompleteMessageReceive(
-              responder, receive(), head,
-              config_.personality.recv_status_on_rkey_violation,
-              IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
-        ReceiveCqFullWhileLanding(qp);
-        return;
-      }
-    }
-    SendWqe wqe = std::move(qp->sq.front());
-    qp->sq.pop_front();
-    RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
-    SetQpState(responder, IBV_QPS_ERR, why.c_str());
-    CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
-    SetQpState(qp, IBV_QPS_ERR, why.c_str());
+    // Every packet was sent: the requester's index passed the WR.
+    NakWriteRemoteAccess(
+        qp, responder,
+        l.took_receive ? std::optional(receive()) : std::nullopt,
+        /*ends_message=*/true, why);
     return;
   }
   // The last piece's receive completion, lost to a full CQ, means no answer
   // (CompleteMessageReceive), which the piece's line says.
   const bool last = l.next + 1 == l.pieces.size();
   const bool lost = last && l.took_receive && ReceiveCompletionLost(responder);
+  // (The trace line is built only when someone records: RecordLazily.)
   RecordLazily([&](FakeNicEvent* event) {
     event->kind = FakeNicEvent::Kind::kPacket;
     event->qp_num = qp->base.qp_num;
@@ -200,7 +190,7 @@ void FakeNic::LandNextPiece(Qp* qp) {
     CompleteMessageReceive(responder, receive(), head, IBV_WC_SUCCESS,
                            IBV_WC_RECV_RDMA_WITH_IMM,
                            static_cast<uint32_t>(head.total_length()));
-    ReceiveCqFullWhileLanding(qp);
+    UnansweredReceiveCqFull(qp);
     return;
   }
   SendWqe wqe = std::move(qp->sq.front());
@@ -212,14 +202,6 @@ void FakeNic::LandNextPiece(Qp* qp) {
                     IBV_WC_RECV_RDMA_WITH_IMM, length);
   }
   CompleteSend(qp, wqe, IBV_WC_SUCCESS, length);
-}
-
-void FakeNic::ReceiveCqFullWhileLanding(Qp* qp) {
-  // The responder is in ERR and answers nothing (CompleteMessageReceive): a
-  // retransmission, if the requester's timer sends one, starts the message
-  // again, so the landing is over.
-  qp->sq.front().landing.reset();
-  RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
 }
 
 void FakeNic::AbandonLanding(Qp* qp, const SendWqe& wqe) {

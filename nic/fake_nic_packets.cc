@@ -182,7 +182,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     // write landing later completes its receive at its last piece, whose
     // line says it then: LandNextPiece.)
     const bool unanswered =
-        took_receive &&
+        config_.trace_packets && took_receive &&
         (answer == PacketAnswer::kNakRemoteAccess ||
          (packet.ends_message && deferred == nullptr)) &&
         ReceiveCompletionLost(responder);
@@ -200,7 +200,9 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       // An ONLY packet: check_resource took the receive before check_rkey
       // failed, so it completes with the error.
       NakWriteRemoteAccess(
-          qp, responder, took_receive, packet.ends_message,
+          qp, responder,
+          took_receive ? std::optional(TakeReceive(responder)) : std::nullopt,
+          packet.ends_message,
           "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
       return;
     }
@@ -296,7 +298,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                                     IBV_WC_RECV_RDMA_WITH_IMM,
                                     static_cast<uint32_t>(length))) {
           // No ACK: the WR stays at the head, unanswered.
-          RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+          UnansweredReceiveCqFull(qp);
           return;
         }
       }
@@ -307,19 +309,17 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
   }
 }
 
-void FakeNic::NakWriteRemoteAccess(Qp* qp, Qp* responder, bool took_receive,
+void FakeNic::NakWriteRemoteAccess(Qp* qp, Qp* responder,
+                                   const std::optional<RecvWqe>& receive,
                                    bool ends_message, const std::string& why) {
-  if (took_receive) {
-    // The receive completes with the error -- or, its CQ full, the
-    // responder answers nothing at all (CompleteMessageReceive).
-    RecvWqe recv = TakeReceive(responder);
-    if (!CompleteMessageReceive(
-            responder, recv, qp->sq.front(),
-            config_.personality.recv_status_on_rkey_violation,
-            IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
-      RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
-      return;
-    }
+  // The receive completes with the error -- or, its CQ full, the responder
+  // answers nothing at all (CompleteMessageReceive).
+  if (receive.has_value() &&
+      !CompleteMessageReceive(responder, *receive, qp->sq.front(),
+                              config_.personality.recv_status_on_rkey_violation,
+                              IBV_WC_RECV_RDMA_WITH_IMM, 0)) {
+    UnansweredReceiveCqFull(qp);
+    return;
   }
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
@@ -338,9 +338,12 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     // The responder's memory faulted: answered as its own protection
     // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
     // packet took completes with the error as on a failed check_rkey.
-    NakWriteRemoteAccess(qp, responder, took_receive, ends_message,
-                         fake_nic_internal::HarnessMemoryError(
-                             "the responder's", qp->sq.front().wr_id));
+    NakWriteRemoteAccess(
+        qp, responder,
+        took_receive ? std::optional(TakeReceive(responder)) : std::nullopt,
+        ends_message,
+        fake_nic_internal::HarnessMemoryError("the responder's",
+                                              qp->sq.front().wr_id));
   } else {
     // The requester's own memory faulted: a local protection error
     // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
@@ -486,15 +489,18 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   // do_class_ac_error, then RESPST_COMPLETE and RESPST_ERROR).
   auto nak = [&](const RequestPacket& packet, ibv_wc_status recv_status,
                  ibv_wc_status requester_status, const std::string& why) {
-    const std::string answer =
-        ReceiveCompletionLost(responder)
-            ? why + "; " + fake_nic_internal::kUnansweredCqFull
-            : why;
-    RecordPacket(qp, head, packet, answer.c_str());
+    if (config_.trace_packets) {
+      RecordPacketLine(
+          qp, head, packet,
+          (ReceiveCompletionLost(responder)
+               ? why + "; " + fake_nic_internal::kUnansweredCqFull
+               : why)
+              .c_str());
+    }
     RecvWqe taken = TakeReceive(responder);
     if (!CompleteMessageReceive(responder, taken, head, recv_status,
                                 IBV_WC_RECV, 0)) {
-      RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);  // no NAK
+      UnansweredReceiveCqFull(qp);  // no NAK
       return;
     }
     SendWqe wqe = std::move(qp->sq.front());
@@ -550,7 +556,8 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       return;
     }
     RecordPacket(qp, head, packet,
-                 packet.ends_message && ReceiveCompletionLost(responder)
+                 config_.trace_packets && packet.ends_message &&
+                         ReceiveCompletionLost(responder)
                      ? fake_nic_internal::kUnansweredCqFull
                      : "ACK");
   }
@@ -563,7 +570,7 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
                               IBV_WC_SUCCESS, IBV_WC_RECV,
                               static_cast<uint32_t>(length))) {
     // No ACK: the WR stays at the head, unanswered.
-    RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
+    UnansweredReceiveCqFull(qp);
     return;
   }
   SendWqe wqe = std::move(qp->sq.front());
@@ -621,6 +628,15 @@ bool FakeNic::ReceiveCompletionLost(const Qp* responder) const {
   // A CQ a fault rule overran (FakeNic::OverrunCq) only fails its polls.
   return config_.personality.cq_full_loses_the_completion_only &&
          !responder->recv_cq->overrun && CqHasNoRoom(responder->recv_cq);
+}
+
+void FakeNic::UnansweredReceiveCqFull(Qp* qp) {
+  // rxe_resp.c do_complete: rxe_cq_post failing (a full CQ) sends the
+  // responder to RESPST_ERROR before any ACK is built, so the requester
+  // hears nothing (recv_cq_overrun in verbs_dropin/testdata/async_events.c,
+  // on rxe). A retransmission meets a responder in ERR.
+  if (qp->sq.front().landing != nullptr) qp->sq.front().landing.reset();
+  RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
 }
 
 bool FakeNic::CompleteMessageReceive(Qp* responder, const RecvWqe& recv,
