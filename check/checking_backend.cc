@@ -1235,8 +1235,10 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                  "tail at poll); this fake frees slots at execution, a "
                  "real NIC fails the post with ENOMEM or overwrites "
                  "queued WQEs\n"
-                 "  fix: signal at least one WR in every sq_size "
-                 "(RPMA_F_COMPLETION_ALWAYS) and reap its completion\n",
+                 "  fix: signal at least one WR in every " +
+                 Call("sq_size (RPMA_F_COMPLETION_ALWAYS)",
+                      "max_send_wr (IBV_SEND_SIGNALED)") +
+                 " and reap its completion\n",
              qs.qp_num});
       }
       if (signaled && qs.send_cq != nullptr) {
@@ -1452,65 +1454,98 @@ int CheckingBackend::CreateQp(rdma_cm_id* id, ibv_pd* pd,
                               ibv_qp_init_attr* init_attr) {
   int rc = target()->CreateQp(id, pd, init_attr);
   if (rc == 0 && id != nullptr && id->qp != nullptr && init_attr != nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    QpState& qs = qps_[id->qp->qp_num];
-    qs = QpState();
-    qs.qp = id->qp;
-    qs.qp_num = id->qp->qp_num;
-    qs.sq_depth = init_attr->cap.max_send_wr;
-    qs.sq_sig_all = init_attr->sq_sig_all != 0;
-    qs.send_cq = init_attr->send_cq;
-    qs.recv_cq = init_attr->recv_cq;
-    qs.srq = init_attr->srq;
+    TrackQp(id->qp, *init_attr);
   }
   return rc;
 }
 
-void CheckingBackend::DestroyQp(rdma_cm_id* id) {
-  if (id != nullptr && id->qp != nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = qps_.find(id->qp->qp_num);
-    if (it != qps_.end()) {
-      for (auto& r : it->second.recvs) {
-        CompareRecv(&r, "when its QP was destroyed", it->second.qp_num);
+ibv_qp* CheckingBackend::CreateVerbsQp(ibv_pd* pd,
+                                       ibv_qp_init_attr* init_attr) {
+  ibv_qp* qp = target()->CreateVerbsQp(pd, init_attr);
+  if (qp != nullptr && init_attr != nullptr) TrackQp(qp, *init_attr);
+  return qp;
+}
+
+void CheckingBackend::TrackQp(ibv_qp* qp, const ibv_qp_init_attr& init_attr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  QpState& qs = qps_[qp->qp_num];
+  qs = QpState();
+  qs.qp = qp;
+  qs.qp_num = qp->qp_num;
+  // (The depth asked for: the NIC may round it up, ibv_create_qp(3), and a
+  // program relying on the rounding relies on one NIC's.)
+  qs.sq_depth = init_attr.cap.max_send_wr;
+  qs.sq_sig_all = init_attr.sq_sig_all != 0;
+  qs.send_cq = init_attr.send_cq;
+  qs.recv_cq = init_attr.recv_cq;
+  qs.srq = init_attr.srq;
+}
+
+void CheckingBackend::ForgetQp(uint32_t qp_num) {
+  auto it = qps_.find(qp_num);
+  if (it == qps_.end()) return;
+  for (auto& r : it->second.recvs) {
+    CompareRecv(&r, "when its QP was destroyed", it->second.qp_num);
+  }
+  // Its outstanding WRs are gone with it; their signaled completions
+  // will never reach the CQ.
+  for (const auto& s : it->second.sends) {
+    if ((s.signaled || it->second.sq_sig_all) &&
+        it->second.send_cq != nullptr) {
+      auto cq = cqs_.find(it->second.send_cq);
+      if (cq != cqs_.end() && cq->second.signaled_outstanding > 0) {
+        --cq->second.signaled_outstanding;
       }
-      // Its outstanding WRs are gone with it; their signaled completions
-      // will never reach the CQ.
-      for (const auto& s : it->second.sends) {
-        if ((s.signaled || it->second.sq_sig_all) &&
-            it->second.send_cq != nullptr) {
-          auto cq = cqs_.find(it->second.send_cq);
-          if (cq != cqs_.end() && cq->second.signaled_outstanding > 0) {
-            --cq->second.signaled_outstanding;
-          }
-        }
-      }
-      // Completions it lost wait for its CQs' next poll all the same.
-      {
-        std::lock_guard<std::mutex> trace_lock(trace_mu_);
-        for (bool recv : {false, true}) {
-          auto lost = lost_.find({it->second.qp_num, recv});
-          if (lost == lost_.end()) continue;
-          ibv_cq* cq = recv ? it->second.recv_cq : it->second.send_cq;
-          if (cq != nullptr) {
-            lost_by_cq_[cq].Add(lost->second.first, lost->second.count);
-          }
-          lost_.erase(lost);
-        }
-      }
-      qps_.erase(it);
     }
   }
+  // Completions it lost wait for its CQs' next poll all the same.
+  {
+    std::lock_guard<std::mutex> trace_lock(trace_mu_);
+    for (bool recv : {false, true}) {
+      auto lost = lost_.find({it->second.qp_num, recv});
+      if (lost == lost_.end()) continue;
+      ibv_cq* cq = recv ? it->second.recv_cq : it->second.send_cq;
+      if (cq != nullptr) {
+        lost_by_cq_[cq].Add(lost->second.first, lost->second.count);
+      }
+      lost_.erase(lost);
+    }
+  }
+  qps_.erase(it);
+}
+
+void CheckingBackend::DropQpTrace(uint32_t qp_num) {
+  std::lock_guard<std::mutex> lock(trace_mu_);
+  trace_.erase(qp_num);
+  // Lost after the checker let go of the QP (nothing to tie them to).
+  lost_.erase({qp_num, false});
+  lost_.erase({qp_num, true});
+}
+
+void CheckingBackend::DestroyQp(rdma_cm_id* id) {
   const uint32_t qp_num =
       id != nullptr && id->qp != nullptr ? id->qp->qp_num : 0;
-  target()->DestroyQp(id);
   if (qp_num != 0) {
-    std::lock_guard<std::mutex> lock(trace_mu_);
-    trace_.erase(qp_num);
-    // Lost after the checker let go of the QP (nothing to tie them to).
-    lost_.erase({qp_num, false});
-    lost_.erase({qp_num, true});
+    std::lock_guard<std::mutex> lock(mu_);
+    ForgetQp(qp_num);
   }
+  target()->DestroyQp(id);
+  if (qp_num != 0) DropQpTrace(qp_num);
+}
+
+int CheckingBackend::DestroyVerbsQp(ibv_qp* qp) {
+  // Forgotten only once gone: ibv_destroy_qp(3) may refuse (the QP is
+  // still the program's then, and still watched).
+  const uint32_t qp_num = qp != nullptr ? qp->qp_num : 0;
+  const int rc = target()->DestroyVerbsQp(qp);
+  if (rc == 0 && qp_num != 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ForgetQp(qp_num);
+    }
+    DropQpTrace(qp_num);
+  }
+  return rc;
 }
 
 int CheckingBackend::DestroySrq(ibv_srq* srq) {

@@ -178,6 +178,10 @@ class CheckingBackend final : public ForwardingBackend,
   int CreateQp(rdma_cm_id* id, ibv_pd* pd,
                ibv_qp_init_attr* init_attr) override;
   void DestroyQp(rdma_cm_id* id) override;
+  // ibv_create_qp / ibv_create_qp_ex QPs (a verbs program's, through the
+  // drop-in libibverbs.so.1): watched as rdma_cm's are.
+  ibv_qp* CreateVerbsQp(ibv_pd* pd, ibv_qp_init_attr* init_attr) override;
+  int DestroyVerbsQp(ibv_qp* qp) override;
   int DestroySrq(ibv_srq* srq) override;
   int PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) override;
 
@@ -262,6 +266,14 @@ class CheckingBackend final : public ForwardingBackend,
     std::string where;  // the user's function that created it
   };
 
+  // A new QP of the program's (either way it was made), watched from now.
+  void TrackQp(ibv_qp* qp, const ibv_qp_init_attr& init_attr);
+  // A QP going away: its receives compared, its signaled WRs no longer
+  // counted on its CQ, the completions it lost handed to its CQs.
+  // REQUIRES: mu_ held.
+  void ForgetQp(uint32_t qp_num);
+  // After the QP is gone: its trace lines, and losses nothing ties to a CQ.
+  void DropQpTrace(uint32_t qp_num);
   // cq-overrun of a CQ that lost a completion (the NIC told: lost_; or
   // IBV_EVENT_CQ_ERR), once per CQ. REQUIRES: mu_ held.
   void ReportCqOverrun(const ibv_cq* cq, const std::string& what);

@@ -651,6 +651,158 @@ TEST(CqOverrunCheck, MoreSignaledWritesThanTheCqHolds) {
       << AllFindings(pair.checker());
 }
 
+// A verbs program's own RC pair (ibv_create_qp, connected with
+// ibv_modify_qp, as ibv_rc_pingpong does), made through the checker: its
+// QPs are watched as rdma_cm's are.
+struct VerbsPair {
+  static constexpr uint32_t kDepth = 4;
+  VerbsPair() {
+    nic = std::make_shared<FakeNic>();
+    CheckOptions options;
+    options.print = false;
+    options.trace_nic = nic.get();
+    options.verbs_program = true;
+    checker = std::make_shared<CheckingBackend>(nic, options);
+    std::vector<ibv_context*> contexts;
+    EXPECT_EQ(checker->ListDevices(&contexts), 0);
+    ctx = contexts.at(0);
+    pd = checker->AllocPd(ctx);
+    mr = checker->RegMr(pd, buf, sizeof(buf),
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    cq = checker->CreateCq(ctx, 64, nullptr, nullptr, 0);
+    ibv_port_attr port{};
+    EXPECT_EQ(checker->QueryPort(ctx, 1, &port), 0);
+    for (ibv_qp*& qp : qps) {
+      ibv_qp_init_attr init{};
+      init.qp_type = IBV_QPT_RC;
+      init.send_cq = cq;
+      init.recv_cq = cq;
+      init.cap.max_send_wr = kDepth;
+      init.cap.max_recv_wr = kDepth;
+      init.cap.max_send_sge = 1;
+      init.cap.max_recv_sge = 1;
+      qp = checker->CreateVerbsQp(pd, &init);
+      EXPECT_NE(qp, nullptr);
+    }
+    for (int i = 0; i < 2; ++i) {
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_INIT;
+      a.port_num = 1;
+      a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+      EXPECT_EQ(checker->ModifyQp(qps[i], &a,
+                                  IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                                      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+                0);
+      a = ibv_qp_attr{};
+      a.qp_state = IBV_QPS_RTR;
+      a.path_mtu = IBV_MTU_1024;
+      a.dest_qp_num = qps[1 - i]->qp_num;
+      a.ah_attr.port_num = 1;
+      a.ah_attr.dlid = port.lid;
+      a.max_dest_rd_atomic = 1;
+      a.min_rnr_timer = 1;
+      EXPECT_EQ(checker->ModifyQp(qps[i], &a,
+                                  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                      IBV_QP_MAX_DEST_RD_ATOMIC |
+                                      IBV_QP_MIN_RNR_TIMER),
+                0);
+      a = ibv_qp_attr{};
+      a.qp_state = IBV_QPS_RTS;
+      a.timeout = 14;
+      a.retry_cnt = 7;
+      a.rnr_retry = 7;
+      a.max_rd_atomic = 1;
+      EXPECT_EQ(checker->ModifyQp(qps[i], &a,
+                                  IBV_QP_STATE | IBV_QP_TIMEOUT |
+                                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+                0);
+    }
+  }
+  ~VerbsPair() {
+    for (ibv_qp* qp : qps) {
+      if (qp != nullptr) {
+        EXPECT_EQ(checker->DestroyVerbsQp(qp), 0);
+      }
+    }
+    checker->DestroyCq(cq);
+    checker->DeregMr(mr);
+    checker->DeallocPd(pd);
+  }
+  // An 8-byte RDMA WRITE from qps[0] into the second half of buf, the NIC
+  // run after it.
+  int Write(unsigned int flags) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf), 8, mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = flags;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf + 2048);
+    wr.wr.rdma.rkey = mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    const int ret = checker->PostSend(qps[0], &wr, &bad);
+    nic->RunUntilIdle();
+    return ret;
+  }
+  std::shared_ptr<FakeNic> nic;
+  std::shared_ptr<CheckingBackend> checker;
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_mr* mr = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qps[2] = {nullptr, nullptr};
+  char buf[4096] = {};
+};
+
+TEST(SqOverflowCheck, VerbsQpUnsignaledWritesBeyondTheQueueDepth) {
+  VerbsPair pair;
+  for (uint32_t i = 0; i <= VerbsPair::kDepth; ++i) ASSERT_EQ(pair.Write(0), 0);
+  const std::vector<Finding> findings = pair.checker->Findings();
+  ASSERT_EQ(pair.checker->FindingCount("sq-overflow"), 1u)
+      << AllFindings(pair.checker.get());
+  // A verbs program is told the verbs call to fix.
+  EXPECT_THAT(findings[0].details, testing::HasSubstr("IBV_SEND_SIGNALED"));
+}
+
+TEST(SqOverflowCheck, VerbsQpSignaledEveryFewAndReapedIsSilent) {
+  VerbsPair pair;
+  for (int i = 0; i < 20; ++i) {
+    const bool signal = i % 3 == 2;
+    ASSERT_EQ(pair.Write(signal ? IBV_SEND_SIGNALED : 0), 0);
+    if (signal) {
+      ibv_wc wc{};
+      ASSERT_EQ(pair.checker->PollCq(pair.cq, 1, &wc), 1);
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    }
+  }
+  EXPECT_EQ(pair.checker->FindingCount(), 0u)
+      << AllFindings(pair.checker.get());
+}
+
+TEST(RecvWrittenCheck, VerbsQpReceiveWrittenAndStillPostedAtDestroy) {
+  // ibv_destroy_qp(3) of a QP with a receive outstanding whose buffer the
+  // program wrote meanwhile: reported when the QP goes.
+  VerbsPair pair;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(pair.buf + 1024), 64,
+              pair.mr->lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = 7;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(pair.checker->PostRecv(pair.qps[1], &wr, &bad), 0);
+  pair.buf[1024 + 10] = 'x';
+  EXPECT_EQ(pair.checker->FindingCount("recv-written"), 0u);
+  ASSERT_EQ(pair.checker->DestroyVerbsQp(pair.qps[1]), 0);
+  pair.qps[1] = nullptr;
+  ASSERT_EQ(pair.checker->FindingCount("recv-written"), 1u)
+      << AllFindings(pair.checker.get());
+  EXPECT_THAT(pair.checker->Findings()[0].what,
+              testing::HasSubstr("destroyed"));
+}
+
 TEST(CqOverrunCheck, AnOverrunCqIsExplained) {
   ConnectedPairOptions options = Checked();
   FaultRule rule;

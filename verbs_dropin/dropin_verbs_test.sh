@@ -130,6 +130,21 @@ loopback() { on_fake "$@" -- "$loopback"; }
 check LoopbackWriteWithImmSpecInfiniBand loopback RPMA_HARNESS_PERSONALITY=spec
 check LoopbackWriteWithImmRxeRoce loopback RPMA_HARNESS_PERSONALITY=rxe
 check LoopbackUnderStrictChecker loopback RPMA_HARNESS_CHECK=strict
+# A verbs program's bugs under the strict checker: reported, exit 66, the
+# fix naming the verbs call. Unsignaled writes beyond the send queue's
+# depth need the checker to know the depth of a QP the program made with
+# ibv_create_qp.
+caught() {
+  local flag=$1 finding=$2 fix=$3 out rc
+  out=$(on_fake RPMA_HARNESS_CHECK=strict -- "$loopback" "$flag" 2>&1)
+  rc=$?
+  [[ $rc == 66 ]] || { echo "exit $rc, not 66: $out"; return 1; }
+  grep -q "check $finding" <<<"$out" || { echo "no $finding: $out"; return 1; }
+  grep -qF "$fix" <<<"$out" || { echo "no '$fix' in the fix: $out"; return 1; }
+}
+check SourceReusedEarlyIsCaught caught --reuse-source-early source-changed "ibv_poll_cq(3)"
+check SendQueueOverflowOfAnIbvCreateQpIsCaught caught --overflow-send-queue sq-overflow \
+  "max_send_wr (IBV_SEND_SIGNALED)"
 deny() {
   cat >"$work/deny.yaml" <<'YAML'
 faults:

@@ -85,9 +85,25 @@ int main(int argc, char **argv) {
 	struct ibv_device **list = ibv_get_device_list(&n);
 	if (list == NULL || n == 0)
 		return fail("no RDMA device");
+	/* [DEVICE] [--reuse-source-early] [--overflow-send-queue]: bugs on
+	 * purpose. The first changes the source of the write with imm before
+	 * its completion is polled (ibv_post_send(3): the buffer is the NIC's
+	 * until then). The second posts more unsignaled writes than the send
+	 * queue holds (a slot is freed only by a polled completion, its own or
+	 * a later signaled WR's). */
+	const char *want = NULL;
+	int reuse_early = 0, overflow_sq = 0;
+	for (int i = 1; i < argc; ++i) {
+		if (strcmp(argv[i], "--reuse-source-early") == 0)
+			reuse_early = 1;
+		else if (strcmp(argv[i], "--overflow-send-queue") == 0)
+			overflow_sq = 1;
+		else
+			want = argv[i];
+	}
 	struct ibv_device *dev = list[0];
-	for (int i = 0; argc > 1 && i < n; ++i)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+	for (int i = 0; want != NULL && i < n; ++i)
+		if (strcmp(ibv_get_device_name(list[i]), want) == 0)
 			dev = list[i];
 	struct ibv_context *ctx = ibv_open_device(dev);
 	if (ctx == NULL)
@@ -154,6 +170,8 @@ int main(int argc, char **argv) {
 	wr.wr.rdma.rkey = dmr->rkey;
 	if (ibv_post_send(qa, &wr, &bad_wr))
 		return fail("ibv_post_send");
+	if (reuse_early)
+		src[LEN - 1] ^= 0x5a;
 	struct ibv_wc wc;
 	if (poll_one(cqa, &wc) != 1 || wc.status != IBV_WC_SUCCESS ||
 	    wc.wr_id != 1 || wc.opcode != IBV_WC_RDMA_WRITE)
@@ -163,8 +181,27 @@ int main(int argc, char **argv) {
 	    !(wc.wc_flags & IBV_WC_WITH_IMM) || ntohl(wc.imm_data) != IMM ||
 	    wc.byte_len != LEN || wc.qp_num != qb->qp_num)
 		return fail("the receiver's completion");
-	if (memcmp(src, dst, LEN) != 0)
+	/* (Reused early, the last byte is the old or the new one.) */
+	if (memcmp(src, dst, reuse_early ? LEN - 1 : LEN) != 0)
 		return fail("the bytes");
+
+	if (overflow_sq) {
+		/* max_send_wr (4) + 1 unsignaled writes, then a signaled one;
+		 * a NIC that refuses a post (ENOMEM) ends the run early. */
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = 0;
+		for (int i = 0; i < 6; ++i) {
+			wr.wr_id = 10 + i;
+			if (i == 5)
+				wr.send_flags = IBV_SEND_SIGNALED;
+			if (ibv_post_send(qa, &wr, &bad_wr))
+				return fail("ibv_post_send (send queue full)");
+		}
+		if (poll_one(cqa, &wc) != 1 || wc.wr_id != 15 ||
+		    wc.status != IBV_WC_SUCCESS)
+			return fail("the signaled write's completion");
+		wr.send_flags = IBV_SEND_SIGNALED;
+	}
 
 	/* A write to an rkey nobody made: the responder NAKs it. */
 	wr.opcode = IBV_WR_RDMA_WRITE;
