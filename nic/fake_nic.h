@@ -1006,9 +1006,11 @@ class FakeNic final : public VerbsBackend {
   enum class RequestVerdict { kAccept, kNoAnswer, kInvalidRequest };
   RequestVerdict CheckRequest(const Qp* responder, ibv_wr_opcode opcode,
                               const char** why) const;
-  // One packet of an RDMA WRITE: check_resource, then check_rkey on the
-  // RETH packet (kept in responder->responder for the packets after it).
-  enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess };
+  // One packet of an RDMA WRITE: a packet continuing a message the
+  // responder never saw begin (kNoAnswer: it was reset since), then
+  // check_resource, then check_rkey on the RETH packet (kept in
+  // responder->responder for the packets after it).
+  enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess, kNoAnswer };
   PacketAnswer CheckWritePacket(Qp* responder,
                                 const fake_nic_internal::RequestPacket& packet,
                                 uint32_t rkey, uint64_t va, uint64_t length);

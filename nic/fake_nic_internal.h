@@ -480,10 +480,14 @@ const char* PositionName(RequestPacket::Position position);
 
 // What a responder remembers between the packets of one message (rxe's
 // qp->resp: va, resid, the rkey check's verdict).
+// The responder's context of the RDMA WRITE in progress (rxe's qp->resp):
+// what its RETH packet said and check_rkey's verdict, for the packets after
+// it. RESET starts it over (rxe_qp.c rxe_qp_reset).
 struct ResponderState {
   uint64_t write_va = 0;
   uint64_t write_length = 0;
   bool write_checked = false;
+  bool write_started = false;  // a RETH packet came since the last RESET
 };
 
 struct RecvWqe {
@@ -731,6 +735,10 @@ constexpr char kReceiveCqFull[] =
 // The trace's answer for the packet (or landed piece) whose receive
 // completion found its CQ full: neither ACK nor NAK went.
 constexpr char kUnansweredCqFull[] = "no answer: receive CQ full";
+// A packet continuing a write its responder never saw begin
+// (FakeNic::CheckWritePacket).
+constexpr char kResetMidMessage[] =
+    "no answer: the responder was reset since the message began";
 
 // The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
 // rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).

@@ -190,10 +190,16 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                  unanswered ? fake_nic_internal::kUnansweredCqFull
                  : answer == PacketAnswer::kAck    ? "ACK"
                  : answer == PacketAnswer::kRnrNak ? "RNR NAK"
-                                                   : "NAK remote access");
+                 : answer == PacketAnswer::kNoAnswer
+                     ? fake_nic_internal::kResetMidMessage
+                     : "NAK remote access");
     if (answer == PacketAnswer::kRnrNak) {
       head.next_packet = i;  // the NAK acknowledged the packets before it
       RnrNakHead(qp, responder->min_rnr_timer);
+      return;
+    }
+    if (answer == PacketAnswer::kNoAnswer) {
+      RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
       return;
     }
     if (answer == PacketAnswer::kNakRemoteAccess) {

@@ -279,6 +279,14 @@ void FakeNic::FlushStrandedReceives(Qp* qp) {
 }
 
 void FakeNic::ResetQpQueues(Qp* qp) {
+  // A peer process's requester parked on this QP's RNR NAK retries now,
+  // while the link that tells it is still open: its RNR timer would send
+  // the packet again, into a QP that is RESET.
+  if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
+  qp->responder = fake_nic_internal::ResponderState();
+  qp->resume_packet = 0;
+  qp->resume_wr_id = 0;
+  qp->resume_length = 0;
   while (!qp->sq.empty()) qp->sq.pop_front();
   while (!qp->rq.empty()) qp->rq.pop_front();
   qp->stranded_recvs = 0;

@@ -808,6 +808,15 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   }
   const uint32_t count =
       fake_nic_internal::RequestPackets(opcode, length, r.mtu);
+  if (r.first_packet != 0 && responder->resume_packet == 0) {
+    // Nothing to resume: this responder was reset since its RNR NAK (or
+    // never NAKed). A continuation it never saw begin goes unanswered, as
+    // CheckWritePacket answers one (kResetMidMessage).
+    answer->kind = AnswerFrame::kNoAnswer;
+    CopyText(answer->why, sizeof(answer->why),
+             fake_nic_internal::kResetMidMessage);
+    return;
+  }
   if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
                               r.wr_id != responder->resume_wr_id ||
                               length != responder->resume_length)) {
@@ -835,6 +844,12 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           responder->resume_wr_id = r.wr_id;
           responder->resume_length = length;
           responder->resume_packet = i;
+          return;
+        }
+        if (verdict == PacketAnswer::kNoAnswer) {
+          answer->kind = AnswerFrame::kNoAnswer;
+          CopyText(answer->why, sizeof(answer->why),
+                   fake_nic_internal::kResetMidMessage);
           return;
         }
         const bool took_receive = packet.takes_receive;

@@ -53,6 +53,16 @@ FakeNic::PacketAnswer FakeNic::CheckWritePacket(Qp* responder,
                                                 const RequestPacket& packet,
                                                 uint32_t rkey, uint64_t va,
                                                 uint64_t length) {
+  auto& resp = responder->responder;
+  // A MIDDLE or LAST with no write begun: the responder was reset (and
+  // brought back to RTR) since the message's FIRST packet, as a requester
+  // parked on an RNR NAK of its LAST finds. rxe_resp.c check_psn comes
+  // first: the packet's PSN is not the one the new RTR expects, so it is
+  // NAKed with a PSN sequence error and the requester sends the same packet
+  // again until retry_cnt runs out (rxe_comp.c, COMPST_ERROR_RETRY):
+  // RETRY_EXC_ERR, nothing placed, no receive taken. Here: unanswered, the
+  // requester's transport timer counts the same retries.
+  if (!packet.has_reth && !resp.write_started) return PacketAnswer::kNoAnswer;
   // check_resource: only a packet with RXE_RWR_MASK (LAST / ONLY WITH_IMM,
   // rxe_opcode.c) takes a receive; with an SRQ from it (IB spec 10.2.9,
   // rxe_resp.c get_srq_wqe).
@@ -63,9 +73,9 @@ FakeNic::PacketAnswer FakeNic::CheckWritePacket(Qp* responder,
   // 0-byte write checks no rkey (IB spec C9-88). The verdict, va and length
   // stay in the responder's context (rxe's qp->resp) for the packets after
   // it, which carry no RETH.
-  auto& resp = responder->responder;
   if (packet.has_reth) {
     const char* why = nullptr;
+    resp.write_started = true;
     resp.write_va = va;
     resp.write_length = length;
     resp.write_checked = CheckTarget(responder, IBV_WR_RDMA_WRITE, rkey, va,

@@ -130,6 +130,8 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       if (verdict != PacketAnswer::kAck) {
         dropped(i, verdict == PacketAnswer::kRnrNak
                        ? "no receive for the immediate data"
+                   : verdict == PacketAnswer::kNoAnswer
+                       ? "no FIRST packet seen"
                        : "rkey/PD/bounds/REMOTE_WRITE check failed");
         return;
       }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -417,6 +418,39 @@ TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
   EXPECT_EQ(a.Poll().status, IBV_WC_REM_ACCESS_ERR);
 }
 
+// A responder reset (and connected again) while a write with imm waited on
+// an RNR NAK of its LAST packet has no message in progress: the LAST that
+// is sent again continues nothing (rxe_qp.c rxe_qp_reset starts the
+// responder over, and the packet's PSN is not the one the new RTR
+// expects: rxe_resp.c check_psn NAKs it with a sequence error, the
+// requester retransmits the same packet until retry_cnt runs out). The
+// write ends RETRY_EXC_ERR; its LAST lands nowhere and takes no receive.
+TEST(FakeNicVerbsTest, AResponderResetMidMessageDoesNotContinueIt) {
+  auto nic = Started();
+  Side a(nic.get()), b(nic.get());
+  const uint16_t lid = a.Port().lid;
+  ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
+                      /*retry_cnt=*/6),
+            0);
+  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+  a.WriteWithImm(b, 1);  // 8 packets of 1 KiB; no receive: LAST RNR NAKed
+  for (int i = 0; i < 2000 && b.dst[kLen - 1024 - 1] == 0; ++i) usleep(100);
+  ASSERT_EQ(memcmp(a.src.data(), b.dst.data(), kLen - 1024), 0)
+      << "the packets before LAST did not land";
+  ibv_qp_attr reset;
+  memset(&reset, 0, sizeof(reset));
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(nic->ModifyQp(b.qp, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+  b.PostRecv(7);
+  EXPECT_EQ(a.Poll().status, IBV_WC_RETRY_EXC_ERR);
+  ibv_wc wc;
+  EXPECT_EQ(nic->PollCq(b.cq, 1, &wc), 0) << "the receive was taken";
+  EXPECT_TRUE(std::all_of(b.dst.end() - 1024, b.dst.end(),
+                          [](char c) { return c == 0; }))
+      << "LAST landed";
+}
+
 TEST(FakeNicVerbsTest, CreateVerbsQpRefusesWhatIsNotModelled) {
   FakeNic nic;
   EXPECT_EQ(nic.DestroyVerbsQp(nullptr), EINVAL);
@@ -509,6 +543,29 @@ TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
   // A bad rkey is refused by the far NIC's responder.
   a->WriteWithImm(*b, 3, 0x5a5a);
   EXPECT_EQ(a->Poll().status, IBV_WC_REM_ACCESS_ERR);
+}
+
+// As AResponderResetMidMessageDoesNotContinueIt, across processes: the
+// requester's LAST, RNR NAKed and sent again after each RNR wait, reaches
+// the peer's QP number again once it is RTR again, and continues nothing.
+TEST_F(FakeNicVerbsFabricTest, AResponderResetMidMessageDoesNotContinueIt) {
+  ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
+  a_->WriteWithImm(*b_, 1);  // 8 packets of 1 KiB; no receive: LAST RNR NAKed
+  for (int i = 0; i < 2000 && b_->dst[kLen - 1024 - 1] == 0; ++i) usleep(100);
+  ASSERT_EQ(memcmp(a_->src.data(), b_->dst.data(), kLen - 1024), 0)
+      << "the packets before LAST did not land";
+  ibv_qp_attr reset;
+  memset(&reset, 0, sizeof(reset));
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(nic_b_->ModifyQp(b_->qp, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
+  b_->PostRecv(7);
+  EXPECT_EQ(a_->Poll().status, IBV_WC_RETRY_EXC_ERR);
+  ibv_wc wc;
+  EXPECT_EQ(nic_b_->PollCq(b_->cq, 1, &wc), 0) << "the receive was taken";
+  EXPECT_TRUE(std::all_of(b_->dst.end() - 1024, b_->dst.end(),
+                          [](char c) { return c == 0; }))
+      << "LAST landed";
 }
 
 TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {
