@@ -1079,6 +1079,15 @@ void FakeNic::StartBackgroundProgress() {
       // (a blocked waiter steps before it sleeps, so it needs no one).
       if (empty_polls_ != polls_seen) {
         polls_seen = empty_polls_;
+        // Timers stay this thread's: a poller runs ready work, and a due
+        // transport or CM timer is not ready work until it fires. (Skipped
+        // here, a program spinning on its CQ for a RETRY_EXC_ERR never saw
+        // it: 20 s and counting on the rxe personality, where 3 ms of
+        // timeouts were due.)
+        if (!transport_timers_.empty() || !cm_timers_.empty()) {
+          FireTransportTimersLocked();
+          FireCmTimersLocked();
+        }
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::microseconds(kPollerGraceUs));
         lock.lock();

@@ -418,6 +418,39 @@ TEST(FakeNicVerbsTest, ABadRkeyIsARemoteAccessErrorOnBothSides) {
   EXPECT_EQ(a.Poll().status, IBV_WC_REM_ACCESS_ERR);
 }
 
+// A program that spins on ibv_poll_cq without pause while its request goes
+// unanswered still gets its RETRY_EXC_ERR when the timeouts run out: the
+// NIC's own thread fires due timers even while a poller drives the rest.
+// (It had stood aside for as long as anyone polled: on the rxe
+// personality no completion came in 20 s, where timeout 8 and retry_cnt 2
+// make ~3 ms.)
+TEST(FakeNicVerbsTest, ASpinningPollerSeesItsTransportTimeout) {
+  for (const bool rxe : {true, false}) {
+    auto nic = Started(rxe ? WithPersonality(Personality::Rxe())
+                           : FakeNicConfig());
+    Side a(nic.get());
+    const ibv_gid gid = Gid(nic.get(), a.ctx);
+    ASSERT_EQ(a.Connect(/*nobody=*/0x123456, a.Port().lid,
+                        rxe ? &gid : nullptr, /*timeout=*/8,
+                        /*retry_cnt=*/2),
+              0);
+    a.WriteWithImm(a, 1);
+    ibv_wc wc;
+    memset(&wc, 0, sizeof(wc));
+    // (A hang guard, not a speed goal: 300 times what is due.)
+    const auto start = std::chrono::steady_clock::now();
+    while (nic->PollCq(a.cq, 1, &wc) == 0 &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
+    }
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR)
+        << (rxe ? "rxe" : "spec") << ": nothing in "
+        << std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+               .count()
+        << " s";
+  }
+}
+
 // A responder reset (and connected again) while a write with imm waited on
 // an RNR NAK of its LAST packet has no message in progress: the LAST that
 // is sent again continues nothing (rxe_qp.c rxe_qp_reset starts the
