@@ -958,16 +958,17 @@ class FakeNic final : public VerbsBackend {
   // fake_nic_packets.cc: the head WR (an RDMA write, with or without imm)
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
-  // The head write's rkey-violation NAK (rxe_resp.c check_rkey failing):
-  // `receive`, the one the packet took if any, completes with the
-  // personality's status first (or, its CQ full, nothing is answered:
-  // UnansweredReceiveCqFull), the WR is popped with REM_ACCESS_ERR and both
-  // QPs go to ERR. `ends_message`: the NAKed packet was the message's last
-  // (a landing piece: all packets were sent).
-  void NakWriteRemoteAccess(
-      Qp* qp, Qp* responder,
-      const std::optional<fake_nic_internal::RecvWqe>& receive,
-      bool ends_message, const std::string& why);
+  // A NAK of the head write (rxe_resp.c: check_rkey failing, REM_ACCESS_ERR;
+  // check_op_seq, REM_INV_REQ_ERR): `receive`, the one the packet took if
+  // any, completes with the personality's status for an rkey violation
+  // first (or, its CQ full, nothing is answered: UnansweredReceiveCqFull),
+  // the WR is popped with `status` and both QPs go to ERR. `ends_message`:
+  // the NAKed packet was the message's last (a landing piece: all packets
+  // were sent).
+  void NakWrite(Qp* qp, Qp* responder,
+                const std::optional<fake_nic_internal::RecvWqe>& receive,
+                bool ends_message, ibv_wc_status status,
+                const std::string& why);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
   // head WR popped, both QPs' states as rxe leaves them).
@@ -1006,14 +1007,27 @@ class FakeNic final : public VerbsBackend {
   enum class RequestVerdict { kAccept, kNoAnswer, kInvalidRequest };
   RequestVerdict CheckRequest(const Qp* responder, ibv_wr_opcode opcode,
                               const char** why) const;
-  // One packet of an RDMA WRITE: a packet continuing a message the
-  // responder never saw begin (kNoAnswer: it was reset since), then
-  // check_resource, then check_rkey on the RETH packet (kept in
-  // responder->responder for the packets after it).
-  enum class PacketAnswer { kAck, kRnrNak, kNakRemoteAccess, kNoAnswer };
+  // One packet of an RDMA WRITE whose message began at PSN `first_psn`: a
+  // packet continuing a message the responder never saw begin
+  // (ContinuationWithoutFirst), then check_resource, then check_rkey on the
+  // RETH packet (kept in responder->responder for the packets after it).
+  enum class PacketAnswer {
+    kAck,
+    kRnrNak,
+    kNakRemoteAccess,
+    kNakInvalidRequest,
+    kNoAnswer,
+    kResendFromFirst,
+  };
   PacketAnswer CheckWritePacket(Qp* responder,
                                 const fake_nic_internal::RequestPacket& packet,
-                                uint32_t rkey, uint64_t va, uint64_t length);
+                                uint32_t rkey, uint64_t va, uint64_t length,
+                                uint32_t first_psn);
+  // Packet `index` (> 0) of a write that began at PSN `first_psn` reaches a
+  // responder with no write begun: it was reset (and brought back to RTR)
+  // since the FIRST packet. rxe answers by the PSN its new RTR expects.
+  PacketAnswer ContinuationWithoutFirst(Qp* responder, uint32_t index,
+                                        uint32_t first_psn);
   // check_rkey of a READ or WRITE (`length` bytes) or an atomic (aligned,
   // 8 bytes): IBV_WC_SUCCESS, or the requester's status of the NAK and why.
   ibv_wc_status CheckTarget(Qp* responder, ibv_wr_opcode opcode, uint32_t rkey,
@@ -1375,6 +1389,10 @@ class FakeNic final : public VerbsBackend {
   bool RequesterWaitsForRetransmit(Qp* qp, const std::string& why);
   // RequesterWaitsForRetransmit, or the head WR in flight ends at once.
   void RequesterTimesOut(Qp* qp, const std::string& why);
+  // A peer process's "retry now" (kFrameRecvPosted) for `qp`'s head WR:
+  // unparks it, or, while its request is still out, tells the RNR NAK
+  // that may follow on another link not to park it.
+  void TakeRetryWord(Qp* qp);
   // A QP whose peer's link closed (fake_nic_remote.cc).
   void PeerLinkDied(Qp* qp);
   // ---- Unreliable Connected (fake_nic_unreliable.cc) ----

@@ -829,6 +829,14 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
              (status != IBV_WC_WR_FLUSH_ERR && qp->failed_on_last_packet)) {
     qp->AdvanceRequesterIndex();
   }
+  if (status != IBV_WC_WR_FLUSH_ERR) {
+    qp->next_psn =
+        (qp->next_psn +
+         fake_nic_internal::PsnsOf(wqe.opcode, wqe.total_length(),
+                                   fake_nic_internal::MtuBytes(
+                                       qp->attr.path_mtu))) &
+        0xffffff;
+  }
   qp->failed_on_last_packet = true;
   // A READ's responder runs from a scheduled tasklet (rxe_resp.c
   // rxe_resp_queue_pkt: must_sched for RDMA_READ_REQUEST), so the answer
@@ -1292,10 +1300,13 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   }
   if (qp->rnr_retry != 7) head.rnr_retries_left--;
   if (timer_runs_out && !endless_transport) head.transport_retries++;
-  // Parked until a receive comes: nothing else ends the wait.
+  // Parked until a receive comes: nothing else ends the wait. (Unless a
+  // peer process already said a receive came, while the request was out:
+  // its word and this NAK travel on different links.)
   if (qp->rnr_retry == 7 && (!timer_runs_out || endless_transport)) {
-    head.waiting_for_receive = true;
+    head.waiting_for_receive = !head.retry_told;
   }
+  head.retry_told = false;
   FakeNicEvent event;
   event.kind = FakeNicEvent::Kind::kRnrNak;
   event.qp_num = qp_num;

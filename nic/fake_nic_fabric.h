@@ -137,7 +137,9 @@ struct RequestFrame {
   // (rxe_req.c finish_packet): the message then stops there. The payload
   // is the bytes of packets [0, sent_packets).
   uint32_t sent_packets;
-  uint32_t reserved;
+  // The PSN of the message's first packet (24 bits): a responder reset
+  // since that packet answers a later one by it (CheckWritePacket).
+  uint32_t first_psn;
 };
 
 struct BindFrame {
@@ -150,6 +152,8 @@ struct AnswerFrame {
     kRnrNak = 1,    // no receive: retry from `acked_packets`
     kNak = 2,       // a responder-detected error: `status`
     kNoAnswer = 3,  // the responder QP drops requests (not RTR / gone)
+    kResend = 4,    // a PSN sequence NAK at the message's first PSN: send
+                    // the message again from its first packet
   };
   uint64_t token;
   uint32_t kind;

@@ -387,7 +387,11 @@ struct SendWqeFields {
   // is gone, not yet RTR, or its process exited): see
   // FakeNic::RequesterWaitsForRetransmit.
   uint8_t transport_retries = 0;
-  uint8_t reserved[5] = {};  // no padding: see above
+  // The peer process said "retry now" (a receive posted, its QP changed or
+  // reset: TellRemoteToRetry) while this WR was in flight: its RNR NAK,
+  // arriving on another link after the word, must not park it for good.
+  bool retry_told = false;
+  uint8_t reserved[4] = {};  // no padding: see above
 };
 static_assert(std::is_trivially_copyable_v<SendWqeFields> &&
                   std::has_unique_object_representations_v<SendWqeFields>,
@@ -566,6 +570,10 @@ struct Qp {
   // does not move it again (CompleteSend clears it).
   bool head_passed = false;
   uint32_t dest_qp_num = 0;
+  // The PSN of the head WR's first packet: sq_psn when ibv_modify_qp sets
+  // it (rxe_qp.c rxe_qp_from_attr: req.psn), advanced by the PSNs of each
+  // WR the requester finished (CompleteSend; a flushed WR sent nothing).
+  uint32_t next_psn = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:
   // the only request allowed to resume past its first packet (a frame is
@@ -782,6 +790,13 @@ inline bool AnsweredWithData(ibv_wr_opcode op) {
 inline uint32_t RequestPackets(ibv_wr_opcode op, uint64_t length,
                                uint32_t mtu) {
   return CarriesPayload(op) ? PacketCount(length, mtu) : 1;
+}
+
+// The PSNs a WR takes: one per request packet, and an RDMA READ one per
+// response packet (IB spec 9.7.1; rxe_req.c update_wqe_psn).
+inline uint32_t PsnsOf(ibv_wr_opcode op, uint64_t length, uint32_t mtu) {
+  return op == IBV_WR_RDMA_READ ? PacketCount(length, mtu)
+                                : RequestPackets(op, length, mtu);
 }
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets

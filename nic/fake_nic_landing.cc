@@ -155,10 +155,9 @@ void FakeNic::LandNextPiece(Qp* qp) {
   }
   if (!why.empty()) {
     // Every packet was sent: the requester's index passed the WR.
-    NakWriteRemoteAccess(
-        qp, responder,
-        l.took_receive ? std::optional(receive()) : std::nullopt,
-        /*ends_message=*/true, why);
+    NakWrite(qp, responder,
+             l.took_receive ? std::optional(receive()) : std::nullopt,
+             /*ends_message=*/true, IBV_WC_REM_ACCESS_ERR, why);
     return;
   }
   // The last piece's receive completion, lost to a full CQ, means no answer

@@ -172,11 +172,14 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       FailOnSourcePacket(qp, source_status, i);
       return;
     }
-    const PacketAnswer answer = CheckWritePacket(responder, packet, head.rkey,
-                                                 head.remote_addr, length);
-    // check_resource passed unless RNR: the packet took its receive.
+    const PacketAnswer answer =
+        CheckWritePacket(responder, packet, head.rkey, head.remote_addr,
+                         length, qp->next_psn);
+    // check_resource passed (ACK, or check_rkey failing after it): the
+    // packet took its receive.
     const bool took_receive =
-        packet.takes_receive && answer != PacketAnswer::kRnrNak;
+        packet.takes_receive && (answer == PacketAnswer::kAck ||
+                                 answer == PacketAnswer::kNakRemoteAccess);
     // A message-ending packet whose receive completion will be lost is
     // answered by nothing (CompleteMessageReceive): its line says so. (A
     // write landing later completes its receive at its last piece, whose
@@ -192,6 +195,12 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                  : answer == PacketAnswer::kRnrNak ? "RNR NAK"
                  : answer == PacketAnswer::kNoAnswer
                      ? fake_nic_internal::kResetMidMessage
+                 : answer == PacketAnswer::kResendFromFirst
+                     ? "NAK PSN sequence error at the message's first PSN "
+                       "(responder reset since): sent again from FIRST"
+                 : answer == PacketAnswer::kNakInvalidRequest
+                     ? "NAK invalid request (no FIRST since the responder's "
+                       "reset)"
                      : "NAK remote access");
     if (answer == PacketAnswer::kRnrNak) {
       head.next_packet = i;  // the NAK acknowledged the packets before it
@@ -202,13 +211,31 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
       return;
     }
+    if (answer == PacketAnswer::kResendFromFirst) {
+      // (rxe counts the NAK as one of retry_cnt's retries: with none left
+      // the WR ends instead, as the timer ends it here.)
+      if (qp->attr.retry_cnt == 0) {
+        RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
+        return;
+      }
+      head.next_packet = 0;
+      MarkMaybeReady(qp);
+      return;
+    }
+    if (answer == PacketAnswer::kNakInvalidRequest) {
+      NakWrite(qp, responder, std::nullopt, packet.ends_message,
+               IBV_WC_REM_INV_REQ_ERR,
+               "a packet continuing a message begun before the responder's "
+               "reset (no FIRST since)");
+      return;
+    }
     if (answer == PacketAnswer::kNakRemoteAccess) {
       // An ONLY packet: check_resource took the receive before check_rkey
       // failed, so it completes with the error.
-      NakWriteRemoteAccess(
+      NakWrite(
           qp, responder,
           took_receive ? std::optional(TakeReceive(responder)) : std::nullopt,
-          packet.ends_message,
+          packet.ends_message, IBV_WC_REM_ACCESS_ERR,
           "rkey/PD/bounds/REMOTE_WRITE check failed at the responder");
       return;
     }
@@ -315,9 +342,10 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
   }
 }
 
-void FakeNic::NakWriteRemoteAccess(Qp* qp, Qp* responder,
-                                   const std::optional<RecvWqe>& receive,
-                                   bool ends_message, const std::string& why) {
+void FakeNic::NakWrite(Qp* qp, Qp* responder,
+                       const std::optional<RecvWqe>& receive,
+                       bool ends_message, ibv_wc_status status,
+                       const std::string& why) {
   // The receive completes with the error -- or, its CQ full, the responder
   // answers nothing at all (CompleteMessageReceive).
   if (receive.has_value() &&
@@ -329,10 +357,10 @@ void FakeNic::NakWriteRemoteAccess(Qp* qp, Qp* responder,
   }
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
-  RecordExecuted(qp, wqe, IBV_WC_REM_ACCESS_ERR, why.c_str());
+  RecordExecuted(qp, wqe, status, why.c_str());
   SetQpState(responder, IBV_QPS_ERR, why.c_str());
   qp->failed_on_last_packet = ends_message;
-  CompleteSend(qp, wqe, IBV_WC_REM_ACCESS_ERR, 0);
+  CompleteSend(qp, wqe, status, 0);
   SetQpState(qp, IBV_QPS_ERR, why.c_str());
 }
 
@@ -344,10 +372,10 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     // The responder's memory faulted: answered as its own protection
     // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
     // packet took completes with the error as on a failed check_rkey.
-    NakWriteRemoteAccess(
+    NakWrite(
         qp, responder,
         took_receive ? std::optional(TakeReceive(responder)) : std::nullopt,
-        ends_message,
+        ends_message, IBV_WC_REM_ACCESS_ERR,
         fake_nic_internal::HarnessMemoryError("the responder's",
                                               qp->sq.front().wr_id));
   } else {

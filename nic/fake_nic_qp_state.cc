@@ -189,7 +189,10 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   if (attr_mask & IBV_QP_PATH_MTU) a.path_mtu = attr.path_mtu;
   if (attr_mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr.dest_qp_num;
   if (attr_mask & IBV_QP_RQ_PSN) a.rq_psn = attr.rq_psn & 0xffffff;
-  if (attr_mask & IBV_QP_SQ_PSN) a.sq_psn = attr.sq_psn & 0xffffff;
+  if (attr_mask & IBV_QP_SQ_PSN) {
+    a.sq_psn = attr.sq_psn & 0xffffff;
+    qp->next_psn = a.sq_psn;
+  }
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
   }

@@ -284,8 +284,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
       break;
     case fake_nic_internal::kFrameRecvPosted:
       if (id != nullptr && id->qp != nullptr && !id->qp->sq.empty()) {
-        id->qp->sq.front().waiting_for_receive = false;
-        MarkMaybeReady(id->qp);
+        TakeRetryWord(id->qp);
       }
       break;
     default:
@@ -552,6 +551,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   r.opcode = head.opcode;
   r.send_flags = head.send_flags;
   r.first_packet = head.next_packet;
+  r.first_psn = qp->next_psn;
   r.mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
   // The message's bytes travel with the request; READ and atomics carry
   // none (their data comes back in the answer).
@@ -727,6 +727,16 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
       qp->failed_on_last_packet = a.acked_packets + 1 >= count;
       end_with(static_cast<ibv_wc_status>(a.status), a.why, 0);
       return;
+    case AnswerFrame::kResend:
+      // A PSN sequence NAK at the message's first PSN (ContinuationWithout-
+      // First): the message again from its first packet. (With retry_cnt 0
+      // rxe ends the WR instead; the timer ends it here.)
+      if (qp->attr.retry_cnt == 0) {
+        RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
+        return;
+      }
+      head.next_packet = 0;
+      return;
     case AnswerFrame::kNoAnswer:
       // The responder dropped the request (not RTR, or its QP is gone):
       // nothing comes back on a real link, and the requester's transport
@@ -808,13 +818,34 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   }
   const uint32_t count =
       fake_nic_internal::RequestPackets(opcode, length, r.mtu);
-  if (r.first_packet != 0 && responder->resume_packet == 0) {
-    // Nothing to resume: this responder was reset since its RNR NAK (or
-    // never NAKed). A continuation it never saw begin goes unanswered, as
-    // CheckWritePacket answers one (kResetMidMessage).
-    answer->kind = AnswerFrame::kNoAnswer;
-    CopyText(answer->why, sizeof(answer->why),
-             fake_nic_internal::kResetMidMessage);
+  // A write's packet this responder never saw begin, answered as
+  // CheckWritePacket answers one (ContinuationWithoutFirst); false for
+  // any other answer.
+  auto answered_continuation = [&](PacketAnswer verdict) {
+    switch (verdict) {
+      case PacketAnswer::kResendFromFirst:
+        answer->kind = AnswerFrame::kResend;
+        answer->acked_packets = 0;
+        return true;
+      case PacketAnswer::kNakInvalidRequest:
+        nak(IBV_WC_REM_INV_REQ_ERR,
+            "a packet continuing a message begun before the responder's "
+            "reset (no FIRST since)");
+        return true;
+      case PacketAnswer::kNoAnswer:
+        answer->kind = AnswerFrame::kNoAnswer;
+        CopyText(answer->why, sizeof(answer->why),
+                 fake_nic_internal::kResetMidMessage);
+        return true;
+      default:
+        return false;
+    }
+  };
+  if (r.first_packet != 0 && responder->resume_packet == 0 &&
+      (opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+    // Nothing to resume: this responder was reset since its RNR NAK.
+    answered_continuation(ContinuationWithoutFirst(
+        responder, r.first_packet, r.first_psn & 0xffffff));
     return;
   }
   if (r.first_packet != 0 && (r.first_packet != responder->resume_packet ||
@@ -835,7 +866,8 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         const RequestPacket packet =
             fake_nic_internal::MakeWritePacket(opcode, length, r.mtu, i);
         const PacketAnswer verdict =
-            CheckWritePacket(responder, packet, r.rkey, r.remote_addr, length);
+            CheckWritePacket(responder, packet, r.rkey, r.remote_addr, length,
+                             r.first_psn & 0xffffff);
         if (verdict == PacketAnswer::kRnrNak) {
           answer->kind = AnswerFrame::kRnrNak;
           answer->status = responder->min_rnr_timer;  // the NAK's timer
@@ -846,12 +878,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           responder->resume_packet = i;
           return;
         }
-        if (verdict == PacketAnswer::kNoAnswer) {
-          answer->kind = AnswerFrame::kNoAnswer;
-          CopyText(answer->why, sizeof(answer->why),
-                   fake_nic_internal::kResetMidMessage);
-          return;
-        }
+        if (answered_continuation(verdict)) return;
         const bool took_receive = packet.takes_receive;
         bool ok = verdict == PacketAnswer::kAck;
         if (ok && packet.length > 0) {
@@ -1025,6 +1052,14 @@ void FakeNic::RespondUnreliably(Qp* responder,
   }
   DeliverUnreliable(responder, RequestedWqe(r), r.length, r.mtu,
                     r.sent_packets, payload);
+}
+
+void FakeNic::TakeRetryWord(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  // Still waiting for the answer the word overtook: remembered for it.
+  if (head.in_flight) head.retry_told = true;
+  head.waiting_for_receive = false;
+  MarkMaybeReady(qp);
 }
 
 // The peer's requester parked on our RNR NAK (rnr_retry 7) retries now: a

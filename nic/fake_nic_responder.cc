@@ -52,17 +52,12 @@ FakeNic::RequestVerdict FakeNic::CheckRequest(const Qp* responder,
 FakeNic::PacketAnswer FakeNic::CheckWritePacket(Qp* responder,
                                                 const RequestPacket& packet,
                                                 uint32_t rkey, uint64_t va,
-                                                uint64_t length) {
+                                                uint64_t length,
+                                                uint32_t first_psn) {
   auto& resp = responder->responder;
-  // A MIDDLE or LAST with no write begun: the responder was reset (and
-  // brought back to RTR) since the message's FIRST packet, as a requester
-  // parked on an RNR NAK of its LAST finds. rxe_resp.c check_psn comes
-  // first: the packet's PSN is not the one the new RTR expects, so it is
-  // NAKed with a PSN sequence error and the requester sends the same packet
-  // again until retry_cnt runs out (rxe_comp.c, COMPST_ERROR_RETRY):
-  // RETRY_EXC_ERR, nothing placed, no receive taken. Here: unanswered, the
-  // requester's transport timer counts the same retries.
-  if (!packet.has_reth && !resp.write_started) return PacketAnswer::kNoAnswer;
+  if (!packet.has_reth && !resp.write_started) {
+    return ContinuationWithoutFirst(responder, packet.index, first_psn);
+  }
   // check_resource: only a packet with RXE_RWR_MASK (LAST / ONLY WITH_IMM,
   // rxe_opcode.c) takes a receive; with an SRQ from it (IB spec 10.2.9,
   // rxe_resp.c get_srq_wqe).
@@ -83,6 +78,35 @@ FakeNic::PacketAnswer FakeNic::CheckWritePacket(Qp* responder,
   }
   return resp.write_checked ? PacketAnswer::kAck
                             : PacketAnswer::kNakRemoteAccess;
+}
+
+FakeNic::PacketAnswer FakeNic::ContinuationWithoutFirst(Qp* responder,
+                                                        uint32_t index,
+                                                        uint32_t first_psn) {
+  // As a requester parked on an RNR NAK of its LAST finds when the
+  // responder was reset meanwhile (rxe_qp.c rxe_qp_reset starts resp
+  // over). What rxe did, by the PSN R the new RTR set against the
+  // message's first PSN F (hostile_verbs.c reset_mid_message_*, recorded
+  // on rxe, Linux 6.1):
+  //   R == F: rxe_resp.c check_psn NAKs the packet with a sequence error
+  //     at F, and the requester sends the whole message again from FIRST
+  //     (it lands, its receive completes, the write succeeds);
+  //   R == this packet's PSN: check_op_seq finds a LAST (or MIDDLE) with
+  //     no FIRST before it, a class C error: NAK invalid request, the
+  //     requester REM_INV_REQ_ERR, the responder to ERR;
+  //   F < R < this packet's PSN: the requester's retries run out
+  //     (RETRY_EXC_ERR; with retry_cnt 7 it never ends) and the responder
+  //     goes to ERR (the packet at R, a MIDDLE without FIRST);
+  //   R anywhere else: the packets are out of sequence, the requester's
+  //     retries run out, the responder stays as it is.
+  const uint32_t d = (responder->attr.rq_psn - first_psn) & 0xffffff;
+  if (d == 0) return PacketAnswer::kResendFromFirst;
+  if (d == index) return PacketAnswer::kNakInvalidRequest;
+  if (d < index) {
+    SetQpState(responder, IBV_QPS_ERR,
+               "a packet of a message begun before the QP's reset");
+  }
+  return PacketAnswer::kNoAnswer;
 }
 
 ibv_wc_status FakeNic::CheckTarget(Qp* responder, ibv_wr_opcode opcode,

@@ -125,8 +125,10 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       // A bad rkey at the first packet, or no receive for the immediate at
       // the last: that packet and the rest are dropped, the receive stays
       // posted (recorded: write-imm-bad-rkey, write-imm-3k-no-recv).
+      // (A UC message is delivered from its first packet: no PSN is asked.)
       const PacketAnswer verdict = CheckWritePacket(
-          responder, packet, wqe.rkey, wqe.remote_addr, length);
+          responder, packet, wqe.rkey, wqe.remote_addr, length,
+          /*first_psn=*/0);
       if (verdict != PacketAnswer::kAck) {
         dropped(i, verdict == PacketAnswer::kRnrNak
                        ? "no receive for the immediate data"

@@ -278,6 +278,20 @@ void FakeNic::LinkVerbsQp(Qp* qp) {
     // vector) decides where the peer's requests go.
     Qp* peer = FindQpByNum(dest);
     if (peer != nullptr && peer != qp && peer->id == nullptr) qp->peer = peer;
+    // A requester's packets go to a QP number, not to a QP it found once:
+    // one whose peer was reset (DetachFromPeer) reaches it again now that
+    // it is back at RTR, as the QP number it names is answered again.
+    for (Qp* other : qp_order_) {
+      if (other != qp && other->id == nullptr && other->peer == nullptr &&
+          other->link == 0 && other->attr.dest_qp_num == qp->base.qp_num &&
+          (other->base.state == IBV_QPS_RTR ||
+           other->base.state == IBV_QPS_RTS ||
+           other->base.state == IBV_QPS_SQD) &&
+          AddressReaches(other, qp->base.qp_num)) {
+        other->peer = qp;
+        MarkMaybeReady(other);
+      }
+    }
     return;
   }
   uint64_t link = 0;
@@ -335,10 +349,7 @@ bool FakeNic::OnVerbsFrame(uint64_t link,
       if (qp != nullptr) OnRemoteAnswer(qp, frame);
       break;
     case fake_nic_internal::kFrameRecvPosted:
-      if (qp != nullptr && !qp->sq.empty()) {
-        qp->sq.front().waiting_for_receive = false;
-        MarkMaybeReady(qp);
-      }
+      if (qp != nullptr && !qp->sq.empty()) TakeRetryWord(qp);
       break;
     default:
       break;

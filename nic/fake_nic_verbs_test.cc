@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -451,37 +452,120 @@ TEST(FakeNicVerbsTest, ASpinningPollerSeesItsTransportTimeout) {
   }
 }
 
-// A responder reset (and connected again) while a write with imm waited on
-// an RNR NAK of its LAST packet has no message in progress: the LAST that
-// is sent again continues nothing (rxe_qp.c rxe_qp_reset starts the
-// responder over, and the packet's PSN is not the one the new RTR
-// expects: rxe_resp.c check_psn NAKs it with a sequence error, the
-// requester retransmits the same packet until retry_cnt runs out). The
-// write ends RETRY_EXC_ERR; its LAST lands nowhere and takes no receive.
-TEST(FakeNicVerbsTest, AResponderResetMidMessageDoesNotContinueIt) {
-  auto nic = Started();
-  Side a(nic.get()), b(nic.get());
-  const uint16_t lid = a.Port().lid;
-  ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
-                      /*retry_cnt=*/6),
-            0);
-  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
-  a.WriteWithImm(b, 1);  // 8 packets of 1 KiB; no receive: LAST RNR NAKed
+// What became of a write with imm whose responder was reset mid-message.
+struct AfterReset {
+  ibv_wc_status write = IBV_WC_GENERAL_ERR;
+  bool received = false;  // b's receive completed (any status)
+  ibv_wc_status receive = IBV_WC_GENERAL_ERR;
+  bool last_landed = false;
+  ibv_qp_state responder = IBV_QPS_RESET;
+};
+
+// a (already connected to b, sq_psn 0) writes 8 packets of 1 KiB with imm
+// to b, which has no receive: LAST is RNR NAKed (rnr_retry 7). b is then
+// reset and connected again to a expecting PSN `rq_psn`, and posts a
+// receive. As hostile_verbs.c's reset_mid_message cases, which rxe
+// answered (hostile_verbs.rxe.txt): by rq_psn against the message's PSNs
+// 0 (FIRST) .. 7 (LAST).
+AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
+                           uint32_t rq_psn) {
+  AfterReset out;
+  a.WriteWithImm(b, 1);
   for (int i = 0; i < 2000 && b.dst[kLen - 1024 - 1] == 0; ++i) usleep(100);
-  ASSERT_EQ(memcmp(a.src.data(), b.dst.data(), kLen - 1024), 0)
+  EXPECT_EQ(memcmp(a.src.data(), b.dst.data(), kLen - 1024), 0)
       << "the packets before LAST did not land";
-  ibv_qp_attr reset;
-  memset(&reset, 0, sizeof(reset));
-  reset.qp_state = IBV_QPS_RESET;
-  ASSERT_EQ(nic->ModifyQp(b.qp, &reset, IBV_QP_STATE), 0);
-  ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+  ibv_qp_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_RESET;
+  EXPECT_EQ(b.nic->ModifyQp(b.qp, &attr, IBV_QP_STATE), 0);
+  b.Init();
+  attr = Side::RtrAttr(a.qp->qp_num, b_to_a_lid, nullptr);
+  attr.rq_psn = rq_psn;
+  attr.max_dest_rd_atomic = 1;
+  attr.min_rnr_timer = 1;
+  EXPECT_EQ(b.nic->ModifyQp(b.qp, &attr,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC |
+                                IBV_QP_MIN_RNR_TIMER),
+            0);
+  memset(&attr, 0, sizeof(attr));
+  attr.qp_state = IBV_QPS_RTS;
+  attr.timeout = 14;
+  attr.retry_cnt = 7;
+  attr.rnr_retry = 7;
+  attr.max_rd_atomic = 1;
+  // (A responder answers in RTR already: the packet sent again may have
+  // sent it to ERR before this RTS, which ERR refuses.)
+  const int rts = b.nic->ModifyQp(b.qp, &attr,
+                                  IBV_QP_STATE | IBV_QP_TIMEOUT |
+                                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rts != 0) {
+    ibv_qp_init_attr init;
+    EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
+    EXPECT_EQ(attr.qp_state, IBV_QPS_ERR) << "RTS refused: " << rts;
+  }
   b.PostRecv(7);
-  EXPECT_EQ(a.Poll().status, IBV_WC_RETRY_EXC_ERR);
+  out.write = a.Poll().status;
   ibv_wc wc;
-  EXPECT_EQ(nic->PollCq(b.cq, 1, &wc), 0) << "the receive was taken";
-  EXPECT_TRUE(std::all_of(b.dst.end() - 1024, b.dst.end(),
-                          [](char c) { return c == 0; }))
-      << "LAST landed";
+  for (int i = 0; i < 200 && !out.received; ++i) {
+    out.received = b.nic->PollCq(b.cq, 1, &wc) == 1;
+    if (!out.received) usleep(1000);
+  }
+  out.receive = wc.status;
+  out.last_landed = b.dst[kLen - 1] != 0;
+  ibv_qp_init_attr init;
+  EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
+  out.responder = attr.qp_state;
+  return out;
+}
+
+bool operator==(const AfterReset& x, const AfterReset& y) {
+  return x.write == y.write && x.received == y.received &&
+         (!x.received || x.receive == y.receive) &&
+         x.last_landed == y.last_landed && x.responder == y.responder;
+}
+std::ostream& operator<<(std::ostream& os, const AfterReset& r) {
+  return os << "write " << ibv_wc_status_str(r.write) << ", receive "
+            << (r.received ? ibv_wc_status_str(r.receive) : "none")
+            << ", LAST " << (r.last_landed ? "landed" : "not landed")
+            << ", responder state " << r.responder;
+}
+
+// What rxe answered (hostile_verbs.rxe.txt), by rq_psn against the
+// message's PSNs 0 (FIRST) .. 7 (LAST).
+struct ResetCase {
+  uint32_t rq_psn;
+  AfterReset want;
+};
+const ResetCase kResetCases[] = {
+    // The message's first PSN: a PSN sequence NAK at 0, the whole message
+    // sent again.
+    {0, {IBV_WC_SUCCESS, true, IBV_WC_SUCCESS, true, IBV_QPS_RTS}},
+    // LAST's own: a LAST without FIRST, NAK invalid request.
+    {7, {IBV_WC_REM_INV_REQ_ERR, true, IBV_WC_WR_FLUSH_ERR, false,
+         IBV_QPS_ERR}},
+    // A MIDDLE's: the retries run out, the responder goes to ERR.
+    {3, {IBV_WC_RETRY_EXC_ERR, true, IBV_WC_WR_FLUSH_ERR, false,
+         IBV_QPS_ERR}},
+    // Past the message: out of sequence, the retries run out, the
+    // responder untouched, its receive still posted.
+    {100, {IBV_WC_RETRY_EXC_ERR, false, IBV_WC_SUCCESS, false, IBV_QPS_RTS}},
+};
+
+TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
+  for (const ResetCase& c : kResetCases) {
+    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
+    auto nic = Started();
+    Side a(nic.get()), b(nic.get());
+    const uint16_t lid = a.Port().lid;
+    ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
+                        /*retry_cnt=*/2),
+              0);
+    ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+    EXPECT_EQ(ResetMidMessage(a, b, lid, c.rq_psn), c.want);
+  }
 }
 
 TEST(FakeNicVerbsTest, CreateVerbsQpRefusesWhatIsNotModelled) {
@@ -578,27 +662,21 @@ TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
   EXPECT_EQ(a->Poll().status, IBV_WC_REM_ACCESS_ERR);
 }
 
-// As AResponderResetMidMessageDoesNotContinueIt, across processes: the
-// requester's LAST, RNR NAKed and sent again after each RNR wait, reaches
-// the peer's QP number again once it is RTR again, and continues nothing.
-TEST_F(FakeNicVerbsFabricTest, AResponderResetMidMessageDoesNotContinueIt) {
-  ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
-  a_->WriteWithImm(*b_, 1);  // 8 packets of 1 KiB; no receive: LAST RNR NAKed
-  for (int i = 0; i < 2000 && b_->dst[kLen - 1024 - 1] == 0; ++i) usleep(100);
-  ASSERT_EQ(memcmp(a_->src.data(), b_->dst.data(), kLen - 1024), 0)
-      << "the packets before LAST did not land";
-  ibv_qp_attr reset;
-  memset(&reset, 0, sizeof(reset));
-  reset.qp_state = IBV_QPS_RESET;
-  ASSERT_EQ(nic_b_->ModifyQp(b_->qp, &reset, IBV_QP_STATE), 0);
-  ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
-  b_->PostRecv(7);
-  EXPECT_EQ(a_->Poll().status, IBV_WC_RETRY_EXC_ERR);
-  ibv_wc wc;
-  EXPECT_EQ(nic_b_->PollCq(b_->cq, 1, &wc), 0) << "the receive was taken";
-  EXPECT_TRUE(std::all_of(b_->dst.end() - 1024, b_->dst.end(),
-                          [](char c) { return c == 0; }))
-      << "LAST landed";
+// As AResponderResetMidMessageAnswersByItsNewPsn, across processes: the
+// requester's LAST, RNR NAKed, waits for the peer's word that a receive
+// came; the peer's RESET sends that word before it closes the link (the
+// requester had waited for ever), and the packet sent again is answered
+// by the PSN the new RTR expects.
+TEST_F(FakeNicVerbsFabricTest, AResponderResetMidMessageAnswersByItsNewPsn) {
+  for (const ResetCase& c : kResetCases) {
+    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
+    ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
+    EXPECT_EQ(ResetMidMessage(*a_, *b_, a_->Port().lid, c.rq_psn), c.want);
+    b_.reset();
+    a_.reset();
+    nic_b_.reset();
+    nic_a_.reset();
+  }
 }
 
 TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {

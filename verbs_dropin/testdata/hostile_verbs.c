@@ -82,6 +82,106 @@ static int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr,
 	return ibv_post_send(qp, &wr, &bad);
 }
 
+/*
+ * A write with imm of 8 packets of 1 KiB from a requester starting at PSN
+ * `sq_psn` (retry_cnt `retry_cnt`, rnr_retry 7, timeout 8: 1 ms a try) to
+ * a responder with no receive: its LAST is RNR NAKed and sent again after
+ * each RNR wait. The responder is then moved to RESET and connected again
+ * expecting PSN `rq_psn`, and a receive is posted. What became of the
+ * write, of the receive, of the bytes (the first KiB was cleared after
+ * the first packets landed, so "resent" says FIRST came again), and the
+ * responder's state.
+ */
+static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
+	char name[64];
+	snprintf(name, sizeof(name), "reset_mid_message_sq%u_rq%u_retry%d",
+		 sq_psn, rq_psn, retry_cnt);
+	struct ibv_cq *cqe = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *cqf = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_qp *qe = cqe ? new_qp(cqe, 4, 1, 0) : NULL;
+	struct ibv_qp *qf = cqf ? new_qp(cqf, 4, 1, 0) : NULL;
+	char *whole = malloc(8192), *land = calloc(1, 8192);
+	if (qe == NULL || qf == NULL || whole == NULL || land == NULL) {
+		printf("%s setup-failed\n", name);
+		return;
+	}
+	memset(whole, 0x5a, 8192);
+	struct ibv_mr *wmr = ibv_reg_mr(pd, whole, 8192, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *lmr = ibv_reg_mr(pd, land, 8192,
+					IBV_ACCESS_LOCAL_WRITE |
+					IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_qp_attr rts;
+	memset(&rts, 0, sizeof(rts));
+	rts.qp_state = IBV_QPS_RTS;
+	rts.timeout = 8;
+	rts.retry_cnt = retry_cnt;
+	rts.rnr_retry = 7;
+	rts.sq_psn = sq_psn;
+	rts.max_rd_atomic = 1;
+	if (wmr == NULL || lmr == NULL ||
+	    to_init(qe, IBV_ACCESS_REMOTE_WRITE) ||
+	    to_init(qf, IBV_ACCESS_REMOTE_WRITE) ||
+	    to_rtr_psn(qe, qf->qp_num, 0, RC_RTR_MASK) ||
+	    to_rtr_psn(qf, qe->qp_num, sq_psn, RC_RTR_MASK) ||
+	    ibv_modify_qp(qe, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | RC_RTS_MASK) ||
+	    to_rts(qf, RC_RTS_MASK)) {
+		printf("%s setup-failed\n", name);
+		return;
+	}
+	struct ibv_sge sge = {(uintptr_t)whole, 8192, wmr->lkey};
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = (uintptr_t)land;
+	wr.wr.rdma.rkey = lmr->rkey;
+	if (ibv_post_send(qe, &wr, &bad)) {
+		printf("%s post-failed\n", name);
+		return;
+	}
+	for (double end = now() + 2; land[8192 - 1024 - 1] == 0 && now() < end;)
+		pause_between_polls();
+	const int first_landed = land[8192 - 1024 - 1] != 0;
+	memset(land, 0, 1024);
+	struct ibv_qp_attr to_reset;
+	memset(&to_reset, 0, sizeof(to_reset));
+	to_reset.qp_state = IBV_QPS_RESET;
+	int rc = ibv_modify_qp(qf, &to_reset, IBV_QP_STATE);
+	if (rc == 0)
+		rc = to_init(qf, IBV_ACCESS_REMOTE_WRITE) ||
+		     to_rtr_psn(qf, qe->qp_num, rq_psn, RC_RTR_MASK) ||
+		     to_rts(qf, RC_RTS_MASK);
+	struct ibv_recv_wr rwr, *rbad;
+	memset(&rwr, 0, sizeof(rwr));
+	rwr.wr_id = 77;
+	if (rc == 0)
+		rc = ibv_post_recv(qf, &rwr, &rbad);
+	struct ibv_wc wc, rwc;
+	int got = 0, rgot = 0;
+	for (double end = now() + watch_seconds(3); !got && now() < end;) {
+		got = ibv_poll_cq(cqe, 1, &wc) == 1;
+		if (!got)
+			pause_between_polls();
+	}
+	for (double end = now() + watch_seconds(0.5); !rgot && now() < end;) {
+		rgot = ibv_poll_cq(cqf, 1, &rwc) == 1;
+		if (!rgot)
+			pause_between_polls();
+	}
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	ibv_query_qp(qf, &qa, IBV_QP_STATE, &qi);
+	printf("%s: first_packets %s reset+reconnect %s write %s receive %s"
+	       " resent %s last_landed %s responder_state %d\n",
+	       name, first_landed ? "landed" : "missing", errno_name(rc),
+	       got ? ibv_wc_status_str(wc.status) : "none",
+	       rgot ? ibv_wc_status_str(rwc.status) : "none",
+	       land[0] != 0 ? "yes" : "no", land[8191] != 0 ? "yes" : "no",
+	       (int)qa.qp_state);
+}
+
 int main(int argc, char **argv) {
 	/* A line at a time: what was said before a crash is kept. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -210,6 +310,17 @@ int main(int argc, char **argv) {
 		post_one(qc, IBV_WR_RDMA_READ, buf, 8, mr->lkey, (uintptr_t)dst,
 			 dmr->rkey, IBV_SEND_INLINE));
 	said_wc("read_inline_wc", cq3);
+
+	/* A responder moved to RESET and connected again while the
+	 * requester's write with imm (8 packets of 1 KiB) waits on the RNR
+	 * NAK of its LAST packet: by the PSN the new RTR expects. */
+	reset_mid_message(0, 0, 2);     /* the message's first PSN */
+	reset_mid_message(0, 3, 2);     /* a MIDDLE's */
+	reset_mid_message(0, 7, 2);     /* LAST's */
+	reset_mid_message(0, 100, 2);   /* past the message */
+	reset_mid_message(1000, 1000, 2);
+	reset_mid_message(1000, 0, 2);  /* before it */
+	reset_mid_message(0, 3, 7);     /* rxe's retry_cnt 7: for ever */
 	drain(cq);
 	drain(cq2);
 	drain(cq3);

@@ -128,13 +128,16 @@ static inline int to_init(struct ibv_qp *qp, int access) {
 				     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-/* RTR toward `dest` on this device's port; `extra`: RC_RTR_MASK or more. */
-static inline int to_rtr(struct ibv_qp *qp, uint32_t dest, int extra) {
+/* RTR toward `dest` on this device's port, expecting PSN `rq_psn`;
+ * `extra`: RC_RTR_MASK or more. */
+static inline int to_rtr_psn(struct ibv_qp *qp, uint32_t dest, uint32_t rq_psn,
+			     int extra) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
 	a.dest_qp_num = dest;
+	a.rq_psn = rq_psn;
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
 	a.ah_attr.dlid = port.lid;
@@ -147,6 +150,11 @@ static inline int to_rtr(struct ibv_qp *qp, uint32_t dest, int extra) {
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
 				     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				     IBV_QP_RQ_PSN | extra);
+}
+
+/* RTR expecting PSN 0. */
+static inline int to_rtr(struct ibv_qp *qp, uint32_t dest, int extra) {
+	return to_rtr_psn(qp, dest, 0, extra);
 }
 
 /* RTS; `extra`: RC_RTS_MASK for an RC QP. */
