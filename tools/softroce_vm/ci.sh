@@ -111,7 +111,7 @@ status=0
 # VM's time (7 Dec 2026; a cq program waits 250 ms before each drain's
 # first poll, ~4.7 s a program). By default (what CI runs) the first 30 % of
 # each flavour (a quarter of the cq programs) and the regressions, 363
-# programs in ~180 s (CI's whole run had passed 40 minutes with 573): the
+# programs in ~220 s (CI's whole run had passed 40 minutes with 573): the
 # host's
 # random_differential_test holds the fake to every recorded program on every
 # run, and this part re-asks live rxe, whose kernel is pinned, for the
