@@ -1472,9 +1472,10 @@ void CheckingBackend::TrackQp(ibv_qp* qp, const ibv_qp_init_attr& init_attr) {
   qs = QpState();
   qs.qp = qp;
   qs.qp_num = qp->qp_num;
-  // (The depth asked for: the NIC may round it up, ibv_create_qp(3), and a
-  // program relying on the rounding relies on one NIC's.)
+  // The depth the NIC granted: ibv_create_qp(3) writes it back into cap
+  // (rxe rounds it up).
   qs.sq_depth = init_attr.cap.max_send_wr;
+  qs.serial = ++next_qp_serial_;
   qs.sq_sig_all = init_attr.sq_sig_all != 0;
   qs.send_cq = init_attr.send_cq;
   qs.recv_cq = init_attr.recv_cq;
@@ -1535,12 +1536,22 @@ void CheckingBackend::DestroyQp(rdma_cm_id* id) {
 
 int CheckingBackend::DestroyVerbsQp(ibv_qp* qp) {
   // Forgotten only once gone: ibv_destroy_qp(3) may refuse (the QP is
-  // still the program's then, and still watched).
+  // still the program's then, and still watched). The serial tells this
+  // QP from one another thread made meanwhile with the number it freed.
   const uint32_t qp_num = qp != nullptr ? qp->qp_num : 0;
+  uint64_t serial = 0;
+  if (qp_num != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = qps_.find(qp_num);
+    if (it != qps_.end() && it->second.qp == qp) serial = it->second.serial;
+  }
   const int rc = target()->DestroyVerbsQp(qp);
-  if (rc == 0 && qp_num != 0) {
+  if (rc == 0 && serial == 0 && qp_num != 0) DropQpTrace(qp_num);
+  if (rc == 0 && serial != 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      auto it = qps_.find(qp_num);
+      if (it == qps_.end() || it->second.serial != serial) return rc;
       ForgetQp(qp_num);
     }
     DropQpTrace(qp_num);

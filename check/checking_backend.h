@@ -249,6 +249,7 @@ class CheckingBackend final : public ForwardingBackend,
     ibv_cq* send_cq = nullptr;
     ibv_cq* recv_cq = nullptr;
     ibv_srq* srq = nullptr;
+    uint64_t serial = 0;  // TrackQp's count: a reused qp_num is another QP
     std::deque<OutstandingSend> sends;
     std::deque<OutstandingRecv> recvs;
   };
@@ -338,6 +339,7 @@ class CheckingBackend final : public ForwardingBackend,
   std::map<const void*, LiveObject> live_;
   std::vector<Range> exempt_;
   uint64_t next_cq_serial_ = 0;
+  uint64_t next_qp_serial_ = 0;
   std::vector<Finding> findings_;
   std::map<std::string, size_t> finding_index_;  // check + stack -> index
 

@@ -1389,6 +1389,10 @@ class FakeNic final : public VerbsBackend {
   bool RequesterWaitsForRetransmit(Qp* qp, const std::string& why);
   // RequesterWaitsForRetransmit, or the head WR in flight ends at once.
   void RequesterTimesOut(Qp* qp, const std::string& why);
+  // A PSN sequence NAK at the head WR's first PSN (ContinuationWithout-
+  // First): the message again from its first packet, one transport retry
+  // spent (RETRY_EXC_ERR when none is left).
+  void ResendFromFirst(Qp* qp);
   // A peer process's "retry now" (kFrameRecvPosted) for `qp`'s head WR:
   // unparks it, or, while its request is still out, tells the RNR NAK
   // that may follow on another link not to park it.

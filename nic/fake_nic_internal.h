@@ -482,8 +482,6 @@ RequestPacket MakeSendPacket(ibv_wr_opcode opcode, uint64_t length,
                              uint32_t mtu, uint32_t index);
 const char* PositionName(RequestPacket::Position position);
 
-// What a responder remembers between the packets of one message (rxe's
-// qp->resp: va, resid, the rkey check's verdict).
 // The responder's context of the RDMA WRITE in progress (rxe's qp->resp):
 // what its RETH packet said and check_rkey's verdict, for the packets after
 // it. RESET starts it over (rxe_qp.c rxe_qp_reset).

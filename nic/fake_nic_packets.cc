@@ -212,14 +212,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       return;
     }
     if (answer == PacketAnswer::kResendFromFirst) {
-      // (rxe counts the NAK as one of retry_cnt's retries: with none left
-      // the WR ends instead, as the timer ends it here.)
-      if (qp->attr.retry_cnt == 0) {
-        RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
-        return;
-      }
-      head.next_packet = 0;
-      MarkMaybeReady(qp);
+      ResendFromFirst(qp);
       return;
     }
     if (answer == PacketAnswer::kNakInvalidRequest) {

@@ -456,6 +456,23 @@ bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
   return true;
 }
 
+void FakeNic::ResendFromFirst(Qp* qp) {
+  // rxe_comp.c takes the NAK as one of retry_cnt's retries
+  // (COMPST_ERROR_RETRY), as the transport timer below counts them; with
+  // none left the WR ends RETRY_EXC_ERR.
+  SendWqe& head = qp->sq.front();
+  const bool endless = qp->retry_cnt == 7 &&
+                       config_.personality.transport_retry_7_never_runs_out;
+  if (!endless && head.transport_retries >= qp->retry_cnt) {
+    EndUnansweredHead(qp, fake_nic_internal::kResetMidMessage);
+    MarkMaybeReady(qp);
+    return;
+  }
+  if (!endless) head.transport_retries++;
+  head.next_packet = 0;
+  MarkMaybeReady(qp);
+}
+
 void FakeNic::RequesterTimesOut(Qp* qp, const std::string& why) {
   if (qp->sq.empty() || qp->sq.front().stalled()) return;
   // As in one process (ExecuteSendWqe's no-answer branch).
@@ -581,6 +598,8 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   head.token = r.token;
   head.in_flight = true;
   head.waiting_for_receive = false;
+  // A "retry now" that came before this request answers nothing of it.
+  head.retry_told = false;
   const bool sent =
       fabric_->Send(qp->link, fake_nic_internal::kFrameRequest, &r, sizeof(r),
                     payload_len > 0 ? payload : nullptr, payload_len);
@@ -728,14 +747,13 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
       end_with(static_cast<ibv_wc_status>(a.status), a.why, 0);
       return;
     case AnswerFrame::kResend:
-      // A PSN sequence NAK at the message's first PSN (ContinuationWithout-
-      // First): the message again from its first packet. (With retry_cnt 0
-      // rxe ends the WR instead; the timer ends it here.)
-      if (qp->attr.retry_cnt == 0) {
-        RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
+      // Only a packet past FIRST is answered so (ContinuationWithoutFirst).
+      if (head.next_packet == 0) {
+        end_with(IBV_WC_REM_OP_ERR,
+                 "malformed answer from the peer process (sequence NAK)", 0);
         return;
       }
-      head.next_packet = 0;
+      ResendFromFirst(qp);
       return;
     case AnswerFrame::kNoAnswer:
       // The responder dropped the request (not RTR, or its QP is gone):

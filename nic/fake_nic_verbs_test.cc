@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -470,11 +471,23 @@ struct AfterReset {
 AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
                            uint32_t rq_psn) {
   AfterReset out;
+  // Waits for LAST's RNR NAK as a's NIC records it (b's buffer is the
+  // NIC's to write until then: reading it would race).
+  std::atomic<int> rnr_naks{0};
+  const int watch = a.nic->AddObserver([&](const FakeNicEvent& event) {
+    if (event.kind == FakeNicEvent::Kind::kRnrNak) ++rnr_naks;
+  });
   a.WriteWithImm(b, 1);
-  for (int i = 0; i < 2000 && b.dst[kLen - 1024 - 1] == 0; ++i) usleep(100);
+  for (int i = 0; i < 20000 && rnr_naks == 0; ++i) usleep(100);
+  a.nic->RemoveObserver(watch);
+  EXPECT_GT(rnr_naks.load(), 0) << "LAST was not RNR NAKed";
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  // (b's NIC wrote under its mutex, which QueryQp takes: the bytes before
+  // LAST are safe to read after it.)
+  EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(memcmp(a.src.data(), b.dst.data(), kLen - 1024), 0)
       << "the packets before LAST did not land";
-  ibv_qp_attr attr;
   memset(&attr, 0, sizeof(attr));
   attr.qp_state = IBV_QPS_RESET;
   EXPECT_EQ(b.nic->ModifyQp(b.qp, &attr, IBV_QP_STATE), 0);
@@ -502,7 +515,6 @@ AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
                                       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                                       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   if (rts != 0) {
-    ibv_qp_init_attr init;
     EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
     EXPECT_EQ(attr.qp_state, IBV_QPS_ERR) << "RTS refused: " << rts;
   }
@@ -514,10 +526,9 @@ AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
     if (!out.received) usleep(1000);
   }
   out.receive = wc.status;
-  out.last_landed = b.dst[kLen - 1] != 0;
-  ibv_qp_init_attr init;
   EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
   out.responder = attr.qp_state;
+  out.last_landed = b.dst[kLen - 1] != 0;  // after b's mutex (QueryQp)
   return out;
 }
 
@@ -560,8 +571,10 @@ TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
     auto nic = Started();
     Side a(nic.get()), b(nic.get());
     const uint16_t lid = a.Port().lid;
+    // (retry_cnt 6: the timer may spend retries while b is reset, before
+    // the sequence NAK spends one.)
     ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
-                        /*retry_cnt=*/2),
+                        /*retry_cnt=*/6),
               0);
     ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
     EXPECT_EQ(ResetMidMessage(a, b, lid, c.rq_psn), c.want);

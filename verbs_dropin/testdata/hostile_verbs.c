@@ -314,12 +314,14 @@ int main(int argc, char **argv) {
 	/* A responder moved to RESET and connected again while the
 	 * requester's write with imm (8 packets of 1 KiB) waits on the RNR
 	 * NAK of its LAST packet: by the PSN the new RTR expects. */
-	reset_mid_message(0, 0, 2);     /* the message's first PSN */
-	reset_mid_message(0, 3, 2);     /* a MIDDLE's */
-	reset_mid_message(0, 7, 2);     /* LAST's */
-	reset_mid_message(0, 100, 2);   /* past the message */
-	reset_mid_message(1000, 1000, 2);
-	reset_mid_message(1000, 0, 2);  /* before it */
+	/* (retry_cnt 6: the timer may spend retries while the responder is
+	 * reset, before its sequence NAK spends one.) */
+	reset_mid_message(0, 0, 6);     /* the message's first PSN */
+	reset_mid_message(0, 3, 6);     /* a MIDDLE's */
+	reset_mid_message(0, 7, 6);     /* LAST's */
+	reset_mid_message(0, 100, 6);   /* past the message */
+	reset_mid_message(1000, 1000, 6);
+	reset_mid_message(1000, 0, 6);  /* before it */
 	reset_mid_message(0, 3, 7);     /* rxe's retry_cnt 7: for ever */
 	drain(cq);
 	drain(cq2);
