@@ -1389,6 +1389,13 @@ class FakeNic final : public VerbsBackend {
   bool RequesterWaitsForRetransmit(Qp* qp, const std::string& why);
   // RequesterWaitsForRetransmit, or the head WR in flight ends at once.
   void RequesterTimesOut(Qp* qp, const std::string& why);
+  // retry_cnt 7 retries for ever (Personality::
+  // transport_retry_7_never_runs_out).
+  bool TransportRetriesEndless(const Qp* qp) const;
+  // One of the head WR's transport retries spent (a timeout, or a sequence
+  // NAK); none left: the WR ends RETRY_EXC_ERR (EndUnansweredHead, `why`)
+  // and false.
+  bool SpendTransportRetry(Qp* qp, const char* why);
   // A PSN sequence NAK at the head WR's first PSN (ContinuationWithout-
   // First): the message again from its first packet, one transport retry
   // spent (RETRY_EXC_ERR when none is left).

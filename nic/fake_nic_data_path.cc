@@ -1250,8 +1250,7 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   }
   // rxe: the retransmit timer runs out during the wait, once per cycle.
   const bool timer_runs_out = RetransmitBeatsRnrWait(qp, rnr_timer);
-  const bool endless_transport =
-      qp->retry_cnt == 7 && config_.personality.transport_retry_7_never_runs_out;
+  const bool endless_transport = TransportRetriesEndless(qp);
   ibv_wc_status fails = IBV_WC_SUCCESS;
   if (qp->rnr_retry != 7 && head.rnr_retries_left == 0) {
     fails = IBV_WC_RNR_RETRY_EXC_ERR;

@@ -745,6 +745,11 @@ constexpr char kUnansweredCqFull[] = "no answer: receive CQ full";
 // (FakeNic::CheckWritePacket).
 constexpr char kResetMidMessage[] =
     "no answer: the responder was reset since the message began";
+// The invalid-request NAK of such a packet at the PSN its responder expects
+// (FakeNic::ContinuationWithoutFirst).
+constexpr char kContinuationWithoutFirst[] =
+    "a packet continuing a message begun before the responder's reset (no "
+    "FIRST since)";
 
 // The IB CM message's private-data size (include/rdma/ib_cm.h), minus the
 // rdma_cm header for a REQ on RDMA_PS_TCP (cma.c cma_connect_ib).

@@ -218,8 +218,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
     if (answer == PacketAnswer::kNakInvalidRequest) {
       NakWrite(qp, responder, std::nullopt, packet.ends_message,
                IBV_WC_REM_INV_REQ_ERR,
-               "a packet continuing a message begun before the responder's "
-               "reset (no FIRST since)");
+               fake_nic_internal::kContinuationWithoutFirst);
       return;
     }
     if (answer == PacketAnswer::kNakRemoteAccess) {
@@ -662,7 +661,7 @@ void FakeNic::UnansweredReceiveCqFull(Qp* qp) {
   // responder to RESPST_ERROR before any ACK is built, so the requester
   // hears nothing (recv_cq_overrun in verbs_dropin/testdata/async_events.c,
   // on rxe). A retransmission meets a responder in ERR.
-  if (qp->sq.front().landing != nullptr) qp->sq.front().landing.reset();
+  qp->sq.front().landing.reset();
   RequesterTimesOut(qp, fake_nic_internal::kReceiveCqFull);
 }
 

@@ -456,20 +456,27 @@ bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
   return true;
 }
 
+bool FakeNic::TransportRetriesEndless(const Qp* qp) const {
+  return qp->retry_cnt == 7 &&
+         config_.personality.transport_retry_7_never_runs_out;
+}
+
+bool FakeNic::SpendTransportRetry(Qp* qp, const char* why) {
+  const bool endless = TransportRetriesEndless(qp);
+  if (!endless && qp->sq.front().transport_retries >= qp->retry_cnt) {
+    EndUnansweredHead(qp, why);
+    MarkMaybeReady(qp);
+    return false;
+  }
+  if (!endless) qp->sq.front().transport_retries++;
+  return true;
+}
+
 void FakeNic::ResendFromFirst(Qp* qp) {
   // rxe_comp.c takes the NAK as one of retry_cnt's retries
-  // (COMPST_ERROR_RETRY), as the transport timer below counts them; with
-  // none left the WR ends RETRY_EXC_ERR.
-  SendWqe& head = qp->sq.front();
-  const bool endless = qp->retry_cnt == 7 &&
-                       config_.personality.transport_retry_7_never_runs_out;
-  if (!endless && head.transport_retries >= qp->retry_cnt) {
-    EndUnansweredHead(qp, fake_nic_internal::kResetMidMessage);
-    MarkMaybeReady(qp);
-    return;
-  }
-  if (!endless) head.transport_retries++;
-  head.next_packet = 0;
+  // (COMPST_ERROR_RETRY), as the transport timer counts them.
+  if (!SpendTransportRetry(qp, fake_nic_internal::kResetMidMessage)) return;
+  qp->sq.front().next_packet = 0;
   MarkMaybeReady(qp);
 }
 
@@ -493,16 +500,9 @@ void FakeNic::FireTransportTimersLocked() {
       continue;
     }
     fired = true;
-    const bool endless = qp->retry_cnt == 7 &&
-        config_.personality.transport_retry_7_never_runs_out;
-    if (!endless && qp->sq.front().transport_retries >= qp->retry_cnt) {
-      EndUnansweredHead(qp, timer.why.c_str());
-      MarkMaybeReady(qp);
-      continue;
-    }
+    if (!SpendTransportRetry(qp, timer.why.c_str())) continue;
     // The request goes out again (rxe_req.c req_retry): the scheduler
     // executes the head once more, from its first unacknowledged packet.
-    if (!endless) qp->sq.front().transport_retries++;
     qp->sq.front().in_flight = false;
     MarkMaybeReady(qp);
   }
@@ -847,8 +847,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         return true;
       case PacketAnswer::kNakInvalidRequest:
         nak(IBV_WC_REM_INV_REQ_ERR,
-            "a packet continuing a message begun before the responder's "
-            "reset (no FIRST since)");
+            fake_nic_internal::kContinuationWithoutFirst);
         return true;
       case PacketAnswer::kNoAnswer:
         answer->kind = AnswerFrame::kNoAnswer;
