@@ -830,11 +830,15 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
     qp->AdvanceRequesterIndex();
   }
   if (status != IBV_WC_WR_FLUSH_ERR) {
+    // (A message within the smallest MTU, 256 bytes, takes one PSN: the
+    // MTU is not looked up on that path.)
+    const uint64_t length = wqe.total_length();
     qp->next_psn =
         (qp->next_psn +
-         fake_nic_internal::PsnsOf(wqe.opcode, wqe.total_length(),
-                                   fake_nic_internal::MtuBytes(
-                                       qp->attr.path_mtu))) &
+         (length <= 256 ? 1
+                        : fake_nic_internal::PsnsOf(
+                              wqe.opcode, length,
+                              fake_nic_internal::MtuBytes(qp->attr.path_mtu)))) &
         0xffffff;
   }
   qp->failed_on_last_packet = true;
