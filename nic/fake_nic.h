@@ -971,10 +971,13 @@ class FakeNic final : public VerbsBackend {
                 const std::string& why);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
-  // head WR popped, both QPs' states as rxe leaves them).
-  void FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
-                            uint64_t copy_length, uintptr_t fault,
-                            bool took_receive, bool ends_message);
+  // head WR popped, both QPs' states as rxe leaves them). `packet` is the
+  // one whose copy faulted: its trace line says which side's memory did.
+  void FailWriteOnCopyFault(Qp* qp, Qp* responder,
+                            const fake_nic_internal::RequestPacket& packet,
+                            const uint8_t* target, uint64_t copy_length,
+                            uintptr_t fault, bool took_receive,
+                            bool ends_message);
   // fake_nic_packets.cc: the head SEND / SEND_WITH_IMM packet by packet (the
   // receive taken at FIRST / ONLY, scattered into per packet).
   void ExecuteSendByPackets(Qp* qp, Qp* responder);

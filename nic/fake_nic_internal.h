@@ -741,6 +741,16 @@ constexpr char kReceiveCqFull[] =
 // The trace's answer for the packet (or landed piece) whose receive
 // completion found its CQ full: neither ACK nor NAK went.
 constexpr char kUnansweredCqFull[] = "no answer: receive CQ full";
+// The trace's answer for the packet whose payload copy faulted in the
+// requester's own memory (unmapped or protected after registration,
+// HarnessMemoryError): the packet was never built, as a bad source SGE's
+// (rxe_req.c finish_packet).
+constexpr char kNotSentRequesterMemory[] =
+    "not sent: the requester's memory faulted";
+// The trace's answer for the packet whose payload copy faulted in the
+// responder's memory: NAKed as its own protection failure.
+constexpr char kNakResponderMemory[] =
+    "NAK remote access (the responder's memory faulted)";
 // A packet continuing a write its responder never saw begin
 // (FakeNic::CheckWritePacket).
 constexpr char kResetMidMessage[] =

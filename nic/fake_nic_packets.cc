@@ -189,8 +189,8 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
         (answer == PacketAnswer::kNakRemoteAccess ||
          (packet.ends_message && deferred == nullptr)) &&
         ReceiveCompletionLost(responder);
-    RecordPacket(qp, head, packet,
-                 unanswered ? fake_nic_internal::kUnansweredCqFull
+    const char* const traced_answer =
+        unanswered ? fake_nic_internal::kUnansweredCqFull
                  : answer == PacketAnswer::kAck    ? "ACK"
                  : answer == PacketAnswer::kRnrNak ? "RNR NAK"
                  : answer == PacketAnswer::kNoAnswer
@@ -201,7 +201,12 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
                  : answer == PacketAnswer::kNakInvalidRequest
                      ? "NAK invalid request (no FIRST since the responder's "
                        "reset)"
-                     : "NAK remote access");
+                     : "NAK remote access";
+    // An ACKed packet's line waits for its copy, which may still fault
+    // (FailWriteOnCopyFault records the line then).
+    if (answer != PacketAnswer::kAck) {
+      RecordPacket(qp, head, packet, traced_answer);
+    }
     if (answer == PacketAnswer::kRnrNak) {
       head.next_packet = i;  // the NAK acknowledged the packets before it
       RnrNakHead(qp, responder->min_rnr_timer);
@@ -289,8 +294,10 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       if (!RecopyByPackets(source, num_source, target, before_last, mtu,
                            with_last || before_last > packet.length,
                            &fault)) {
-        FailWriteOnCopyFault(qp, responder, target, before_last, fault,
-                             with_last ? false : took,
+        // (A packet trace copies packet by packet: `packet` is the one
+        // that faulted.)
+        FailWriteOnCopyFault(qp, responder, packet, target, before_last,
+                             fault, with_last ? false : took,
                              with_last ? false : ends_message);
         return;
       }
@@ -301,6 +308,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       // Without LAST: the same copy faulted a moment ago and now did not,
       // which is not a fault.
     }
+    RecordPacket(qp, head, packet, traced_answer);
     i = last_copied;
     if (ends_message && deferred != nullptr) {
       StartLanding(qp, responder, took);
@@ -356,11 +364,17 @@ void FakeNic::NakWrite(Qp* qp, Qp* responder,
   SetQpState(qp, IBV_QPS_ERR, why.c_str());
 }
 
-void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
-                                   uint64_t copy_length, uintptr_t fault,
-                                   bool took_receive, bool ends_message) {
+void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder,
+                                   const RequestPacket& packet,
+                                   const uint8_t* target, uint64_t copy_length,
+                                   uintptr_t fault, bool took_receive,
+                                   bool ends_message) {
   const uint64_t target_addr = Address(target);
   if (fault >= target_addr && fault - target_addr < copy_length) {
+    RecordPacket(qp, qp->sq.front(), packet,
+                 took_receive && ReceiveCompletionLost(responder)
+                     ? fake_nic_internal::kUnansweredCqFull
+                     : fake_nic_internal::kNakResponderMemory);
     // The responder's memory faulted: answered as its own protection
     // failure (the rkey-violation NAK, REM_ACCESS_ERR); a receive the
     // packet took completes with the error as on a failed check_rkey.
@@ -375,6 +389,8 @@ void FakeNic::FailWriteOnCopyFault(Qp* qp, Qp* responder, const uint8_t* target,
     // (ibv_poll_cq(3) IBV_WC_LOC_PROT_ERR), the QP to ERR, as when a
     // local SGE fails its checks. The message was cut: the responder's
     // receive, if taken, is flushed with its QP.
+    RecordPacket(qp, qp->sq.front(), packet,
+                 fake_nic_internal::kNotSentRequesterMemory);
     SendWqe wqe = std::move(qp->sq.front());
     qp->sq.pop_front();
     const std::string why =
@@ -559,6 +575,8 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       // The requester's own memory faulted (HarnessMemoryError): a local
       // protection error; the message was cut, so the receive is flushed
       // with the responder's QP.
+      RecordPacket(qp, head, packet,
+                   fake_nic_internal::kNotSentRequesterMemory);
       const std::string why =
           fake_nic_internal::HarnessMemoryError("the requester's", head.wr_id);
       RecvWqe taken = TakeReceive(responder);

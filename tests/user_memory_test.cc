@@ -295,18 +295,24 @@ struct MultiPacketOutcome {
   std::vector<uint8_t> after;   // its fourth page
   std::vector<uint8_t> third;   // its third page
   size_t packets_traced = 0;
+  std::vector<std::string> packet_lines;  // each traced packet's text
 };
 
-// `hole_page` of the target's four pages is made inaccessible; the write
-// covers `length` bytes from the target's start.
+// `hole_page` of the target's four pages (of the source's, with
+// `hole_in_source`) is made inaccessible; the write covers `length` bytes
+// from the target's start.
 MultiPacketOutcome WriteOverAHole(bool trace_packets, int hole_page = 2,
-                                  size_t length = 4 * kPage) {
+                                  size_t length = 4 * kPage,
+                                  bool hole_in_source = false) {
   MultiPacketOutcome out;
   FakeNicConfig config;
   config.trace_packets = trace_packets;
   FakeNic nic(config);
   nic.AddObserver([&out](const FakeNicEvent& e) {
-    if (e.kind == FakeNicEvent::Kind::kPacket) ++out.packets_traced;
+    if (e.kind == FakeNicEvent::Kind::kPacket) {
+      ++out.packets_traced;
+      out.packet_lines.push_back(e.text);
+    }
   });
   ConnectedQps fabric(&nic);
   QpPair* pair = fabric.Connect(QpPairOptions{});
@@ -334,7 +340,8 @@ MultiPacketOutcome WriteOverAHole(bool trace_packets, int hole_page = 2,
   // The third page becomes inaccessible (mprotect, not munmap: an unmapped
   // hole can be reused by the next mmap -- under ASan it was -- and the copy
   // would then land in someone else's memory).
-  if (mprotect(remote.data() + hole_page * kPage, kPage, PROT_NONE) != 0) {
+  uint8_t* const holed = hole_in_source ? local.data() : remote.data();
+  if (mprotect(holed + hole_page * kPage, kPage, PROT_NONE) != 0) {
     return out;
   }
   ibv_sge sge{reinterpret_cast<uintptr_t>(local.data()),
@@ -403,6 +410,45 @@ TEST(MultiPacketWriteTest, AHoleUnderTheLastPacketOnlyEndsTheWriteAlike) {
   EXPECT_EQ(quiet.landed, traced.landed);
   EXPECT_EQ(quiet.third, traced.third);
   EXPECT_GT(traced.packets_traced, 12u);
+}
+
+// The packet trace tells what each packet did: the one whose payload copy
+// faulted was not ACKed. In the responder's memory it is NAKed (the write's
+// REM_ACCESS_ERR); in the requester's own it was never sent, as a packet cut
+// by a bad source SGE (rxe_req.c finish_packet), and nothing follows it.
+TEST(MultiPacketWriteTest, ThePacketWhoseCopyFaultsIsTracedAsItEnded) {
+  const MultiPacketOutcome target = WriteOverAHole(true, 2);
+  ASSERT_EQ(target.client, IBV_WC_REM_ACCESS_ERR);
+  // rdma_cm's 1024-byte MTU: the packets before the third page land, the
+  // first in it faults.
+  const size_t hole = 2 * kPage / 1024;
+  const std::string at =
+      "#" + std::to_string(hole) + " offset " + std::to_string(2 * kPage);
+  ASSERT_EQ(target.packet_lines.size(), hole + 1);
+  for (size_t i = 0; i < hole; ++i) {
+    EXPECT_NE(target.packet_lines[i].find(": ACK"), std::string::npos)
+        << target.packet_lines[i];
+  }
+  EXPECT_NE(target.packet_lines[hole].find(at + ": NAK remote access"),
+            std::string::npos)
+      << target.packet_lines[hole];
+
+  const MultiPacketOutcome source = WriteOverAHole(true, 2, 4 * kPage, true);
+  const MultiPacketOutcome quiet = WriteOverAHole(false, 2, 4 * kPage, true);
+  EXPECT_EQ(source.client, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(quiet.client, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(source.server, -1) << "LAST never came: no receive was taken";
+  EXPECT_EQ(quiet.server, -1);
+  EXPECT_EQ(source.landed, quiet.landed);
+  ASSERT_EQ(source.packet_lines.size(), hole + 1);
+  for (size_t i = 0; i < hole; ++i) {
+    EXPECT_NE(source.packet_lines[i].find(": ACK"), std::string::npos)
+        << source.packet_lines[i];
+  }
+  EXPECT_NE(source.packet_lines[hole].find(
+                at + ": not sent: the requester's memory faulted"),
+            std::string::npos)
+      << source.packet_lines[hole];
 }
 
 TEST_F(UnmappedAfterRegistrationTest, StillMappedWriteSucceeds) {
