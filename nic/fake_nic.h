@@ -251,12 +251,21 @@ struct Personality {
   // A UC responder drops a message it cannot take (no receive, a bad rkey,
   // a responder not RTR) silently, and the next message starts afresh (IB
   // spec 9.8.3: UC has no NAKs). rxe 6.1 does so only when the message
-  // failed at its first packet: when a later packet of it is dropped (a
-  // multi-packet write with imm that finds no receive at its LAST), the
-  // responder's expected opcode stays "middle" and check_op_seq (rxe_resp.c)
-  // drops every later message's first packet -- the QP takes nothing more
-  // until it is reset. Recorded: verbs_dropin/testdata/uc_verbs.rxe.txt,
-  // write-imm-3k-no-recv.
+  // failed at its first packet. When a later packet is dropped (a
+  // multi-packet write with imm that finds no receive at its LAST) or
+  // never comes (its requester stopped at a bad source SGE), the
+  // responder's expected opcode stays "middle", and check_op_seq
+  // (rxe_resp.c) sends the next message's first packet to
+  // do_class_d1e_error, which drops it and:
+  //  - a cut write: nothing more; every later message is dropped the same
+  //    way until the QP is reset;
+  //  - a cut send, receive queue of its own: the receive starts again
+  //    (class D1), and the message after the dropped one lands in it;
+  //  - a cut send, SRQ: the receive taken from the SRQ at its first packet
+  //    (get_srq_wqe) completes IBV_WC_REM_INV_REQ_ERR (class E), and every
+  //    later message is dropped.
+  // Recorded: verbs_dropin/testdata/uc_verbs.rxe.txt, write-imm-3k-no-recv,
+  // cut-send, cut-send-srq.
   bool uc_cut_message_stalls_responder = false;
   // rxe_verbs.c rxe_post_send: for a user QP "utilize process context to do
   // protocol processing": the requester runs inside ibv_post_send, so the
@@ -1418,6 +1427,12 @@ class FakeNic final : public VerbsBackend {
   void RespondUnreliably(Qp* responder, const fake_nic_internal::RequestFrame& r,
                          const uint8_t* payload, size_t payload_len,
                          fake_nic_internal::AnswerFrame* answer);
+  // The first packet of a UC message at a responder still expecting the
+  // middle of a message cut earlier (Qp::uc_cut): it is dropped, and the
+  // cut message's receive restarts or completes in error, as rxe's
+  // do_class_d1e_error has it.
+  void UcMessageAfterCut(Qp* responder,
+                         const fake_nic_internal::SendWqe& wqe);
   // A UC message's packets [0, sent_packets) at `responder` (in this
   // process or from another's request frame): what lands, what is dropped.
   void DeliverUnreliable(Qp* responder, const fake_nic_internal::SendWqe& wqe,

@@ -549,10 +549,13 @@ struct Qp {
   uint8_t rnr_retry = 7;
   uint8_t retry_cnt = 7;
   uint8_t min_rnr_timer = 0;
-  // A UC responder that accepted a message's first packet and dropped a
-  // later one: on rxe every later message is dropped too
-  // (Personality::uc_cut_message_stalls_responder); RESET clears it.
-  bool uc_stalled = false;
+  // A UC responder that took a message's first packet and never its last
+  // keeps expecting a middle packet (rxe's resp.opcode stays FIRST or
+  // MIDDLE): what that message was decides what the next message's first
+  // packet meets (FakeNic::UcMessageAfterCut;
+  // Personality::uc_cut_message_stalls_responder). RESET clears it.
+  enum class UcCut : uint8_t { kNone, kSend, kWrite };
+  UcCut uc_cut = UcCut::kNone;
   // Personality::queued_sends_wait_for_a_doorbell: WRs were posted while
   // the QP was not in RTS; they start at the next PostSend in RTS.
   bool sq_waits_for_doorbell = false;

@@ -234,7 +234,7 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     // without completions and forgets the attributes (rxe_qp.c
     // rxe_qp_reset).
     ResetQpQueues(qp);
-    qp->uc_stalled = false;
+    qp->uc_cut = Qp::UcCut::kNone;
     const uint8_t port = a.port_num;
     memset(&a, 0, sizeof(a));
     a.port_num = port;

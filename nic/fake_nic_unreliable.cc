@@ -75,11 +75,36 @@ void FakeNic::CompleteUnreliableHead(Qp* qp) {
             static_cast<uint32_t>(qp->sq.front().total_length()));
 }
 
+void FakeNic::UcMessageAfterCut(Qp* responder, const SendWqe& wqe) {
+  // rxe_resp.c check_op_seq (UC): a first packet while a SEND or WRITE is
+  // under way is RESPST_ERR_MISSING_OPCODE_LAST_D1E; do_class_d1e_error
+  // drops the packet either way.
+  if (responder->uc_cut == Qp::UcCut::kSend && responder->srq == nullptr) {
+    // Class D1: the receive (still at the head of the QP's queue, rxe's
+    // resp.wqe) is reset to its start and resp.opcode to none: the next
+    // message is taken afresh.
+    responder->uc_cut = Qp::UcCut::kNone;
+    return;
+  }
+  if (responder->uc_cut == Qp::UcCut::kSend && !responder->rq.empty()) {
+    // Class E: the receive the cut message took from the SRQ (held in the
+    // QP's own queue since the cut: HoldCutReceive) completes with
+    // REM_INV_REQ_ERR. resp.opcode stays: later messages meet the same
+    // check with no receive held, and are dropped.
+    RecvWqe held = std::move(responder->rq.front());
+    responder->rq.pop_front();
+    CompleteMessageReceive(responder, held, wqe, IBV_WC_REM_INV_REQ_ERR,
+                           IBV_WC_RECV, 0);
+  }
+}
+
 void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
                                 uint64_t length, uint32_t mtu,
                                 uint32_t sent_packets,
                                 const uint8_t* payload) {
   const uint32_t count = fake_nic_internal::PacketCount(length, mtu);
+  const bool is_write = wqe.opcode == IBV_WR_RDMA_WRITE ||
+                        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   auto dropped = [&](uint32_t index, const char* why) {
     // Said in a packet trace (FakeNicConfig::trace_packets) only: nothing
     // comes back to the requester.
@@ -94,11 +119,14 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       Record(std::move(event));
     }
     // rxe_resp.c check_op_seq: a message cut after its first packet leaves
-    // the responder expecting its middle, and it drops every later first
-    // packet (Personality::uc_cut_message_stalls_responder).
+    // the responder expecting its middle (UcMessageAfterCut;
+    // Personality::uc_cut_message_stalls_responder). A send's receive
+    // from an SRQ left it at the first packet (get_srq_wqe): held by the
+    // QP from now on.
     if (index > 0 && responder != nullptr &&
         config_.personality.uc_cut_message_stalls_responder) {
-      responder->uc_stalled = true;
+      responder->uc_cut = is_write ? Qp::UcCut::kWrite : Qp::UcCut::kSend;
+      if (!is_write) HoldCutReceive(responder);
     }
   };
   // Not RTR/RTS, gone, or the QP's access flags refuse the operation: the
@@ -110,13 +138,12 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
     dropped(0, refused);
     return;
   }
-  if (responder->uc_stalled) {
+  if (responder->uc_cut != Qp::UcCut::kNone) {
     dropped(0, "a message cut earlier left it expecting a middle packet");
+    UcMessageAfterCut(responder, wqe);
     return;
   }
   auto& rq = responder->ReceiveQueue();
-  const bool is_write = wqe.opcode == IBV_WR_RDMA_WRITE ||
-                        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   if (is_write) {
     auto& resp = responder->responder;
     for (uint32_t i = 0; i < sent_packets; ++i) {

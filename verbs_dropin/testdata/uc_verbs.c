@@ -4,8 +4,9 @@
  * ibv_modify_qp takes at each state, the opcodes ibv_post_send takes, a
  * send and a write with immediate data that land, and the errors a UC
  * responder does not answer (no receive, a bad rkey, a receive too short,
- * a responder not yet RTR) -- and prints, one line a case, what each call
- * answered and what each side's completion queue got.
+ * a responder not yet RTR, a send its requester cut short, with and
+ * without an SRQ) -- and prints, one line a case, what each call answered
+ * and what each side's completion queue got.
  *
  * The same binary runs on rxe (tools/softroce_vm/ci.sh) and on the drop-in
  * libibverbs.so.1 with the rxe personality (//verbs_dropin:dropin_verbs_test);
@@ -196,6 +197,113 @@ static void fill(char *p, size_t n, int seed) {
 	for (size_t i = 0; i < n; ++i) p[i] = (char)(i * 7 + seed);
 }
 
+/*
+ * A 3000-byte SEND cut short by its requester (its second SGE's lkey is
+ * bad, so only the FIRST packet leaves), the responder taking receives
+ * from an SRQ (`use_srq`) or from its own queue, three receives posted:
+ * what each side got; then the requester reset and connected again and
+ * two 100-byte SENDs. Which receive each lands in tells whether the cut
+ * message used its receive up; at the end the responder goes to ERR and
+ * flushes what its own queue still holds.
+ */
+static void cut_send(const char *name, int use_srq) {
+	struct ibv_srq *srq = NULL;
+	struct side a, b;
+	struct side *sides[2] = {&a, &b};
+	char what[96];
+	if (use_srq) {
+		struct ibv_srq_init_attr sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.attr.max_wr = 8;
+		sa.attr.max_sge = 1;
+		srq = ibv_create_srq(pd, &sa);
+		if (srq == NULL) {
+			printf("%s create-srq %s\n", name, errno_name(errno));
+			return;
+		}
+	}
+	for (int i = 0; i < 2; ++i) {
+		struct ibv_qp_init_attr init;
+		sides[i]->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		if (sides[i]->cq == NULL) return;
+		memset(&init, 0, sizeof(init));
+		init.qp_type = IBV_QPT_UC;
+		init.send_cq = sides[i]->cq;
+		init.recv_cq = sides[i]->cq;
+		init.srq = i == 1 ? srq : NULL;
+		init.cap.max_send_wr = 8;
+		init.cap.max_recv_wr = 8;
+		init.cap.max_send_sge = 2;
+		init.cap.max_recv_sge = 1;
+		sides[i]->qp = ibv_create_qp(pd, &init);
+		if (sides[i]->qp == NULL) {
+			printf("%s create %s\n", name, errno_name(errno));
+			return;
+		}
+	}
+	said_rc(name, to_init(a.qp, 0) || to_init(b.qp, 0) ||
+			      to_rtr(a.qp, b.qp->qp_num, 0) || to_rts(a.qp, 0) ||
+			      to_rtr(b.qp, a.qp->qp_num, 0) || to_rts(b.qp, 0));
+	fill(src, LEN, 40);
+	memset(rbuf, 0, LEN);
+	int rc = 0;
+	for (uint64_t id = 60; id < 63; ++id) {
+		struct ibv_sge sge = {(uintptr_t)rbuf, LEN, rbuf_mr->lkey};
+		struct ibv_recv_wr wr, *bad = NULL;
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = id;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		rc = rc || (use_srq ? ibv_post_srq_recv(srq, &wr, &bad)
+				    : ibv_post_recv(b.qp, &wr, &bad));
+	}
+	snprintf(what, sizeof(what), "%s post-recv", name);
+	said_rc(what, rc);
+	struct ibv_sge sges[2] = {{(uintptr_t)src, 1500, src_mr->lkey},
+				  {(uintptr_t)src + 1500, 1500,
+				   src_mr->lkey ^ 0x5a5a00}};
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 70;
+	wr.sg_list = sges;
+	wr.num_sge = 2;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	snprintf(what, sizeof(what), "%s post", name);
+	said_rc(what, ibv_post_send(a.qp, &wr, &bad));
+	snprintf(what, sizeof(what), "%s requester", name);
+	said_wcs(what, &a, 1);
+	snprintf(what, sizeof(what), "%s responder", name);
+	said_wcs(what, &b, 0.5);
+	printf("%s states %s %s\n", name, state_name(a.qp), state_name(b.qp));
+	struct ibv_qp_attr r;
+	memset(&r, 0, sizeof(r));
+	r.qp_state = IBV_QPS_RESET;
+	snprintf(what, sizeof(what), "%s reconnect", name);
+	said_rc(what, ibv_modify_qp(a.qp, &r, IBV_QP_STATE) ||
+			      to_init(a.qp, 0) ||
+			      to_rtr(a.qp, b.qp->qp_num, 0) || to_rts(a.qp, 0));
+	for (uint64_t id = 71; id < 73; ++id) {
+		snprintf(what, sizeof(what), "%s send-%llu", name,
+			 (unsigned long long)id);
+		said_rc(what, post_send(&a, IBV_WR_SEND, id, 100, 0));
+		snprintf(what, sizeof(what), "%s send-%llu requester", name,
+			 (unsigned long long)id);
+		said_wcs(what, &a, 1);
+		snprintf(what, sizeof(what), "%s send-%llu responder", name,
+			 (unsigned long long)id);
+		said_wcs(what, &b, 0.5);
+	}
+	memset(&r, 0, sizeof(r));
+	r.qp_state = IBV_QPS_ERR;
+	snprintf(what, sizeof(what), "%s responder-to-err", name);
+	said_rc(what, ibv_modify_qp(b.qp, &r, IBV_QP_STATE));
+	said_wcs(what, &b, 0.5);
+	destroy_side(&a);
+	destroy_side(&b);
+	if (srq != NULL) ibv_destroy_srq(srq);
+}
+
 int main(int argc, char *argv[]) {
 	if (open_device("uc_verbs", argc, argv)) return 1;
 	pd = ibv_alloc_pd(ctx);
@@ -263,6 +371,8 @@ int main(int argc, char *argv[]) {
 	scenario("send-too-long", 0, IBV_WR_SEND, 100, 0, 50);
 	scenario("send-3k-too-long", 0, IBV_WR_SEND, 3000, 0, 1500);
 	scenario("send-to-init", 1, IBV_WR_SEND, 100, 0, LEN);
+	cut_send("cut-send", 0);
+	cut_send("cut-send-srq", 1);
 
 	/* To ERR: what is posted flushes. */
 	if (new_side(&a) || new_side(&b)) return 1;
