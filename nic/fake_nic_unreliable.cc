@@ -146,6 +146,20 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
   auto& rq = responder->ReceiveQueue();
   if (is_write) {
     auto& resp = responder->responder;
+    // A packet that took a receive from an SRQ (a write with imm's ONLY or
+    // LAST: check_resource runs before check_rkey and the copy) and then
+    // failed the rkey check or its copy completes that receive with the
+    // rkey violation's status; the QP stays as it is (rxe_resp.c
+    // RESPST_ERR_RKEY_VIOLATION, "UC/SRQ Class D"; recorded,
+    // srq-write-imm-bad-rkey). A receive of the QP's own queue stays
+    // posted (class E).
+    auto fail_receive_taken = [&](const RequestPacket& packet) {
+      if (!packet.takes_receive || responder->srq == nullptr) return;
+      RecvWqe taken = TakeReceive(responder);
+      CompleteMessageReceive(responder, taken, wqe,
+                             config_.personality.recv_status_on_rkey_violation,
+                             IBV_WC_RECV_RDMA_WITH_IMM, 0);
+    };
     for (uint32_t i = 0; i < sent_packets; ++i) {
       const RequestPacket packet =
           fake_nic_internal::MakeWritePacket(wqe.opcode, length, mtu, i);
@@ -157,6 +171,9 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
           responder, packet, wqe.rkey, wqe.remote_addr, length,
           /*first_psn=*/0);
       if (verdict != PacketAnswer::kAck) {
+        if (verdict == PacketAnswer::kNakRemoteAccess) {
+          fail_receive_taken(packet);
+        }
         dropped(i, verdict == PacketAnswer::kRnrNak
                        ? "no receive for the immediate data"
                    : verdict == PacketAnswer::kNoAnswer
@@ -168,6 +185,7 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
         uintptr_t fault = 0;
         if (!NicWrite(reinterpret_cast<void*>(resp.write_va + packet.offset),
                       payload + packet.offset, packet.length, &fault)) {
+          fail_receive_taken(packet);
           dropped(i, "the responder's memory faulted");
           return;
         }

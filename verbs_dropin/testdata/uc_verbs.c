@@ -31,16 +31,23 @@ static struct ibv_mr *src_mr, *dst_mr, *rbuf_mr;
 struct side {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
+	struct ibv_srq *srq; /* where its receives go, when not NULL */
 };
 
-static int new_side(struct side *s) {
+/* The SRQ the responder of the next scenario() takes its receives from
+ * (NULL: its own queue). */
+static struct ibv_srq *scenario_srq;
+
+static int new_side_with_srq(struct side *s, struct ibv_srq *srq) {
 	struct ibv_qp_init_attr init;
+	s->srq = srq;
 	s->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	if (s->cq == NULL) return -1;
 	memset(&init, 0, sizeof(init));
 	init.qp_type = IBV_QPT_UC;
 	init.send_cq = s->cq;
 	init.recv_cq = s->cq;
+	init.srq = srq;
 	init.cap.max_send_wr = 8;
 	init.cap.max_recv_wr = 8;
 	init.cap.max_send_sge = 1;
@@ -48,6 +55,8 @@ static int new_side(struct side *s) {
 	s->qp = ibv_create_qp(pd, &init);
 	return s->qp != NULL ? 0 : -1;
 }
+
+static int new_side(struct side *s) { return new_side_with_srq(s, NULL); }
 
 /*
  * Every completion `s` gets within `wait` seconds (watch_seconds), one line
@@ -104,7 +113,8 @@ static int post_recv(struct side *s, uint64_t wr_id, uint32_t len) {
 	wr.wr_id = wr_id;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	return ibv_post_recv(s->qp, &wr, &bad);
+	return s->srq != NULL ? ibv_post_srq_recv(s->srq, &wr, &bad)
+			      : ibv_post_recv(s->qp, &wr, &bad);
 }
 
 static int post_send(struct side *s, enum ibv_wr_opcode op, uint64_t wr_id,
@@ -145,7 +155,7 @@ static void scenario(const char *name, int responder_init, enum ibv_wr_opcode op
 	static int seed = 10;
 	struct side a, b;
 	char what[96];
-	if (new_side(&a) || new_side(&b)) {
+	if (new_side(&a) || new_side_with_srq(&b, scenario_srq)) {
 		printf("%s create %s\n", name, errno_name(errno));
 		return;
 	}
@@ -208,7 +218,7 @@ static void fill(char *p, size_t n, int seed) {
  */
 static void cut_send(const char *name, int use_srq) {
 	struct ibv_srq *srq = NULL;
-	struct side a, b;
+	struct side a = {NULL, NULL, NULL}, b = {NULL, NULL, NULL};
 	struct side *sides[2] = {&a, &b};
 	char what[96];
 	if (use_srq) {
@@ -373,6 +383,49 @@ int main(int argc, char *argv[]) {
 	scenario("send-to-init", 1, IBV_WR_SEND, 100, 0, LEN);
 	cut_send("cut-send", 0);
 	cut_send("cut-send-srq", 1);
+
+	/*
+	 * The same cases with the responder's receives in an SRQ, one SRQ
+	 * per case (what one case leaves in it shows in its then-send).
+	 */
+	static const struct {
+		const char *name;
+		int responder_init;
+		enum ibv_wr_opcode op;
+		uint32_t len, rkey_xor, recv_len;
+	} srq_cases[] = {
+		{"srq-send", 0, IBV_WR_SEND, 100, 0, LEN},
+		{"srq-write-imm", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 3000, 0, LEN},
+		{"srq-send-no-recv", 0, IBV_WR_SEND, 100, 0, 0},
+		{"srq-send-3k-no-recv", 0, IBV_WR_SEND, 3000, 0, 0},
+		{"srq-write-imm-no-recv", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 100, 0, 0},
+		{"srq-write-imm-3k-no-recv", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 3000,
+		 0, 0},
+		{"srq-write-imm-bad-rkey", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 100,
+		 0x5a5a, LEN},
+		{"srq-write-imm-3k-bad-rkey", 0, IBV_WR_RDMA_WRITE_WITH_IMM, 3000,
+		 0x5a5a, LEN},
+		{"srq-send-too-long", 0, IBV_WR_SEND, 100, 0, 50},
+		{"srq-send-3k-too-long", 0, IBV_WR_SEND, 3000, 0, 1500},
+		{"srq-send-to-init", 1, IBV_WR_SEND, 100, 0, LEN},
+	};
+	for (size_t i = 0; i < sizeof(srq_cases) / sizeof(srq_cases[0]); ++i) {
+		struct ibv_srq_init_attr sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.attr.max_wr = 8;
+		sa.attr.max_sge = 1;
+		scenario_srq = ibv_create_srq(pd, &sa);
+		if (scenario_srq == NULL) {
+			printf("%s create-srq %s\n", srq_cases[i].name,
+			       errno_name(errno));
+			continue;
+		}
+		scenario(srq_cases[i].name, srq_cases[i].responder_init,
+			 srq_cases[i].op, srq_cases[i].len, srq_cases[i].rkey_xor,
+			 srq_cases[i].recv_len);
+		ibv_destroy_srq(scenario_srq);
+		scenario_srq = NULL;
+	}
 
 	/* To ERR: what is posted flushes. */
 	if (new_side(&a) || new_side(&b)) return 1;
