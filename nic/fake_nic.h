@@ -229,6 +229,19 @@ struct Personality {
   // providers/rxe/rxe.c validate_send_wr, remote_addr & 0x7; found by the
   // wide random differential against rxe, program 3000048).
   bool misaligned_atomic_refused_at_post = false;
+  // An opcode ibv_post_send(3) does not define: Spec refuses it at post
+  // (EINVAL). rxe's provider copies any opcode into the send queue, and
+  // the requester finds no packet for it (rxe_req.c next_opcode fails):
+  // the WR completes IBV_WC_LOC_QP_OP_ERR and the QP goes to ERR
+  // (recorded: hostile_verbs post_send_opcode_200).
+  bool unknown_opcode_fails_at_completion = false;
+  // rxe_qp_chk_attr (rxe_qp.c) checks the port, the path MTU, the address
+  // vector, max_rd_atomic and the ACK timeout, and no other value: access
+  // flags the verbs do not define and a max_dest_rd_atomic above the
+  // device's max_qp_rd_atom are taken (recorded: hostile_verbs
+  // init_unknown_access_bit, rtr_max_dest_rd_atomic_above_max). Spec
+  // refuses both (EINVAL).
+  bool takes_unchecked_qp_attr_values = false;
   // rxe_comp.c rxe_completer, COMPST_ERROR_RETRY: comp.retry_cnt is counted
   // down only when it is not 7, so a QP with retry_cnt 7 sends an
   // unanswered request again for ever (the IB spec, 9.7.6.1.3, makes only

@@ -170,8 +170,12 @@ int FakeNic::SendWrRefusal(const Qp& q, const ibv_send_wr& w,
       *why = "opcode not modelled by the fake";
       return EOPNOTSUPP;
     default:
-      *why = "opcode not valid on an RC QP";
-      return EINVAL;
+      // (Personality::unknown_opcode_fails_at_completion: taken, and
+      // failed by the requester, ExecuteSendWqe.)
+      if (!config_.personality.unknown_opcode_fails_at_completion) {
+        *why = "opcode not valid on an RC QP";
+        return EINVAL;
+      }
   }
   if (w.num_sge < 0 || w.num_sge > static_cast<int>(q.cap.max_send_sge) ||
       (w.num_sge > 0 && w.sg_list == nullptr)) {
@@ -908,6 +912,14 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   if (head.is_inline && AnsweredWithData(head.opcode)) {
     EndHeadWr(qp, IBV_WC_LOC_PROT_ERR,
               "inline READ/atomic: no local SGE to land in");
+    return;
+  }
+
+  // An opcode the verbs do not define (taken at post only by a
+  // personality with unknown_opcode_fails_at_completion): the requester has
+  // no packet for it (rxe_req.c next_opcode), before any SGE is read.
+  if (!fake_nic_internal::IsVerbsOpcode(head.opcode)) {
+    EndHeadWr(qp, IBV_WC_LOC_QP_OP_ERR, "no packet for this opcode");
     return;
   }
 

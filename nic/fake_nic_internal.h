@@ -798,6 +798,12 @@ inline bool AnsweredWithData(ibv_wr_opcode op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
          op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
+// An opcode the requester has packets for (the RC column of
+// ibv_post_send(3)'s table). Another reaches a send queue only under
+// Personality::unknown_opcode_fails_at_completion, and fails there.
+inline bool IsVerbsOpcode(ibv_wr_opcode op) {
+  return CarriesPayload(op) || AnsweredWithData(op);
+}
 // The request packets a message takes: a SEND's or a write's payload cut at
 // the path MTU (PacketCount: a 0-byte message is one packet); a READ's or an
 // atomic's request is one packet whatever its length.

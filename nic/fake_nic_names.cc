@@ -50,6 +50,8 @@ Personality Personality::Rxe() {
   p.send_caps_from_wqe_size = true;
   p.inline_read_fails_at_completion = true;
   p.misaligned_atomic_refused_at_post = true;
+  p.unknown_opcode_fails_at_completion = true;
+  p.takes_unchecked_qp_attr_values = true;
   p.transport_retry_7_never_runs_out = true;
   p.cq_full_loses_the_completion_only = true;
   p.uc_cut_message_stalls_responder = true;

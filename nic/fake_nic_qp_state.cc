@@ -166,8 +166,10 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
       config_.caps->link_layer == IBV_LINK_LAYER_ETHERNET) {
     return EINVAL;
   }
+  // (Personality::takes_unchecked_qp_attr_values: rxe takes both.)
+  const bool unchecked = config_.personality.takes_unchecked_qp_attr_values;
   if ((attr_mask & IBV_QP_ACCESS_FLAGS) &&
-      (attr.qp_access_flags & ~kKnownAccess)) {
+      (attr.qp_access_flags & ~kKnownAccess) && !unchecked) {
     return EINVAL;
   }
   if ((attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
@@ -175,8 +177,24 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     return EINVAL;
   }
   if ((attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
-      attr.max_dest_rd_atomic > config_.caps->max_qp_rd_atom) {
+      attr.max_dest_rd_atomic > config_.caps->max_qp_rd_atom && !unchecked) {
     return EINVAL;
+  }
+  // The local ACK timeout is a 5-bit field (IB spec 11.2.4.2; rxe_qp.c
+  // rxe_qp_chk_attr: timeout > 31 is EINVAL; recorded, rts_timeout_32).
+  if ((attr_mask & IBV_QP_TIMEOUT) && attr.timeout > 31) return EINVAL;
+  if (attr_mask & IBV_QP_AV) {
+    // The address vector's port must be one of the device's (kernel
+    // uverbs_cmd.c modify_qp, rdma_is_port_valid; recorded, rtr_ah_port_2),
+    // and a GRH's source GID index must name an entry of the port's GID
+    // table: past its end EINVAL, an empty entry ENODATA (core/verbs.c
+    // rdma_fill_sgid_attr, rdma_get_gid_attr; recorded, rtr_sgid_index_200).
+    if (attr.ah_attr.port_num != 1) return EINVAL;
+    ibv_gid_entry entry;
+    if (attr.ah_attr.is_global) {
+      const int gid = GidEntry(qp->device, attr.ah_attr.grh.sgid_index, &entry);
+      if (gid != 0) return gid;
+    }
   }
 
   // Store what was given; everything ibv_query_qp(3) reports comes from here.

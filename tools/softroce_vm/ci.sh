@@ -175,6 +175,8 @@ done
 # files). NAME:FILE:KEEP -- KEEP selects the lines that are the program's
 # answer (kernel messages never are); a recording's "#" lines are comments.
 #  - uc_verbs: UC QPs as a verbs program meets them (dropin_verbs_test);
+#  - hostile_verbs: the verbs API misused, ibv_modify_qp's attribute
+#    checks at each transition (dropin_verbs_test);
 #  - ex_verbs: the extended verbs, ibv_wr_* and ibv_start_poll
 #    (dropin_verbs_test);
 #  - async_events: ibv_get_async_event, CQ overrun, SRQ limit
@@ -183,6 +185,7 @@ done
 #    (tests/api_abuse.c), ours on the rdma-core backend and Debian's
 #    librpma 1.2 (api_abuse_test, dropin_verbs_test).
 for rec in 'uc_verbs:verbs_dropin/testdata/uc_verbs.rxe.txt:' \
+  'hostile_verbs:verbs_dropin/testdata/hostile_verbs.rxe.txt:' \
   'ex_verbs:verbs_dropin/testdata/ex_verbs.rxe.txt:' \
   'async_events:verbs_dropin/testdata/async_events.rxe.txt:' \
   'api_abuse:tests/testdata/api_abuse.rxe.txt:^abuse ' \

@@ -182,6 +182,435 @@ static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
 	       (int)qa.qp_state);
 }
 
+/* A call's errno (0: "ok"), with its number when errno_name has no name. */
+static void said_errno(const char *name, int rc) {
+	if (rc < 0) rc = -rc;
+	if (strcmp(errno_name(rc), "other") == 0)
+		printf("%s errno %d\n", name, rc);
+	else
+		printf("%s %s\n", name, errno_name(rc));
+}
+
+/* ibv_modify_qp of `qp` with `a` and `mask`: its errno, and the state the
+ * QP is in after it. */
+static void said_modify(const char *name, struct ibv_qp *qp,
+			struct ibv_qp_attr *a, int mask) {
+	char what[96];
+	said_errno(name, ibv_modify_qp(qp, a, mask));
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	snprintf(what, sizeof(what), "%s state", name);
+	if (ibv_query_qp(qp, &q, IBV_QP_STATE, &qi) == 0)
+		printf("%s %d\n", what, (int)q.qp_state);
+	else
+		printf("%s query-failed\n", what);
+}
+
+/* RTR attributes toward `dest` (as to_rtr_psn has them). */
+static void rtr_attr(struct ibv_qp_attr *a, uint32_t dest) {
+	memset(a, 0, sizeof(*a));
+	a->qp_state = IBV_QPS_RTR;
+	a->path_mtu = IBV_MTU_1024;
+	a->dest_qp_num = dest;
+	a->max_dest_rd_atomic = 1;
+	a->min_rnr_timer = 12;
+	a->ah_attr.dlid = port.lid;
+	a->ah_attr.port_num = 1;
+	if (use_gid) {
+		a->ah_attr.is_global = 1;
+		a->ah_attr.grh.dgid = gid;
+		a->ah_attr.grh.hop_limit = 1;
+	}
+}
+
+#define RTR_MASK                                                          \
+	(IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |   \
+	 IBV_QP_RQ_PSN | RC_RTR_MASK)
+
+/* RTS attributes (as to_rts has them). */
+static void rts_attr(struct ibv_qp_attr *a) {
+	memset(a, 0, sizeof(*a));
+	a->qp_state = IBV_QPS_RTS;
+	a->timeout = 14;
+	a->retry_cnt = 7;
+	a->rnr_retry = 7;
+	a->max_rd_atomic = 1;
+}
+
+#define RTS_MASK (IBV_QP_STATE | IBV_QP_SQ_PSN | RC_RTS_MASK)
+
+/* A fresh RC QP on `cq` in `state` (RESET, INIT or RTR toward `dest`). */
+static struct ibv_qp *qp_in(struct ibv_cq *cq, enum ibv_qp_state state,
+			    uint32_t dest) {
+	struct ibv_qp *qp = new_qp(cq, 4, 1, 0);
+	if (qp == NULL) return NULL;
+	if (state >= IBV_QPS_INIT &&
+	    to_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				IBV_ACCESS_REMOTE_ATOMIC)) {
+		ibv_destroy_qp(qp);
+		return NULL;
+	}
+	if (state >= IBV_QPS_RTR && to_rtr(qp, dest, RC_RTR_MASK)) {
+		ibv_destroy_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+/* One modify of a fresh QP in `from`: its errno and the state after. */
+static void try_modify(const char *name, struct ibv_cq *cq,
+		       enum ibv_qp_state from, uint32_t dest,
+		       struct ibv_qp_attr *a, int mask) {
+	struct ibv_qp *qp = qp_in(cq, from, dest);
+	if (qp == NULL) {
+		printf("%s setup-failed\n", name);
+		return;
+	}
+	said_modify(name, qp, a, mask);
+	ibv_destroy_qp(qp);
+}
+
+/*
+ * The attributes ibv_modify_qp(3) checks at each transition of an RC QP,
+ * one wrong value or one missing attribute at a time, each on a fresh QP;
+ * then one QP taken through its states, what its queues take in each,
+ * and keys and memory a posted WR meets.
+ */
+static void modify_and_post_cases(struct ibv_mr *mr, struct ibv_mr *dmr,
+				  char *buf, char *dst) {
+	struct ibv_device_attr da;
+	if (ibv_query_device(ctx, &da)) return;
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_cq *pcq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp *peer = pcq ? new_qp(pcq, 4, 1, 0) : NULL;
+	if (cq == NULL || peer == NULL) {
+		printf("modify-cases setup-failed\n");
+		return;
+	}
+	const uint32_t dest = peer->qp_num;
+	struct ibv_qp_attr a;
+	const int init_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			      IBV_QP_ACCESS_FLAGS;
+
+	/* RESET -> INIT */
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.pkey_index = 1000;
+	try_modify("init_pkey_index_1000", cq, IBV_QPS_RESET, dest, &a,
+		   init_mask);
+	a.pkey_index = 0;
+	a.port_num = 2;
+	try_modify("init_port_2", cq, IBV_QPS_RESET, dest, &a, init_mask);
+	a.port_num = 1;
+	try_modify("init_without_access_flags", cq, IBV_QPS_RESET, dest, &a,
+		   init_mask & ~IBV_QP_ACCESS_FLAGS);
+	try_modify("init_with_rtr_attribute", cq, IBV_QPS_RESET, dest, &a,
+		   init_mask | IBV_QP_DEST_QPN);
+	a.qp_access_flags = 1 << 20;
+	try_modify("init_unknown_access_bit", cq, IBV_QPS_RESET, dest, &a,
+		   init_mask);
+	rts_attr(&a);
+	try_modify("init_to_rts", cq, IBV_QPS_INIT, dest, &a, RTS_MASK);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	try_modify("init_to_init", cq, IBV_QPS_INIT, dest, &a, IBV_QP_STATE);
+
+	/* INIT -> RTR */
+	rtr_attr(&a, dest);
+	try_modify("rtr_without_av", cq, IBV_QPS_INIT, dest, &a,
+		   RTR_MASK & ~IBV_QP_AV);
+	try_modify("rtr_without_min_rnr_timer", cq, IBV_QPS_INIT, dest, &a,
+		   RTR_MASK & ~IBV_QP_MIN_RNR_TIMER);
+	try_modify("rtr_without_dest_qpn", cq, IBV_QPS_INIT, dest, &a,
+		   RTR_MASK & ~IBV_QP_DEST_QPN);
+	a.path_mtu = 6;
+	try_modify("rtr_path_mtu_6", cq, IBV_QPS_INIT, dest, &a, RTR_MASK);
+	rtr_attr(&a, dest);
+	a.max_dest_rd_atomic = da.max_qp_rd_atom + 1;
+	try_modify("rtr_max_dest_rd_atomic_above_max", cq, IBV_QPS_INIT, dest,
+		   &a, RTR_MASK);
+	rtr_attr(&a, dest);
+	a.min_rnr_timer = 32;
+	try_modify("rtr_min_rnr_timer_32", cq, IBV_QPS_INIT, dest, &a,
+		   RTR_MASK);
+	rtr_attr(&a, dest);
+	a.ah_attr.port_num = 2;
+	try_modify("rtr_ah_port_2", cq, IBV_QPS_INIT, dest, &a, RTR_MASK);
+	rtr_attr(&a, dest);
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.sgid_index = 200;
+	try_modify("rtr_sgid_index_200", cq, IBV_QPS_INIT, dest, &a, RTR_MASK);
+	rtr_attr(&a, dest);
+	try_modify("rtr_with_rts_attribute", cq, IBV_QPS_INIT, dest, &a,
+		   RTR_MASK | IBV_QP_SQ_PSN);
+
+	/* RTR -> RTS */
+	rts_attr(&a);
+	try_modify("rts_without_timeout", cq, IBV_QPS_RTR, dest, &a,
+		   RTS_MASK & ~IBV_QP_TIMEOUT);
+	try_modify("rts_without_sq_psn", cq, IBV_QPS_RTR, dest, &a,
+		   RTS_MASK & ~IBV_QP_SQ_PSN);
+	a.retry_cnt = 8;
+	try_modify("rts_retry_cnt_8", cq, IBV_QPS_RTR, dest, &a, RTS_MASK);
+	rts_attr(&a);
+	a.rnr_retry = 8;
+	try_modify("rts_rnr_retry_8", cq, IBV_QPS_RTR, dest, &a, RTS_MASK);
+	rts_attr(&a);
+	a.timeout = 32;
+	try_modify("rts_timeout_32", cq, IBV_QPS_RTR, dest, &a, RTS_MASK);
+	rts_attr(&a);
+	a.max_rd_atomic = da.max_qp_init_rd_atom + 1;
+	try_modify("rts_max_rd_atomic_above_max", cq, IBV_QPS_RTR, dest, &a,
+		   RTS_MASK);
+	rts_attr(&a);
+	try_modify("rts_with_rtr_attribute", cq, IBV_QPS_RTR, dest, &a,
+		   RTS_MASK | IBV_QP_DEST_QPN);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.cur_qp_state = IBV_QPS_INIT;
+	try_modify("rtr_to_rts_with_wrong_cur_state", cq, IBV_QPS_RTR, dest,
+		   &a, IBV_QP_STATE | IBV_QP_CUR_STATE);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	try_modify("rtr_to_rtr", cq, IBV_QPS_RTR, dest, &a, IBV_QP_STATE);
+
+	/* One QP through its states: what its queues take in each. */
+	struct ibv_qp *qp = new_qp(cq, 4, 1, 0);
+	if (qp == NULL) return;
+	struct ibv_recv_wr rwr, *rbad;
+	struct ibv_sge rsge = {(uintptr_t)buf, 64, mr->lkey};
+	memset(&rwr, 0, sizeof(rwr));
+	rwr.wr_id = 5;
+	rwr.sg_list = &rsge;
+	rwr.num_sge = 1;
+	said_errno("post_recv_in_reset", ibv_post_recv(qp, &rwr, &rbad));
+	to_init(qp, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			    IBV_ACCESS_REMOTE_ATOMIC);
+	said_errno("post_recv_in_init", ibv_post_recv(qp, &rwr, &rbad));
+	said_errno("post_send_in_init",
+		   post_one(qp, IBV_WR_RDMA_WRITE, buf, 8, mr->lkey,
+			    (uintptr_t)dst, dmr->rkey, 0));
+	to_rtr(qp, dest, RC_RTR_MASK);
+	said_errno("post_send_in_rtr",
+		   post_one(qp, IBV_WR_RDMA_WRITE, buf, 16, mr->lkey,
+			    (uintptr_t)dst, dmr->rkey, 0));
+	rts_attr(&a);
+	said_modify("rts", qp, &a, RTS_MASK);
+	if (to_init(peer, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				  IBV_ACCESS_REMOTE_ATOMIC) ||
+	    to_rtr(peer, qp->qp_num, RC_RTR_MASK) || to_rts(peer, RC_RTS_MASK)) {
+		printf("modify-cases peer-failed\n");
+		return;
+	}
+	/* The two WRs posted before RTS wait for a doorbell in RTS. */
+	said_errno("post_send_in_rts",
+		   post_one(qp, IBV_WR_RDMA_WRITE, buf, 24, mr->lkey,
+			    (uintptr_t)dst, dmr->rkey, 0));
+	for (int i = 0; i < 3; ++i) {
+		struct ibv_wc wc;
+		int n = 0;
+		for (double end = now() + watch_seconds(1); n == 0 && now() < end;) {
+			n = ibv_poll_cq(cq, 1, &wc);
+			if (n == 0) pause_between_polls();
+		}
+		if (n == 1)
+			printf("queued_write_%d_wc %s byte_len %u\n", i,
+			       ibv_wc_status_str(wc.status),
+			       wc.status == IBV_WC_SUCCESS ? wc.byte_len : 0);
+		else
+			printf("queued_write_%d_wc none\n", i);
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.cur_qp_state = IBV_QPS_INIT;
+	said_modify("rts_with_wrong_cur_state", qp, &a,
+		    IBV_QP_STATE | IBV_QP_CUR_STATE);
+	a.cur_qp_state = IBV_QPS_RTS;
+	said_modify("rts_to_rts_with_cur_state", qp, &a,
+		    IBV_QP_STATE | IBV_QP_CUR_STATE);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	said_modify("rts_to_rtr", qp, &a, IBV_QP_STATE);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.min_rnr_timer = 3;
+	said_modify("rts_to_rts_min_rnr_timer", qp, &a,
+		    IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER);
+	a.timeout = 10;
+	said_modify("rts_to_rts_timeout", qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT);
+	said_modify("rts_to_rts_retry_cnt", qp, &a,
+		    IBV_QP_STATE | IBV_QP_RETRY_CNT);
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	said_modify("rts_to_rts_access_flags", qp, &a,
+		    IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+	a.qp_state = IBV_QPS_SQD;
+	said_modify("rts_to_sqd", qp, &a, IBV_QP_STATE);
+	a.qp_state = IBV_QPS_RTS;
+	said_modify("sqd_to_rts", qp, &a, IBV_QP_STATE);
+
+	/* An opcode ibv_post_send(3) does not know, on this pair. */
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge = {(uintptr_t)buf, 8, mr->lkey};
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.opcode = (enum ibv_wr_opcode)200;
+	said_errno("post_send_opcode_200", ibv_post_send(qp, &wr, &bad));
+	said_wc("opcode_200_wc", cq);
+	said_modify("opcode_200_then", qp, &a, 0);
+	drain(pcq);
+
+	/* Atomics a post refuses, on a fresh pair. */
+	struct ibv_cq *ac = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp *aq = ac ? new_qp(ac, 4, 1, 0) : NULL;
+	struct ibv_qp *ap = ac ? new_qp(ac, 4, 1, 0) : NULL;
+	struct ibv_mr *amr = ibv_reg_mr(pd, dst, LEN,
+				       IBV_ACCESS_LOCAL_WRITE |
+					       IBV_ACCESS_REMOTE_ATOMIC);
+	if (aq == NULL || ap == NULL || amr == NULL ||
+	    connect_rc_pair(aq, ap, IBV_ACCESS_REMOTE_ATOMIC)) {
+		printf("atomic-cases setup-failed\n");
+		return;
+	}
+	wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	wr.wr.atomic.remote_addr = (uintptr_t)dst + 4;
+	wr.wr.atomic.rkey = amr->rkey;
+	wr.wr.atomic.compare_add = 1;
+	said_errno("post_atomic_misaligned", ibv_post_send(aq, &wr, &bad));
+	wr.wr.atomic.remote_addr = (uintptr_t)dst;
+	sge.length = 4;
+	said_errno("post_atomic_length_4", ibv_post_send(aq, &wr, &bad));
+	sge.length = 8;
+	said_errno("post_atomic", ibv_post_send(aq, &wr, &bad));
+	said_wc("atomic_wc", ac);
+	drain(cq);
+
+	/* Receive queues. */
+	struct ibv_cq *c1 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_cq *c2 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp *q1 = c1 ? new_qp(c1, 16, 1, 0) : NULL;
+	struct ibv_qp *q2 = c2 ? new_qp(c2, 4, 1, 0) : NULL;
+	if (q1 == NULL || q2 == NULL ||
+	    connect_rc_pair(q1, q2, IBV_ACCESS_REMOTE_WRITE)) {
+		printf("post-cases setup-failed\n");
+		return;
+	}
+	struct ibv_recv_wr chain[12];
+	memset(chain, 0, sizeof(chain));
+	for (int i = 0; i < 12; ++i) {
+		chain[i].wr_id = 100 + i;
+		chain[i].sg_list = &rsge;
+		chain[i].num_sge = 1;
+		chain[i].next = i < 11 ? &chain[i + 1] : NULL;
+	}
+	int rc = ibv_post_recv(q2, chain, &rbad);
+	printf("post_recv_above_max_recv_wr %s bad_wr_index %ld\n",
+	       errno_name(rc), rc ? (long)(rbad - chain) : -1L);
+	struct ibv_sge two[2] = {{(uintptr_t)buf, 8, mr->lkey},
+				 {(uintptr_t)buf + 8, 8, mr->lkey}};
+	rwr.sg_list = two;
+	rwr.num_sge = 2;
+	said_errno("post_recv_sge_above_cap", ibv_post_recv(q1, &rwr, &rbad));
+	ibv_destroy_qp(q1);
+	ibv_destroy_qp(q2);
+	ibv_destroy_cq(c1);
+	ibv_destroy_cq(c2);
+
+	/* A receive whose MR is deregistered while it is posted, then a SEND
+	 * into it. */
+	c1 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	c2 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	q1 = c1 ? new_qp(c1, 4, 1, 0) : NULL;
+	q2 = c2 ? new_qp(c2, 4, 1, 0) : NULL;
+	char *rb = calloc(1, 4096);
+	struct ibv_mr *rmr = rb ? ibv_reg_mr(pd, rb, 4096,
+					     IBV_ACCESS_LOCAL_WRITE)
+				: NULL;
+	if (q1 == NULL || q2 == NULL || rmr == NULL ||
+	    connect_rc_pair(q1, q2, IBV_ACCESS_REMOTE_WRITE)) {
+		printf("dereg-case setup-failed\n");
+		return;
+	}
+	struct ibv_sge rs = {(uintptr_t)rb, 64, rmr->lkey};
+	rwr.sg_list = &rs;
+	rwr.num_sge = 1;
+	rwr.wr_id = 9;
+	said_errno("post_recv_then_dereg", ibv_post_recv(q2, &rwr, &rbad));
+	said_errno("dereg_mr_of_posted_recv", ibv_dereg_mr(rmr));
+	said_errno("send_into_deregistered_recv",
+		   post_one(q1, IBV_WR_SEND, buf, 8, mr->lkey, 0, 0, 0));
+	said_wc("send_into_deregistered_recv_wc", c1);
+	said_wc("deregistered_recv_wc", c2);
+	memset(&a, 0, sizeof(a));
+	said_errno("deregistered_recv_states",
+		   ibv_query_qp(q2, &a, IBV_QP_STATE,
+				&(struct ibv_qp_init_attr){0}));
+	printf("deregistered_recv_responder_state %d\n", (int)a.qp_state);
+	ibv_destroy_qp(q1);
+	ibv_destroy_qp(q2);
+	ibv_destroy_cq(c1);
+	ibv_destroy_cq(c2);
+	free(rb);
+
+	/* A write toward a QP number nobody has. */
+	c1 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	q1 = c1 ? new_qp(c1, 4, 1, 0) : NULL;
+	if (q1 == NULL || to_init(q1, IBV_ACCESS_REMOTE_WRITE) ||
+	    to_rtr(q1, 0xfffff0, RC_RTR_MASK)) {
+		printf("unknown-qpn setup-failed\n");
+		return;
+	}
+	struct ibv_qp_attr fast;
+	rts_attr(&fast);
+	fast.timeout = 8;
+	fast.retry_cnt = 1;
+	said_modify("rts_toward_unknown_qpn", q1, &fast, RTS_MASK);
+	said_errno("write_to_unknown_qpn",
+		   post_one(q1, IBV_WR_RDMA_WRITE, buf, 8, mr->lkey,
+			    (uintptr_t)dst, dmr->rkey, 0));
+	said_wc("write_to_unknown_qpn_wc", c1);
+	ibv_destroy_qp(q1);
+	ibv_destroy_cq(c1);
+
+	/* CQs and MRs. */
+	said_ptr("create_cq_comp_vector_100",
+		 ibv_create_cq(ctx, 16, NULL, NULL, 100));
+	struct ibv_wc wcs[2];
+	said_errno("poll_cq_0_entries", ibv_poll_cq(cq, 0, wcs));
+	said_errno("poll_cq_negative_entries", ibv_poll_cq(cq, -1, wcs));
+	said_errno("req_notify_solicited", ibv_req_notify_cq(cq, 1));
+	said_ptr("reg_mr_length_0", ibv_reg_mr(pd, buf, 0, IBV_ACCESS_LOCAL_WRITE));
+	said_ptr("reg_mr_null_addr", ibv_reg_mr(pd, NULL, 4096,
+					       IBV_ACCESS_LOCAL_WRITE));
+	said_ptr("reg_mr_unknown_access_bit",
+		 ibv_reg_mr(pd, buf, 64, IBV_ACCESS_LOCAL_WRITE | (1 << 29)));
+	said_ptr("reg_mr_mw_bind",
+		 ibv_reg_mr(pd, buf, 64,
+			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+	struct ibv_srq_init_attr sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.attr.max_wr = 4;
+	sa.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	struct ibv_qp_init_attr init;
+	memset(&init, 0, sizeof(init));
+	init.qp_type = IBV_QPT_RC;
+	init.send_cq = cq;
+	init.recv_cq = cq;
+	init.srq = srq;
+	init.cap.max_send_wr = 4;
+	init.cap.max_send_sge = 1;
+	struct ibv_qp *sq = srq ? ibv_create_qp(pd, &init) : NULL;
+	said_ptr("create_qp_on_srq", sq);
+	said_errno("post_recv_to_qp_with_srq",
+		   sq ? ibv_post_recv(sq, &rwr, &rbad) : -1);
+	said_errno("destroy_srq_in_use", srq ? ibv_destroy_srq(srq) : -1);
+	if (sq) ibv_destroy_qp(sq);
+	said_errno("destroy_srq", srq ? ibv_destroy_srq(srq) : -1);
+}
+
 int main(int argc, char **argv) {
 	/* A line at a time: what was said before a crash is kept. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -323,6 +752,7 @@ int main(int argc, char **argv) {
 	reset_mid_message(1000, 1000, 6);
 	reset_mid_message(1000, 0, 6);  /* before it */
 	reset_mid_message(0, 3, 7);     /* rxe's retry_cnt 7: for ever */
+	modify_and_post_cases(mr, dmr, buf, dst);
 	drain(cq);
 	drain(cq2);
 	drain(cq3);
