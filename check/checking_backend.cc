@@ -1472,8 +1472,10 @@ void CheckingBackend::TrackQp(ibv_qp* qp, const ibv_qp_init_attr& init_attr) {
   qs = QpState();
   qs.qp = qp;
   qs.qp_num = qp->qp_num;
-  // The depth the NIC granted: ibv_create_qp(3) writes it back into cap
-  // (rxe rounds it up).
+  // The depth the program was told: ibv_create_qp(3) writes it back into
+  // cap (rxe writes back the depth asked for, though its ring holds more;
+  // a post beyond it works on rxe and fails on a NIC that grants exactly
+  // that depth).
   qs.sq_depth = init_attr.cap.max_send_wr;
   qs.serial = ++next_qp_serial_;
   qs.sq_sig_all = init_attr.sq_sig_all != 0;

@@ -242,6 +242,21 @@ struct Personality {
   // init_unknown_access_bit, rtr_max_dest_rd_atomic_above_max). Spec
   // refuses both (EINVAL).
   bool takes_unchecked_qp_attr_values = false;
+  // ibv_create_qp(3) writes the granted capabilities back into the
+  // caller's cap. rxe writes back the send and receive depths as asked,
+  // while its queues hold the rounded depth (RealDepth) and ibv_query_qp
+  // reports that; the SGE and inline counts come back as granted
+  // (recorded: hostile_verbs qp_caps_*). Spec writes back the real depth.
+  bool create_qp_reports_requested_depth = false;
+  // rxe_qp.c rxe_qp_from_attr keeps max_rd_atomic and max_dest_rd_atomic
+  // rounded up to a power of two, as ibv_query_qp then reports them (3 is
+  // 4, 5 is 8; recorded: hostile_verbs query_depths_*).
+  bool rd_atomic_depths_rounded_to_power_of_two = false;
+  // ibv_query_qp's cur_qp_state: Spec reports the QP's state. rxe reports
+  // what rxe_qp_from_attr stored, the target state of the last modify that
+  // named IBV_QP_CUR_STATE, and 0 (RESET) before any did (recorded:
+  // hostile_verbs query_rts, query_depths_*).
+  bool query_qp_cur_state_as_last_named = false;
   // rxe_comp.c rxe_completer, COMPST_ERROR_RETRY: comp.retry_cnt is counted
   // down only when it is not 7, so a QP with retry_cnt 7 sends an
   // unanswered request again for ever (the IB spec, 9.7.6.1.3, makes only

@@ -757,7 +757,15 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
     qp->cap.max_send_sge = wqe_size / static_cast<uint32_t>(sizeof(ibv_sge));
     qp->cap.max_inline_data = wqe_size;
   }
+  // (`want` is init_attr->cap: the depths asked for are read before it is
+  // written.)
+  const uint32_t asked_send_wr = want.max_send_wr;
+  const uint32_t asked_recv_wr = want.max_recv_wr;
   init_attr->cap = qp->cap;
+  if (config_.personality.create_qp_reports_requested_depth) {
+    init_attr->cap.max_send_wr = asked_send_wr;
+    if (srq == nullptr) init_attr->cap.max_recv_wr = asked_recv_wr;
+  }
   qp->sq_sig_all = init_attr->sq_sig_all != 0;
   qp->base.context = device->context.context();
   qp->base.qp_context = init_attr->qp_context;

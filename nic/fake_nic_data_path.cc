@@ -496,7 +496,9 @@ int FakeNic::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int /*attr_mask*/,
   // (fake_nic_qp_state.cc).
   *attr = q->attr;
   attr->qp_state = q->base.state;
-  attr->cur_qp_state = q->base.state;
+  if (!config_.personality.query_qp_cur_state_as_last_named) {
+    attr->cur_qp_state = q->base.state;
+  }
   attr->cap = q->cap;
   attr->sq_draining = 0;
   if (init_attr != nullptr) {

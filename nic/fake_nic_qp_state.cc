@@ -202,7 +202,17 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   if (attr_mask & IBV_QP_PKEY_INDEX) a.pkey_index = attr.pkey_index;
   if (attr_mask & IBV_QP_PORT) a.port_num = attr.port_num;
   if (attr_mask & IBV_QP_ACCESS_FLAGS) a.qp_access_flags = attr.qp_access_flags;
-  if (attr_mask & IBV_QP_AV) a.ah_attr = attr.ah_attr;
+  if (attr_mask & IBV_QP_AV) {
+    a.ah_attr = attr.ah_attr;
+    // RoCE: the kernel resolves a connected QP's destination through the
+    // IP route and sets the GRH's hop limit to the route's (core/verbs.c
+    // _ib_modify_qp -> ib_resolve_eth_dmac, rdma_addr_find_l2_eth_by_grh):
+    // the host's default TTL, 64 (recorded: hostile_verbs query_rts).
+    if (a.ah_attr.is_global &&
+        config_.caps->link_layer == IBV_LINK_LAYER_ETHERNET) {
+      a.ah_attr.grh.hop_limit = 64;
+    }
+  }
   if (attr_mask & IBV_QP_ALT_PATH) a.alt_ah_attr = attr.alt_ah_attr;
   if (attr_mask & IBV_QP_PATH_MTU) a.path_mtu = attr.path_mtu;
   if (attr_mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr.dest_qp_num;
@@ -211,10 +221,23 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     a.sq_psn = attr.sq_psn & 0xffffff;
     qp->next_psn = a.sq_psn;
   }
+  // (Personality::rd_atomic_depths_rounded_to_power_of_two.)
+  const auto depth = [this](uint8_t asked) -> uint8_t {
+    if (!config_.personality.rd_atomic_depths_rounded_to_power_of_two ||
+        asked == 0) {
+      return asked;
+    }
+    uint32_t rounded = 1;
+    while (rounded < asked) rounded <<= 1;
+    // (A uint8_t, as ibv_qp_attr has it: 129..255 would be 256.)
+    return static_cast<uint8_t>(std::min<uint32_t>(rounded, 255));
+  };
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
-    a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+    a.max_dest_rd_atomic = depth(attr.max_dest_rd_atomic);
   }
-  if (attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) a.max_rd_atomic = attr.max_rd_atomic;
+  if (attr_mask & IBV_QP_MAX_QP_RD_ATOMIC) {
+    a.max_rd_atomic = depth(attr.max_rd_atomic);
+  }
   if (attr_mask & IBV_QP_MIN_RNR_TIMER) a.min_rnr_timer = attr.min_rnr_timer;
   if (attr_mask & IBV_QP_TIMEOUT) a.timeout = attr.timeout;
   // 3-bit fields on the wire (IB spec 9.7.5.2.8 / 12.7.38).
@@ -279,7 +302,12 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   }
   if (next != current) SetQpState(qp, next, why);
   a.qp_state = next;
-  a.cur_qp_state = next;
+  // (Personality::query_qp_cur_state_as_last_named: rxe_qp_from_attr
+  // stores attr->qp_state there only when IBV_QP_CUR_STATE is given.)
+  if (!config_.personality.query_qp_cur_state_as_last_named ||
+      (attr_mask & IBV_QP_CUR_STATE)) {
+    a.cur_qp_state = next;
+  }
   return 0;
 }
 

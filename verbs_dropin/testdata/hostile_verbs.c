@@ -611,6 +611,172 @@ static void modify_and_post_cases(struct ibv_mr *mr, struct ibv_mr *dmr,
 	said_errno("destroy_srq", srq ? ibv_destroy_srq(srq) : -1);
 }
 
+/*
+ * What a program reads back: the capabilities ibv_create_qp grants and
+ * ibv_query_qp reports for a range of requests, the depth of CQs and SRQs
+ * as created, and every attribute ibv_query_qp reports of a connected QP.
+ */
+static void query_cases(void) {
+	static const uint32_t qp_caps[][3] = {
+		{1, 1, 0}, {4, 1, 0}, {5, 2, 16}, {100, 3, 64},
+		{16, 1, 200}, {0, 0, 0}, {1000, 5, 1}, {63, 4, 100},
+	};
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (cq == NULL) return;
+	for (size_t i = 0; i < sizeof(qp_caps) / sizeof(qp_caps[0]); ++i) {
+		struct ibv_qp_init_attr init;
+		memset(&init, 0, sizeof(init));
+		init.qp_type = IBV_QPT_RC;
+		init.send_cq = cq;
+		init.recv_cq = cq;
+		init.cap.max_send_wr = qp_caps[i][0];
+		init.cap.max_recv_wr = qp_caps[i][0];
+		init.cap.max_send_sge = qp_caps[i][1];
+		init.cap.max_recv_sge = qp_caps[i][1];
+		init.cap.max_inline_data = qp_caps[i][2];
+		struct ibv_qp *qp = ibv_create_qp(pd, &init);
+		if (qp == NULL) {
+			printf("qp_caps_%u_%u_%u %s\n", qp_caps[i][0], qp_caps[i][1],
+			       qp_caps[i][2], errno_name(errno));
+			continue;
+		}
+		struct ibv_qp_attr a;
+		struct ibv_qp_init_attr q;
+		memset(&a, 0, sizeof(a));
+		memset(&q, 0, sizeof(q));
+		int rc = ibv_query_qp(qp, &a, IBV_QP_CAP, &q);
+		printf("qp_caps_%u_%u_%u granted %u %u %u %u %u query %s %u %u %u "
+		       "%u %u init %u %u %u %u %u\n",
+		       qp_caps[i][0], qp_caps[i][1], qp_caps[i][2],
+		       init.cap.max_send_wr, init.cap.max_recv_wr,
+		       init.cap.max_send_sge, init.cap.max_recv_sge,
+		       init.cap.max_inline_data, errno_name(rc), a.cap.max_send_wr,
+		       a.cap.max_recv_wr, a.cap.max_send_sge, a.cap.max_recv_sge,
+		       a.cap.max_inline_data, q.cap.max_send_wr, q.cap.max_recv_wr,
+		       q.cap.max_send_sge, q.cap.max_recv_sge,
+		       q.cap.max_inline_data);
+		ibv_destroy_qp(qp);
+	}
+	static const int cqes[] = {1, 2, 15, 16, 17, 100, 1000, 4095};
+	for (size_t i = 0; i < sizeof(cqes) / sizeof(cqes[0]); ++i) {
+		struct ibv_cq *c = ibv_create_cq(ctx, cqes[i], NULL, NULL, 0);
+		if (c == NULL) {
+			printf("cq_%d %s\n", cqes[i], errno_name(errno));
+			continue;
+		}
+		printf("cq_%d cqe %d\n", cqes[i], c->cqe);
+		ibv_destroy_cq(c);
+	}
+	static const uint32_t srq_wrs[] = {1, 4, 100, 1000};
+	for (size_t i = 0; i < sizeof(srq_wrs) / sizeof(srq_wrs[0]); ++i) {
+		struct ibv_srq_init_attr sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.attr.max_wr = srq_wrs[i];
+		sa.attr.max_sge = 2;
+		struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+		if (srq == NULL) {
+			printf("srq_%u %s\n", srq_wrs[i], errno_name(errno));
+			continue;
+		}
+		struct ibv_srq_attr q;
+		memset(&q, 0, sizeof(q));
+		int rc = ibv_query_srq(srq, &q);
+		printf("srq_%u granted %u %u query %s %u %u %u\n", srq_wrs[i],
+		       sa.attr.max_wr, sa.attr.max_sge, errno_name(rc), q.max_wr,
+		       q.max_sge, q.srq_limit);
+		ibv_destroy_srq(srq);
+	}
+
+	struct ibv_cq *c2 = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_qp *qa = new_qp(cq, 4, 1, 0);
+	struct ibv_qp *qb = c2 ? new_qp(c2, 4, 1, 0) : NULL;
+	if (qa == NULL || qb == NULL ||
+	    connect_rc_pair(qa, qb,
+			    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)) {
+		printf("query-pair setup-failed\n");
+		return;
+	}
+	const int all = IBV_QP_STATE | IBV_QP_CUR_STATE |
+			IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ACCESS_FLAGS |
+			IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY | IBV_QP_AV |
+			IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+			IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE |
+			IBV_QP_CAP | IBV_QP_DEST_QPN;
+	for (int round = 0; round < 2; ++round) {
+		struct ibv_qp_attr a;
+		struct ibv_qp_init_attr q;
+		memset(&a, 0, sizeof(a));
+		memset(&q, 0, sizeof(q));
+		int rc = ibv_query_qp(qa, &a, all, &q);
+		printf("query_%s %s state %d cur %d access %#x pkey %u port %u "
+		       "mtu %d timeout %u retry %u rnr_retry %u rq_psn %u "
+		       "sq_psn %u rd_atomic %u dest_rd_atomic %u min_rnr %u "
+		       "dest_qpn_ok %d mig %d sq_draining %u sqd_notify %u\n",
+		       round == 0 ? "rts" : "err", errno_name(rc),
+		       (int)a.qp_state, (int)a.cur_qp_state, a.qp_access_flags,
+		       a.pkey_index, a.port_num, (int)a.path_mtu, a.timeout,
+		       a.retry_cnt, a.rnr_retry, a.rq_psn, a.sq_psn,
+		       a.max_rd_atomic, a.max_dest_rd_atomic, a.min_rnr_timer,
+		       a.dest_qp_num == qb->qp_num, (int)a.path_mig_state,
+		       a.sq_draining, a.en_sqd_async_notify);
+		printf("query_%s ah dlid_ok %d sl %u port %u is_global %u "
+		       "hop_limit %u sgid_index %u static_rate %u "
+		       "init_type %d sq_sig_all %d srq %d\n",
+		       round == 0 ? "rts" : "err", a.ah_attr.dlid == port.lid,
+		       a.ah_attr.sl, a.ah_attr.port_num, a.ah_attr.is_global,
+		       a.ah_attr.grh.hop_limit, a.ah_attr.grh.sgid_index,
+		       a.ah_attr.static_rate, (int)q.qp_type, q.sq_sig_all,
+		       q.srq != NULL);
+		struct ibv_qp_attr e;
+		memset(&e, 0, sizeof(e));
+		e.qp_state = IBV_QPS_ERR;
+		if (round == 0) ibv_modify_qp(qa, &e, IBV_QP_STATE);
+	}
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+
+	/* Depths that are not powers of two, and a modify naming the
+	 * current state. */
+	qa = new_qp(cq, 4, 1, 0);
+	struct ibv_qp_attr a;
+	rtr_attr(&a, 0x123);
+	a.max_dest_rd_atomic = 5;
+	if (qa == NULL || to_init(qa, IBV_ACCESS_REMOTE_READ) ||
+	    ibv_modify_qp(qa, &a, RTR_MASK)) {
+		printf("query-depths setup-failed\n");
+		return;
+	}
+	rts_attr(&a);
+	a.max_rd_atomic = 3;
+	said_errno("rts_rd_atomic_3", ibv_modify_qp(qa, &a, RTS_MASK));
+	for (int round = 0; round < 2; ++round) {
+		struct ibv_qp_attr q;
+		struct ibv_qp_init_attr qi;
+		memset(&q, 0, sizeof(q));
+		ibv_query_qp(qa, &q,
+			     IBV_QP_STATE | IBV_QP_CUR_STATE |
+				     IBV_QP_MAX_QP_RD_ATOMIC |
+				     IBV_QP_MAX_DEST_RD_ATOMIC,
+			     &qi);
+		printf("query_depths_%d state %d cur %d rd_atomic %u "
+		       "dest_rd_atomic %u\n",
+		       round, (int)q.qp_state, (int)q.cur_qp_state,
+		       q.max_rd_atomic, q.max_dest_rd_atomic);
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RTS;
+		a.cur_qp_state = IBV_QPS_RTS;
+		if (round == 0)
+			said_errno("rts_to_rts_naming_cur_state",
+				   ibv_modify_qp(qa, &a,
+						 IBV_QP_STATE | IBV_QP_CUR_STATE));
+	}
+	ibv_destroy_qp(qa);
+	ibv_destroy_cq(c2);
+	ibv_destroy_cq(cq);
+}
+
 int main(int argc, char **argv) {
 	/* A line at a time: what was said before a crash is kept. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -753,6 +919,7 @@ int main(int argc, char **argv) {
 	reset_mid_message(1000, 0, 6);  /* before it */
 	reset_mid_message(0, 3, 7);     /* rxe's retry_cnt 7: for ever */
 	modify_and_post_cases(mr, dmr, buf, dst);
+	query_cases();
 	drain(cq);
 	drain(cq2);
 	drain(cq3);
