@@ -257,6 +257,10 @@ struct Personality {
   // named IBV_QP_CUR_STATE, and 0 (RESET) before any did (recorded:
   // hostile_verbs query_rts, query_depths_*).
   bool query_qp_cur_state_as_last_named = false;
+  // A new QP's path MTU, as ibv_query_qp reports it before RTR: Spec 0;
+  // rxe IBV_MTU_256 (rxe_qp.c rxe_qp_init_misc sets attr.path_mtu = 1;
+  // recorded: cm_verbs, a QP rejected before RTR).
+  bool new_qp_path_mtu_256 = false;
   // rxe_comp.c rxe_completer, COMPST_ERROR_RETRY: comp.retry_cnt is counted
   // down only when it is not 7, so a QP with retry_cnt 7 sends an
   // unanswered request again for ever (the IB spec, 9.7.6.1.3, makes only
@@ -1359,8 +1363,20 @@ class FakeNic final : public VerbsBackend {
                      const std::string& local_addr, uint16_t local_port,
                      const std::string& remote_addr, uint16_t remote_port,
                      uint8_t retry_count, uint8_t rnr_retry_count,
-                     uint8_t initiator_depth);
+                     uint8_t initiator_depth, uint8_t responder_resources);
   int CmFail(int errno_value);
+  // librdmacm's checks of an rdma_conn_param (cma.c ucma_valid_param): 0
+  // or EINVAL.
+  int ConnParamRefusal(const rdma_conn_param* param) const;
+  static uint8_t ThreeBitCount(uint8_t count);
+  // A REJ (reason 28) from the passive id `c` with `data` as its private
+  // data: rdma_reject, and a failed rdma_accept.
+  void SendReject(CmId* c, std::vector<uint8_t> data);
+  // The REP's parameters on the active side's ESTABLISHED.
+  static void SetRepEventParams(fake_nic_internal::CmEvent* event,
+                                uint8_t rep_initiator_depth,
+                                uint8_t rep_responder_resources,
+                                uint8_t rep_rnr_retry);
 
   // ---- the cross-process fabric (fake_nic_remote.cc) ----
   // Frames arriving on a Link and its end; both take mu_.

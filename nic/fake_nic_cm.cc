@@ -230,6 +230,26 @@ fake_nic_internal::CmEvent* FakeNic::DeliverCmEvent(
   event->base.param.conn.qp_num = remote_qp_num;
   event->base.param.conn.retry_count = id->req_retry_count;
   event->base.param.conn.rnr_retry_count = id->req_rnr_retry_count;
+  if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+    // The REQ seen from the passive side (cm.c cm_format_req_event): its
+    // initiator depth is our responder resources and the reverse
+    // (recorded: cm_verbs "server param").
+    event->base.param.conn.responder_resources = id->peer_initiator_depth;
+    event->base.param.conn.initiator_depth = id->peer_responder_resources;
+  }
+  if (type == RDMA_CM_EVENT_REJECTED && id->qp != nullptr) {
+    // librdmacm moves the QP to ERR when the program takes the event
+    // (cma.c rdma_get_cm_event, RDMA_CM_EVENT_REJECTED: ucma_modify_qp_err;
+    // recorded: cm_verbs, the QP of a rejected connect).
+    const uint64_t handle = id->handle;
+    event->on_get = [this, handle] {
+      auto it = ids_by_handle_.find(handle);
+      if (it == ids_by_handle_.end() || it->second->qp == nullptr) return;
+      ibv_qp_attr attr{};
+      attr.qp_state = IBV_QPS_ERR;
+      ModifyQpLocked(it->second->qp, attr, IBV_QP_STATE, "REJECTED taken");
+    };
+  }
   CmEvent* raw = event.get();
   outstanding_events_[&raw->base] = std::move(event);
   channel->queue.push_back(raw);
@@ -733,6 +753,7 @@ int FakeNic::NewQpLocked(Pd* p, ibv_qp_init_attr* init_attr, Qp** out) {
   qp->pd = p;
   qp->send_cq = send_cq;
   qp->recv_cq = recv_cq;
+  if (config_.personality.new_qp_path_mtu_256) qp->attr.path_mtu = IBV_MTU_256;
   qp->cap = want;
   qp->cap.max_send_wr = RealDepth(static_cast<int>(want.max_send_wr));
   qp->cap.max_recv_wr = RealDepth(static_cast<int>(want.max_recv_wr));
@@ -887,7 +908,8 @@ FakeNic::CmId* FakeNic::FindListener(const std::string& addr, uint16_t port) {
 FakeNic::CmId* FakeNic::NewRequestId(
     CmId* listener, Device* device, const std::string& local_addr,
     uint16_t local_port, const std::string& remote_addr, uint16_t remote_port,
-    uint8_t retry_count, uint8_t rnr_retry_count, uint8_t initiator_depth) {
+    uint8_t retry_count, uint8_t rnr_retry_count, uint8_t initiator_depth,
+    uint8_t responder_resources) {
   // The new id shares the listener's channel and context (rdma_cm(7),
   // librdmacm ucma_process_conn_req).
   auto child = std::make_unique<CmId>();
@@ -909,6 +931,7 @@ FakeNic::CmId* FakeNic::NewRequestId(
   child->req_retry_count = retry_count;
   child->req_rnr_retry_count = rnr_retry_count;
   child->peer_initiator_depth = initiator_depth;
+  child->peer_responder_resources = responder_resources;
   CmId* raw = child.get();
   ids_by_handle_[raw->handle] = raw;
   ids_[&raw->base] = std::move(child);
@@ -920,17 +943,21 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr || c->channel == nullptr ||
-      c->state != CmState::kRouteResolved || c->qp == nullptr ||
-      c->qp->base.state != IBV_QPS_INIT) {
+      c->state != CmState::kRouteResolved ||
+      (c->qp != nullptr && c->qp->base.state != IBV_QPS_INIT) ||
+      ConnParamRefusal(param) != 0) {
     return CmFail(EINVAL);
   }
+  // No QP on the id: the REQ carries the QP number the program names
+  // (rdma_connect(3), conn_param qp_num; recorded: cm_verbs no_qp).
+  c->param_qp_num = c->qp == nullptr && param != nullptr ? param->qp_num : 0;
   if (param != nullptr && param->private_data_len > kMaxConnectPrivateData) {
     return CmFail(EINVAL);
   }
   // With no conn_param librdmacm uses retry 7 / rnr_retry 7
   // (librdmacm/cma.c ucma_copy_conn_param_to_kern); both are 3-bit fields.
-  c->req_retry_count = param ? (param->retry_count & 7) : 7;
-  c->req_rnr_retry_count = param ? (param->rnr_retry_count & 7) : 7;
+  c->req_retry_count = param ? ThreeBitCount(param->retry_count) : 7;
+  c->req_rnr_retry_count = param ? ThreeBitCount(param->rnr_retry_count) : 7;
   c->initiator_depth = RdDepth(param ? param->initiator_depth : 0xff);
   c->responder_resources = RdDepth(param ? param->responder_resources : 0xff);
   std::vector<uint8_t> private_data;
@@ -972,16 +999,54 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     CmId* child = NewRequestId(
         listener, destination, active->remote_addr, active->remote_port,
         active->local_addr, active->local_port, active->req_retry_count,
-        active->req_rnr_retry_count, active->initiator_depth);
+        active->req_rnr_retry_count, active->initiator_depth,
+        active->responder_resources);
     child->peer_handle = handle;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
     DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
                    private_data.data(), private_data.size(), listener->handle,
-                   active->qp ? active->qp->base.qp_num : 0,
+                   active->qp ? active->qp->base.qp_num : active->param_qp_num,
                    kMaxConnectPrivateData);
   });
   return 0;
+}
+
+// The IB CM's retry counts are 3-bit fields; rdma_cm caps a larger one at
+// 7 (cma.c cma_connect_ib, cma_accept_ib: min_t(u8, 7, ...); recorded:
+// cm_verbs, retry_count 9 arrives as 7).
+uint8_t FakeNic::ThreeBitCount(uint8_t count) {
+  return std::min<uint8_t>(count, 7);
+}
+
+int FakeNic::ConnParamRefusal(const rdma_conn_param* param) const {
+  if (param == nullptr) return 0;
+  // RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xff) ask for the device's
+  // maximum; a larger explicit value is refused (recorded: cm_verbs
+  // connect_responder_resources_200, connect_initiator_depth_200).
+  const int max = config_.caps->max_qp_rd_atom;
+  if (param->responder_resources != 0xff &&
+      param->responder_resources > max) {
+    return EINVAL;
+  }
+  if (param->initiator_depth != 0xff && param->initiator_depth > max) {
+    return EINVAL;
+  }
+  return 0;
+}
+
+void FakeNic::SetRepEventParams(CmEvent* event, uint8_t rep_initiator_depth,
+                                uint8_t rep_responder_resources,
+                                uint8_t rep_rnr_retry) {
+  // cm.c cm_format_rep_event and cma.c cma_set_rep_event_data: the REP's
+  // initiator depth is our responder resources and the reverse, its RNR
+  // retry count; the event has no retry count (recorded: cm_verbs
+  // "client param").
+  rdma_conn_param& conn = event->base.param.conn;
+  conn.responder_resources = rep_initiator_depth;
+  conn.initiator_depth = rep_responder_resources;
+  conn.retry_count = 0;
+  conn.rnr_retry_count = rep_rnr_retry;
 }
 
 // rdma_accept(3): the passive QP goes RTR and RTS now (librdmacm
@@ -995,13 +1060,13 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   CmWorkNow now(this);
   CmId* c = FindId(id);
   if (c == nullptr || c->state != CmState::kRequestReceived ||
-      c->qp == nullptr || c->qp->base.state != IBV_QPS_INIT) {
+      (c->qp != nullptr && c->qp->base.state != IBV_QPS_INIT) ||
+      ConnParamRefusal(param) != 0) {
     return CmFail(EINVAL);
   }
-  if (param != nullptr && param->private_data_len > kMaxAcceptPrivateData) {
-    return CmFail(EINVAL);
-  }
-  const uint8_t rep_rnr_retry = param ? (param->rnr_retry_count & 7) : 7;
+  c->param_qp_num = c->qp == nullptr && param != nullptr ? param->qp_num : 0;
+  const uint8_t rep_rnr_retry =
+      param ? ThreeBitCount(param->rnr_retry_count) : 7;
   std::vector<uint8_t> private_data;
   if (param != nullptr && param->private_data_len > 0) {
     const auto* p = static_cast<const uint8_t*>(param->private_data);
@@ -1018,7 +1083,9 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   qp_params.peer_initiator_depth = c->peer_initiator_depth;
   auto active_it =
       c->link != 0 ? ids_by_handle_.end() : ids_by_handle_.find(c->peer_handle);
-  if (c->link != 0) {
+  if (qp == nullptr) {
+    // The program connects a QP of its own (c->param_qp_num).
+  } else if (c->link != 0) {
     // The active QP is in another process: requests to it go on the link.
     qp->link = c->link;
     qp_params.dest_qp_num = c->remote_qp_num;
@@ -1029,7 +1096,17 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     active_qp->peer = qp;
     qp_params.dest_qp_num = active_qp->base.qp_num;
   }
-  CmModifyQpToRts(qp, qp_params, "rdma_accept");
+  if (qp != nullptr) CmModifyQpToRts(qp, qp_params, "rdma_accept");
+  if (param != nullptr && param->private_data_len > kMaxAcceptPrivateData) {
+    // librdmacm moved the QP to RTR and RTS before the kernel refused the
+    // REP's private data; the kernel's rdma_accept then rejects the
+    // connection (cma.c rdma_accept, "reject:" -- REJ reason 28) and
+    // librdmacm moves the QP to ERR (ucma_modify_qp_err). Recorded:
+    // cm_verbs bad_accept.
+    if (qp != nullptr) SetQpState(qp, IBV_QPS_ERR, "rdma_accept failed");
+    SendReject(c, {});
+    return CmFail(EINVAL);
+  }
   const uint8_t rep_initiator_depth = c->initiator_depth;
   const uint8_t rep_responder_resources = c->responder_resources;
   c->state = CmState::kAccepted;
@@ -1051,13 +1128,16 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     }
     CmId* passive = p == ids_by_handle_.end() ? nullptr : p->second;
     uint32_t passive_qp_num = 0;
-    if (passive != nullptr && passive->qp != nullptr) {
-      passive_qp_num = passive->qp->base.qp_num;
+    if (passive != nullptr) {
+      passive_qp_num = passive->qp != nullptr ? passive->qp->base.qp_num
+                                              : passive->param_qp_num;
     }
     CmEvent* established = DeliverCmEvent(
         active_handle, RDMA_CM_EVENT_ESTABLISHED, 0, private_data.data(),
         private_data.size(), 0, passive_qp_num, kMaxAcceptPrivateData);
     if (established == nullptr) return;
+    SetRepEventParams(established, rep_initiator_depth,
+                      rep_responder_resources, rep_rnr_retry);
     // librdmacm processes the REP inside rdma_get_cm_event on the active
     // side (cma.c ucma_process_conn_resp): only then does the QP go to RTR
     // and RTS and the RTU go out, so the passive side's ESTABLISHED waits
@@ -1092,7 +1172,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
         }
         CmModifyQpToRts(qp, qp_params, "REP processed");
       }
-      const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num : 0;
+      const uint32_t active_qp_num = active->qp ? active->qp->base.qp_num
+                                                : active->param_qp_num;
       QueueCmWork("RTU", [this, passive_handle, active_qp_num] {
         auto it = ids_by_handle_.find(passive_handle);
         if (it == ids_by_handle_.end() ||
@@ -1125,10 +1206,15 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
     const auto* p = static_cast<const uint8_t*>(private_data);
     data.assign(p, p + private_data_len);
   }
+  SendReject(c, std::move(data));
+  return 0;
+}
+
+void FakeNic::SendReject(CmId* c, std::vector<uint8_t> data) {
   c->state = CmState::kRejected;
   if (c->link != 0) {
     SendCmFrame(c, fake_nic_internal::kFrameRej, kRejectConsumer, data);
-    return 0;
+    return;
   }
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REJ", [this, active_handle, data] {
@@ -1141,7 +1227,6 @@ int FakeNic::Reject(rdma_cm_id* id, const void* private_data,
     DeliverCmEvent(active_handle, RDMA_CM_EVENT_REJECTED, kRejectConsumer,
                    data.data(), data.size(), 0, 0, kMaxRejectPrivateData);
   });
-  return 0;
 }
 
 // librdmacm's rdma_disconnect moves the local QP to ERR with ibv_modify_qp
@@ -1168,7 +1253,10 @@ int FakeNic::Disconnect(rdma_cm_id* id) {
   if (c->qp != nullptr && !QpMayMoveTo(c->qp, IBV_QPS_ERR)) {
     return CmFail(EINVAL);
   }
-  if (c->state == CmState::kDisconnected) {
+  // After a REJ the kernel's rdma_disconnect still finds its IB CM id and
+  // answers 0 (cma.c rdma_disconnect: the DREQ fails, a DREP is tried);
+  // recorded, cm_verbs disconnect_refused.
+  if (c->state == CmState::kDisconnected || c->state == CmState::kRejected) {
     if (c->qp != nullptr) DisconnectQpToErr(c->qp);
     // The answer to the peer's DREQ (Personality::
     // dreq_waits_for_peer_disconnect).

@@ -705,6 +705,12 @@ struct CmId {
   // the IB CM grants REMOTE_READ and REMOTE_ATOMIC only when it is non-zero
   // (cm.c cm_init_qp_init_attr).
   uint8_t peer_initiator_depth = 0;
+  // The responder resources the peer's REQ carried (passive side): the
+  // CONNECT_REQUEST event's initiator_depth (cm.c cm_format_req_event).
+  uint8_t peer_responder_resources = 0;
+  // rdma_conn_param::qp_num of Connect / Accept on an id with no QP (the
+  // program connects a QP of its own): the QP number the REQ / REP carry.
+  uint32_t param_qp_num = 0;
   // Ours, from the rdma_conn_param of Connect / Accept (RDMA_MAX_INIT_DEPTH /
   // RDMA_MAX_RESP_RES already replaced by the device's limit).
   uint8_t initiator_depth = 0;

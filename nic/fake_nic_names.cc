@@ -55,6 +55,7 @@ Personality Personality::Rxe() {
   p.create_qp_reports_requested_depth = true;
   p.rd_atomic_depths_rounded_to_power_of_two = true;
   p.query_qp_cur_state_as_last_named = true;
+  p.new_qp_path_mtu_256 = true;
   p.transport_retry_7_never_runs_out = true;
   p.cq_full_loses_the_completion_only = true;
   p.uc_cut_message_stalls_responder = true;

@@ -122,7 +122,7 @@ void FakeNic::SendCmFrame(CmId* id, uint32_t type, int status,
   CopyText(f.dst_addr, sizeof(f.dst_addr), id->remote_addr);
   f.src_port = id->local_port;
   f.dst_port = id->remote_port;
-  f.qp_num = id->qp != nullptr ? id->qp->base.qp_num : 0;
+  f.qp_num = id->qp != nullptr ? id->qp->base.qp_num : id->param_qp_num;
   f.status = status;
   f.retry_count = id->req_retry_count;
   f.rnr_retry_count = static_cast<uint8_t>(
@@ -196,7 +196,8 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
       if (device == nullptr) device = listener->device;
       CmId* child = NewRequestId(listener, device, f.dst_addr, f.dst_port,
                                  f.src_addr, f.src_port, f.retry_count,
-                                 f.rnr_retry_count, f.initiator_depth);
+                                 f.rnr_retry_count, f.initiator_depth,
+                                 f.responder_resources);
       child->link = link;
       child->remote_qp_num = f.qp_num;
       const uint64_t child_handle = child->handle;
@@ -214,6 +215,8 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
           DeliverCmEvent(handle, RDMA_CM_EVENT_ESTABLISHED, 0, tail, tail_len,
                          0, f.qp_num, fake_nic_internal::kMaxAcceptPrivateData);
       if (established == nullptr) return;
+      SetRepEventParams(established, f.initiator_depth, f.responder_resources,
+                        f.rnr_retry_count);
       // As in-process: the REP is processed inside rdma_get_cm_event
       // (librdmacm ucma_process_conn_resp), then the RTU goes out.
       established->on_get = [this, handle, f] {

@@ -1565,7 +1565,10 @@ TEST_F(FakeNicTest, ConnectPrivateDataAbove56FailsWithEinval) {
   EXPECT_EQ(nic_->Connect(client_.id, &param), 0);
 }
 
-TEST_F(FakeNicTest, AcceptPrivateDataAbove196FailsWithEinval) {
+// The kernel's rdma_accept rejects a connection whose REP it cannot send
+// (cma.c rdma_accept, "reject:"), after librdmacm moved the QP to RTS: the
+// connection is over, as recorded on rxe (cm_verbs bad_accept).
+TEST_F(FakeNicTest, AcceptPrivateDataAbove196FailsWithEinvalAndRejects) {
   PrepareHosts();
   SendConnect();
   TakeConnectRequest();
@@ -1577,7 +1580,14 @@ TEST_F(FakeNicTest, AcceptPrivateDataAbove196FailsWithEinval) {
   EXPECT_EQ(nic_->Accept(server_.id, &param), -1);
   EXPECT_EQ(errno, EINVAL);
   param.private_data_len = 196;
-  EXPECT_EQ(nic_->Accept(server_.id, &param), 0);
+  EXPECT_EQ(nic_->Accept(server_.id, &param), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(server_.id->qp->state, IBV_QPS_ERR);
+  rdma_cm_event* event =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(event, nullptr);
+  EXPECT_EQ(event->status, 28);
+  AckEvent(event);
 }
 
 TEST_F(FakeNicTest, RejectDeliversRejectedWithStatus28AndPrivateData) {

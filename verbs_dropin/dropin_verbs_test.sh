@@ -8,7 +8,8 @@
 #                        HOSTILE_PROGRAM HOSTILE_ON_RXE_TXT UC_PROGRAM
 #                        UC_ON_RXE_TXT DEBIAN_API_ABUSE API_ABUSE_LIBRPMA12_RXE_TXT
 #                        API_ABUSE_DIFFERENCES_TXT API_ABUSE_COMPARE_PY
-#                        EX_PROGRAM EX_ON_RXE_TXT
+#                        EX_PROGRAM EX_ON_RXE_TXT ASYNC_PROGRAM
+#                        ASYNC_ON_RXE_TXT CM_PROGRAM CM_ON_RXE_TXT
 #
 # A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
 # (.../pairs/01-connection/pair); its directory's parent holds them all.
@@ -34,6 +35,8 @@ ex_program=$(realpath "${13}")
 ex_on_rxe=$(realpath "${14}")
 async_program=$(realpath "${15}")
 async_on_rxe=$(realpath "${16}")
+cm_program=$(realpath "${17}")
+cm_on_rxe=$(realpath "${18}")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -193,6 +196,14 @@ check ExVerbsProgramAnswersAsRxeDid answers_as_rxe "$ex_program" "$ex_on_rxe"
 # ibv_query_srq and IBV_EVENT_SRQ_LIMIT_REACHED, as rxe printed them
 # (testdata/async_events.rxe.txt).
 check AsyncEventsProgramAnswersAsRxeDid answers_as_rxe "$async_program" "$async_on_rxe"
+
+# librdmacm (testdata/cm_verbs.c): ids used out of order or twice, private
+# data past its limits, connection parameters past the device's, a connect
+# nobody listens for, a reject, a failed accept, the parameters each side's
+# events carry, the QPs rdma_cm connects, a disconnect from either side and
+# TIMEWAIT_EXIT, a connect with no QP, as rxe printed them
+# (testdata/cm_verbs.rxe.txt).
+check CmVerbsProgramAnswersAsRxeDid answers_as_rxe "$cm_program" "$cm_on_rxe"
 # What the man pages promise where rdma-core 44's rxe provider errs, and
 # the misuse rdma-core leaves undefined (ex_verbs --upstream checks each).
 ex_verbs_upstream() {

@@ -34,6 +34,7 @@ pair_targets=(//examples:pairs.txt //rpma/dropin
 # verbs program the drop-in libibverbs test runs on the fake, here on rxe.
 plain_targets=(//verbs_dropin:loopback_write_imm //verbs_dropin:hostile_verbs
   //verbs_dropin:uc_verbs //verbs_dropin:ex_verbs //verbs_dropin:async_events
+  //verbs_dropin:cm_verbs
   //tests:api_abuse
   //rpma/dropin:debian_built/api_abuse)
 if ! bazel build "${targets[@]}" "${pair_targets[@]}" "${plain_targets[@]}" >"$out/build.log" 2>&1; then
@@ -177,6 +178,8 @@ done
 #  - uc_verbs: UC QPs as a verbs program meets them (dropin_verbs_test);
 #  - hostile_verbs: the verbs API misused, ibv_modify_qp's attribute
 #    checks at each transition (dropin_verbs_test);
+#  - cm_verbs: librdmacm misused and its events' parameters
+#    (dropin_verbs_test);
 #  - ex_verbs: the extended verbs, ibv_wr_* and ibv_start_poll
 #    (dropin_verbs_test);
 #  - async_events: ibv_get_async_event, CQ overrun, SRQ limit
@@ -186,6 +189,7 @@ done
 #    librpma 1.2 (api_abuse_test, dropin_verbs_test).
 for rec in 'uc_verbs:verbs_dropin/testdata/uc_verbs.rxe.txt:' \
   'hostile_verbs:verbs_dropin/testdata/hostile_verbs.rxe.txt:' \
+  'cm_verbs:verbs_dropin/testdata/cm_verbs.rxe.txt:' \
   'ex_verbs:verbs_dropin/testdata/ex_verbs.rxe.txt:' \
   'async_events:verbs_dropin/testdata/async_events.rxe.txt:' \
   'api_abuse:tests/testdata/api_abuse.rxe.txt:^abuse ' \
