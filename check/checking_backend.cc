@@ -1143,18 +1143,19 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
     OutstandingSend s;
     s.wr_id = w->wr_id;
-    s.opcode = w->opcode;
+    const ibv_wr_opcode opcode = PostedOpcode(*w);
+    s.opcode = opcode;
     s.signaled = (w->send_flags & IBV_SEND_SIGNALED) != 0;
-    s.local_is_sink = IsSinkOpcode(w->opcode);
+    s.local_is_sink = IsSinkOpcode(opcode);
     const bool inline_data = (w->send_flags & IBV_SEND_INLINE) != 0;
     if (!inline_data && w->num_sge > 0 && w->sg_list != nullptr) {
       for (int i = 0; i < w->num_sge; ++i) {
         s.local.push_back(Range{w->sg_list[i].addr, w->sg_list[i].length});
       }
     }
-    if (HasRemote(w->opcode)) {
-      bool atomic = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                    w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    if (HasRemote(opcode)) {
+      bool atomic = opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                    opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
       uint64_t total = 0;
       for (int i = 0; i < w->num_sge && w->sg_list != nullptr; ++i) {
         total += w->sg_list[i].length;
@@ -1162,18 +1163,18 @@ int CheckingBackend::PostSend(ibv_qp* qp, ibv_send_wr* wr,
       s.remote = Range{
           atomic ? w->wr.atomic.remote_addr : w->wr.rdma.remote_addr, total};
       s.rkey = atomic ? w->wr.atomic.rkey : w->wr.rdma.rkey;
-      s.remote_written = IsRemoteWrite(w->opcode);
+      s.remote_written = IsRemoteWrite(opcode);
     }
     s.wr.num = qp->qp_num;
     s.wr.wr_id = w->wr_id;
-    s.wr.opcode = w->opcode;
+    s.wr.opcode = opcode;
     s.wr.send_flags = w->send_flags;
     if (w->num_sge > 0 && w->sg_list != nullptr) {
       s.wr.has_local = true;
       s.wr.local = w->sg_list[0].addr;
       for (int i = 0; i < w->num_sge; ++i) s.wr.len += w->sg_list[i].length;
     }
-    if (HasRemote(w->opcode)) {
+    if (HasRemote(opcode)) {
       s.wr.has_remote = true;
       s.wr.remote = s.remote.addr;
       s.wr.rkey = s.rkey;

@@ -362,9 +362,10 @@ int FaultInjector::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     CallInfo info(FaultCall::kPostSend);
     info.qp_num = qp->qp_num;
     info.wr_id = w->wr_id;
-    info.opcode = w->opcode;
+    const ibv_wr_opcode opcode = PostedOpcode(*w);
+    info.opcode = opcode;
     info.length = WrLength(*w);
-    if (HasImm(w->opcode)) info.imm = ntohl(w->imm_data);
+    if (HasImm(opcode)) info.imm = ntohl(w->imm_data);
     info.remote_addr = w->wr.rdma.remote_addr;
     std::optional<FaultRule> rule = Decide(info);
     if (!rule) continue;

@@ -147,7 +147,7 @@ CopyFault MoveBytes(const Src* src, size_t nsrc, const Dst* dst, size_t ndst,
 // slot: 0, or the errno and *why. *length: the WR's byte count.
 int FakeNic::SendWrRefusal(const Qp& q, const ibv_send_wr& w,
                            uint64_t* length, const char** why) const {
-  const ibv_wr_opcode op = w.opcode;
+  const ibv_wr_opcode op = PostedOpcode(w);
   const auto& refused = config_.personality.opcodes_refused_at_post;
   if (std::find(refused.begin(), refused.end(), op) != refused.end()) {
     *why = "opcode not supported by this personality";
@@ -254,7 +254,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     event.kind = FakeNicEvent::Kind::kPostFailed;
     event.qp_num = q->base.qp_num;
     event.wr_id = w ? w->wr_id : 0;
-    event.opcode = w ? w->opcode : 0;
+    event.opcode = w ? PostedOpcode(*w) : 0;
     event.status = err;
     event.text = why;
     Record(std::move(event));
@@ -287,7 +287,7 @@ int FakeNic::PostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
   }
   for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
-    const ibv_wr_opcode op = w->opcode;
+    const ibv_wr_opcode op = PostedOpcode(*w);
     // Every check reads the WR itself, so that a WR that passes them is
     // built once, in place in its send queue slot (Ring::emplace_back).
     const char* why = nullptr;

@@ -89,6 +89,26 @@ class LibraryChecker {
 // it.
 inline constexpr unsigned int kSendWholeChain = 1u << 30;
 
+// What a send WR's opcode field stands for in place of a value
+// ibv_post_send(3) does not define (12: inside the enum's range, no
+// opcode of rdma-core 44).
+inline constexpr ibv_wr_opcode kUndefinedWrOpcode =
+    static_cast<ibv_wr_opcode>(12);
+
+// A send WR's opcode as the program wrote it. A program may put any value
+// there, and loading an enum outside its range is undefined behaviour
+// (UBSan's -fsanitize=enum), so the field is read as an integer; a value
+// rdma-core 44's enum ibv_wr_opcode does not define is kUndefinedWrOpcode.
+inline ibv_wr_opcode PostedOpcode(const ibv_send_wr& wr) {
+  static_assert(sizeof(wr.opcode) == sizeof(uint32_t), "an int-sized enum");
+  uint32_t raw = 0;
+  __builtin_memcpy(&raw, &wr.opcode, sizeof(raw));
+  if (raw <= IBV_WR_DRIVER1 || raw == IBV_WR_ATOMIC_WRITE) {
+    return static_cast<ibv_wr_opcode>(raw);
+  }
+  return kUndefinedWrOpcode;
+}
+
 class VerbsBackend {
  public:
   virtual ~VerbsBackend() = default;
