@@ -206,23 +206,6 @@ static void said_modify(const char *name, struct ibv_qp *qp,
 		printf("%s query-failed\n", what);
 }
 
-/* RTR attributes toward `dest` (as to_rtr_psn has them). */
-static void rtr_attr(struct ibv_qp_attr *a, uint32_t dest) {
-	memset(a, 0, sizeof(*a));
-	a->qp_state = IBV_QPS_RTR;
-	a->path_mtu = IBV_MTU_1024;
-	a->dest_qp_num = dest;
-	a->max_dest_rd_atomic = 1;
-	a->min_rnr_timer = 12;
-	a->ah_attr.dlid = port.lid;
-	a->ah_attr.port_num = 1;
-	if (use_gid) {
-		a->ah_attr.is_global = 1;
-		a->ah_attr.grh.dgid = gid;
-		a->ah_attr.grh.hop_limit = 1;
-	}
-}
-
 #define RTR_MASK                                                          \
 	(IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |   \
 	 IBV_QP_RQ_PSN | RC_RTR_MASK)

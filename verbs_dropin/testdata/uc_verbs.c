@@ -207,6 +207,18 @@ static void fill(char *p, size_t n, int seed) {
 	for (size_t i = 0; i < n; ++i) p[i] = (char)(i * 7 + seed);
 }
 
+/* An SRQ of 8 receives of one SGE; NULL after saying why on a line of
+ * `name`. */
+static struct ibv_srq *new_srq(const char *name) {
+	struct ibv_srq_init_attr sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.attr.max_wr = 8;
+	sa.attr.max_sge = 1;
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	if (srq == NULL) printf("%s create-srq %s\n", name, errno_name(errno));
+	return srq;
+}
+
 /*
  * A 3000-byte SEND cut short by its requester (its second SGE's lkey is
  * bad, so only the FIRST packet leaves), the responder taking receives
@@ -221,17 +233,7 @@ static void cut_send(const char *name, int use_srq) {
 	struct side a = {NULL, NULL, NULL}, b = {NULL, NULL, NULL};
 	struct side *sides[2] = {&a, &b};
 	char what[96];
-	if (use_srq) {
-		struct ibv_srq_init_attr sa;
-		memset(&sa, 0, sizeof(sa));
-		sa.attr.max_wr = 8;
-		sa.attr.max_sge = 1;
-		srq = ibv_create_srq(pd, &sa);
-		if (srq == NULL) {
-			printf("%s create-srq %s\n", name, errno_name(errno));
-			return;
-		}
-	}
+	if (use_srq && (srq = new_srq(name)) == NULL) return;
 	for (int i = 0; i < 2; ++i) {
 		struct ibv_qp_init_attr init;
 		sides[i]->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
@@ -410,16 +412,8 @@ int main(int argc, char *argv[]) {
 		{"srq-send-to-init", 1, IBV_WR_SEND, 100, 0, LEN},
 	};
 	for (size_t i = 0; i < sizeof(srq_cases) / sizeof(srq_cases[0]); ++i) {
-		struct ibv_srq_init_attr sa;
-		memset(&sa, 0, sizeof(sa));
-		sa.attr.max_wr = 8;
-		sa.attr.max_sge = 1;
-		scenario_srq = ibv_create_srq(pd, &sa);
-		if (scenario_srq == NULL) {
-			printf("%s create-srq %s\n", srq_cases[i].name,
-			       errno_name(errno));
-			continue;
-		}
+		scenario_srq = new_srq(srq_cases[i].name);
+		if (scenario_srq == NULL) continue;
 		scenario(srq_cases[i].name, srq_cases[i].responder_init,
 			 srq_cases[i].op, srq_cases[i].len, srq_cases[i].rkey_xor,
 			 srq_cases[i].recv_len);

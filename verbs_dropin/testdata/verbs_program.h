@@ -128,25 +128,31 @@ static inline int to_init(struct ibv_qp *qp, int access) {
 				     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
+/* The attributes of RTR toward `dest` on this device's port, expecting
+ * PSN 0 (RC's as well: max_dest_rd_atomic 1, min_rnr_timer 12). */
+static inline void rtr_attr(struct ibv_qp_attr *a, uint32_t dest) {
+	memset(a, 0, sizeof(*a));
+	a->qp_state = IBV_QPS_RTR;
+	a->path_mtu = IBV_MTU_1024;
+	a->dest_qp_num = dest;
+	a->max_dest_rd_atomic = 1;
+	a->min_rnr_timer = 12;
+	a->ah_attr.dlid = port.lid;
+	a->ah_attr.port_num = 1;
+	if (use_gid) {
+		a->ah_attr.is_global = 1;
+		a->ah_attr.grh.dgid = gid;
+		a->ah_attr.grh.hop_limit = 1;
+	}
+}
+
 /* RTR toward `dest` on this device's port, expecting PSN `rq_psn`;
  * `extra`: RC_RTR_MASK or more. */
 static inline int to_rtr_psn(struct ibv_qp *qp, uint32_t dest, uint32_t rq_psn,
 			     int extra) {
 	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
+	rtr_attr(&a, dest);
 	a.rq_psn = rq_psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.dlid = port.lid;
-	a.ah_attr.port_num = 1;
-	if (use_gid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = gid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV |
 				     IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 				     IBV_QP_RQ_PSN | extra);
