@@ -185,8 +185,12 @@ bool IsRemoteWrite(int opcode) {
          opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
+// RDMA WRITE, READ and atomics name a remote range (an opcode the verbs do
+// not define names none: PostedOpcode).
 bool HasRemote(int opcode) {
-  return opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM;
+  return opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+         opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
 }  // namespace

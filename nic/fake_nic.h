@@ -1365,9 +1365,9 @@ class FakeNic final : public VerbsBackend {
                      uint8_t retry_count, uint8_t rnr_retry_count,
                      uint8_t initiator_depth, uint8_t responder_resources);
   int CmFail(int errno_value);
-  // librdmacm's checks of an rdma_conn_param (cma.c ucma_valid_param): 0
-  // or EINVAL.
-  int ConnParamRefusal(const rdma_conn_param* param) const;
+  // librdmacm's checks of Connect's / Accept's rdma_conn_param on `id`
+  // (cma.c ucma_valid_param): 0 or EINVAL.
+  int ConnParamRefusal(const CmId& id, const rdma_conn_param* param) const;
   static uint8_t ThreeBitCount(uint8_t count);
   // A REJ (reason 28) from the passive id `c` with `data` as its private
   // data: rdma_reject, and a failed rdma_accept.

@@ -945,7 +945,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
   if (c == nullptr || c->channel == nullptr ||
       c->state != CmState::kRouteResolved ||
       (c->qp != nullptr && c->qp->base.state != IBV_QPS_INIT) ||
-      ConnParamRefusal(param) != 0) {
+      ConnParamRefusal(*c, param) != 0) {
     return CmFail(EINVAL);
   }
   // No QP on the id: the REQ carries the QP number the program names
@@ -1019,8 +1019,10 @@ uint8_t FakeNic::ThreeBitCount(uint8_t count) {
   return std::min<uint8_t>(count, 7);
 }
 
-int FakeNic::ConnParamRefusal(const rdma_conn_param* param) const {
-  if (param == nullptr) return 0;
+int FakeNic::ConnParamRefusal(const CmId& id,
+                              const rdma_conn_param* param) const {
+  // With no QP on the id, the QP number must come from a conn_param.
+  if (param == nullptr) return id.qp == nullptr ? EINVAL : 0;
   // RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH (0xff) ask for the device's
   // maximum; a larger explicit value is refused (recorded: cm_verbs
   // connect_responder_resources_200, connect_initiator_depth_200).
@@ -1061,7 +1063,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   CmId* c = FindId(id);
   if (c == nullptr || c->state != CmState::kRequestReceived ||
       (c->qp != nullptr && c->qp->base.state != IBV_QPS_INIT) ||
-      ConnParamRefusal(param) != 0) {
+      ConnParamRefusal(*c, param) != 0) {
     return CmFail(EINVAL);
   }
   c->param_qp_num = c->qp == nullptr && param != nullptr ? param->qp_num : 0;
@@ -1095,6 +1097,10 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     qp->peer = active_qp;
     active_qp->peer = qp;
     qp_params.dest_qp_num = active_qp->base.qp_num;
+  } else if (active_it != ids_by_handle_.end()) {
+    // The peer connects a QP of its own: the number its REQ carried (as
+    // across processes, c->remote_qp_num).
+    qp_params.dest_qp_num = active_it->second->param_qp_num;
   }
   if (qp != nullptr) CmModifyQpToRts(qp, qp_params, "rdma_accept");
   if (param != nullptr && param->private_data_len > kMaxAcceptPrivateData) {
@@ -1169,6 +1175,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
           qp_params.dest_qp_num = passive->qp->base.qp_num;
           qp->peer = passive->qp;
           passive->qp->peer = qp;
+        } else if (passive != nullptr) {
+          qp_params.dest_qp_num = passive->param_qp_num;  // its REP's
         }
         CmModifyQpToRts(qp, qp_params, "REP processed");
       }

@@ -229,8 +229,9 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
     }
     uint32_t rounded = 1;
     while (rounded < asked) rounded <<= 1;
-    // (A uint8_t, as ibv_qp_attr has it: 129..255 would be 256.)
-    return static_cast<uint8_t>(std::min<uint32_t>(rounded, 255));
+    // rxe stores it in a u8 (qp->attr): 129..255 round to 256, which
+    // reads back 0.
+    return static_cast<uint8_t>(rounded);
   };
   if (attr_mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     a.max_dest_rd_atomic = depth(attr.max_dest_rd_atomic);

@@ -1590,6 +1590,42 @@ TEST_F(FakeNicTest, AcceptPrivateDataAbove196FailsWithEinvalAndRejects) {
   AckEvent(event);
 }
 
+// rdma_connect(3) / rdma_accept(3) on an id with no QP: the QP numbers
+// come from the conn_params (a program connecting QPs of its own), which
+// then may not be NULL (librdmacm cma.c ucma_valid_param). Recorded on rxe
+// for the connect: cm_verbs no_qp.
+TEST_F(FakeNicTest, AnIdWithNoQpConnectsTheQpNumbersItsParamsName) {
+  PrepareHosts();
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(nic_->CreateId(client_.cm_channel, &id, nullptr), 0);
+  ASSERT_EQ(nic_->ResolveAddr(id, kServerAddr, kPort, 1000), 0);
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ADDR_RESOLVED));
+  ASSERT_EQ(nic_->ResolveRoute(id, 1000), 0);
+  AckEvent(ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  EXPECT_EQ(nic_->Connect(id, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  rdma_conn_param param;
+  memset(&param, 0, sizeof(param));
+  param.qp_num = 0x1234;
+  ASSERT_EQ(nic_->Connect(id, &param), 0);
+  rdma_cm_event* request =
+      ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(request->param.conn.qp_num, 0x1234u);
+  rdma_cm_id* passive = request->id;
+  AckEvent(request);
+  EXPECT_EQ(nic_->Accept(passive, nullptr), -1);
+  EXPECT_EQ(errno, EINVAL);
+  param.qp_num = 0x5678;
+  ASSERT_EQ(nic_->Accept(passive, &param), 0);
+  rdma_cm_event* established =
+      ExpectCmEvent(client_.cm_channel, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(established, nullptr);
+  EXPECT_EQ(established->param.conn.qp_num, 0x5678u);
+  AckEvent(established);
+  AckEvent(ExpectCmEvent(server_.cm_channel, RDMA_CM_EVENT_ESTABLISHED));
+}
+
 TEST_F(FakeNicTest, RejectDeliversRejectedWithStatus28AndPrivateData) {
   PrepareHosts();
   SendConnect();
