@@ -2067,9 +2067,9 @@ class RandomDifferential : public ConformanceTest {
   //
   // env RPMA_HARNESS_VM_JOBS=N: the harness's own test: inside the soft-RoCE
   //   VM, how many processes run a flavour's random programs at once (default
-  //   1; tools/softroce_vm/ci.sh uses 3). A program waits out quiet windows
-  //   on rxe most of its time, so N processes compare nearly N times as many
-  //   in the same time. The mtu and rnr programs always run in one
+  //   1; tools/softroce_vm/ci.sh and random_differential.sh use 5). A
+  //   program waits out quiet windows on rxe most of its time, so N
+  //   processes compare nearly N times as many in the same time. The mtu and rnr programs always run in one
   //   (CompareFlavour says why).
   void AgainstLiveRxe(const std::vector<Program>& programs,
                       const char* prefix, const char* what,

@@ -102,18 +102,21 @@ done
 
 status=0
 # random_differential_test: each flavour's random programs on rxe and on the
-# fake in the VM, in three processes at once (RPMA_HARNESS_VM_JOBS=3: a
+# fake in the VM, in five processes at once (RPMA_HARNESS_VM_JOBS=5: a
 # program spends most of its time waiting out quiet windows on rxe), except
 # the mtu programs (each sets the netdev's MTU) and the rnr programs (a race
 # of rxe's two timers that load can tip), which run in one. FULL=1 (and
 # RECORD=1) runs every recorded program: 200 narrow ones (and 23
 # regressions), 100 wide, 200 duplex, 100 retry, 50 disconnect, 50 destroy,
-# 50 rnr, 100 mtu, 100 shared, 100 srq and 100 cq, 1173 in ~560 s of the
-# VM's time (7 Dec 2026; a cq program waits 250 ms before each drain's
-# first poll, ~4.7 s a program). By default (what CI runs) the first 30 % of
-# each flavour (a quarter of the cq programs) and the regressions, 363
-# programs in ~220 s (CI's whole run had passed 40 minutes with 573): the
-# host's
+# 50 rnr, 100 mtu, 100 shared, 100 srq and 100 cq, 1173 in 458 s of the
+# VM's time with five processes, every stream equal to its recording (7 Dec
+# 2026; 560 s with three). By default (what CI runs) 733 of them in ~200 s,
+# each flavour's first N, N by its cost per program (five processes): all
+# narrow (0.10 s) and wide (0.14 s) programs and the regressions, 120
+# duplex (0.16 s), 50 retry (0.36 s), 25 disconnect and 25 destroy (0.6
+# s), 15 rnr (1.5 s, one process), 30 mtu (0.57 s, one process), 60 shared
+# and 60 srq (0.2 s), 25 cq (1.2 s: a cq drain waits 250 ms before its
+# first poll). The host's
 # random_differential_test holds the fake to every recorded program on every
 # run, and this part re-asks live rxe, whose kernel is pinned, for the
 # recording it already gave; a seed's lines compare whole either way.
@@ -121,9 +124,9 @@ full=0
 { [ "${FULL:-0}" = 1 ] || [ "${RECORD:-0}" = 1 ]; } && full=1
 # PREFIX:ALL:CI -- each flavour's program count, all and in CI
 # (RPMA_HARNESS_<PREFIX>_PROGRAMS).
-flavours=(RANDOM:200:60 WIDE:100:30 DUPLEX:200:60 RETRY:100:30
-  DISCONNECT:50:15 DESTROY:50:15 RNR:50:15 MTU:100:30 SHARED:100:30
-  SRQ:100:30 CQ:100:25)
+flavours=(RANDOM:200:200 WIDE:100:100 DUPLEX:200:120 RETRY:100:50
+  DISCONNECT:50:25 DESTROY:50:25 RNR:50:15 MTU:100:30 SHARED:100:60
+  SRQ:100:60 CQ:100:25)
 counts=()
 declare -A want_seeds
 for f in "${flavours[@]}"; do
@@ -135,7 +138,7 @@ for f in "${flavours[@]}"; do
 done
 run_vm() {
   tools/softroce_vm/run.sh --out "$out/vm" --env RPMA_HARNESS_PRINT_STREAMS=1 \
-    --env RPMA_HARNESS_VM_JOBS=3 \
+    --env RPMA_HARNESS_VM_JOBS=5 \
     --timeout 1300 --binary-timeout 950 "${counts[@]}" \
     --pairs "$out/pairs" "${binaries[@]}" "${plain[@]}" >"$out/run.log" 2>&1
 }

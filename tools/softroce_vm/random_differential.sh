@@ -3,7 +3,7 @@
 # (default 1000) random verbs programs of one flavour (default random, the
 # narrow ones; also wide, duplex, retry, disconnect, destroy, rnr, mtu,
 # shared, srq, cq) on live rxe and on the fake's rxe personality inside the
-# soft-RoCE VM (tests/random_differential_test.cc), JOBS (default 3) at once
+# soft-RoCE VM (tests/random_differential_test.cc), JOBS (default 5) at once
 # (the mtu and rnr programs one at a time); a program whose streams differ is
 # shrunk and printed as a ready-to-paste Program literal. Prints
 # "random differential (FLAVOUR): N programs, K differ".
@@ -37,7 +37,7 @@ out=$(mktemp -d /tmp/random_diff.XXXXXX)
 tools/softroce_vm/run.sh --out "$out" --timeout $((budget + 120)) \
   --binary-timeout "$budget" \
   --env GTEST_FILTER="*RandomDifferential.$test*rdma_core" \
-  --env RPMA_HARNESS_VM_JOBS="${JOBS:-3}" \
+  --env RPMA_HARNESS_VM_JOBS="${JOBS:-5}" \
   --env "RPMA_HARNESS_${prefix}_PROGRAMS=$n" \
   --env "RPMA_HARNESS_${prefix}_SEED=$first" \
   "$bin/tests/random_differential_test" >"$out/run.log" 2>&1
