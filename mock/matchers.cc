@@ -6,7 +6,7 @@ namespace rpma_harness {
 
 std::string Describe(const ibv_send_wr& wr) {
   std::ostringstream out;
-  out << "{opcode " << WrOpcodeName(wr.opcode) << ", wr_id 0x" << std::hex
+  out << "{opcode " << WrOpcodeName(PostedOpcode(wr)) << ", wr_id 0x" << std::hex
       << wr.wr_id << ", send_flags 0x" << wr.send_flags << ", imm(host) 0x"
       << ntohl(wr.imm_data) << std::dec << ", num_sge " << wr.num_sge;
   for (int i = 0; wr.sg_list != nullptr && i < wr.num_sge; ++i) {

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "nic/fake_nic.h"  // WcStatusName() and the other enum names
+#include "verbs_backend/verbs_backend.h"  // PostedOpcode()
 
 namespace rpma_harness {
 
@@ -37,7 +38,7 @@ MATCHER_P3(IsWriteWithImm, imm, len, remote_addr,
                std::to_string(remote_addr)) {
   const ibv_send_wr& wr = arg;
   *result_listener << Describe(wr);
-  return wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM &&
+  return PostedOpcode(wr) == IBV_WR_RDMA_WRITE_WITH_IMM &&
          wr.imm_data == htonl(static_cast<uint32_t>(imm)) && wr.num_sge == 1 &&
          wr.sg_list != nullptr &&
          wr.sg_list[0].length == static_cast<uint32_t>(len) &&

@@ -75,6 +75,11 @@ bool ParsePort(const char* text, uint16_t* port) {
   return true;
 }
 
+// The IB CM's retry counts are 3-bit fields; rdma_cm caps a larger one at
+// 7 (cma.c cma_connect_ib, cma_accept_ib: min_t(u8, 7, ...); recorded:
+// cm_verbs, retry_count 9 arrives as 7).
+uint8_t ThreeBitCount(uint8_t count) { return std::min<uint8_t>(count, 7); }
+
 }  // namespace
 
 namespace fake_nic_internal {
@@ -1010,13 +1015,6 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
                    kMaxConnectPrivateData);
   });
   return 0;
-}
-
-// The IB CM's retry counts are 3-bit fields; rdma_cm caps a larger one at
-// 7 (cma.c cma_connect_ib, cma_accept_ib: min_t(u8, 7, ...); recorded:
-// cm_verbs, retry_count 9 arrives as 7).
-uint8_t FakeNic::ThreeBitCount(uint8_t count) {
-  return std::min<uint8_t>(count, 7);
 }
 
 int FakeNic::ConnParamRefusal(const CmId& id,
