@@ -1000,16 +1000,17 @@ class FakeNic final : public VerbsBackend {
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
   // A NAK of the head write (rxe_resp.c: check_rkey failing, REM_ACCESS_ERR;
-  // check_op_seq, REM_INV_REQ_ERR): `receive`, the one the packet took if
-  // any, completes with the personality's status for an rkey violation
-  // first (or, its CQ full, nothing is answered: UnansweredReceiveCqFull),
-  // the WR is popped with `status` and both QPs go to ERR. `ends_message`:
-  // the NAKed packet was the message's last (a landing piece: all packets
-  // were sent).
+  // check_op_seq, REM_INV_REQ_ERR; also a SEND's, SendResentAfterReset):
+  // `receive`, the one the packet took if any, completes with the
+  // personality's status for an rkey violation first (or, its CQ full,
+  // nothing is answered: UnansweredReceiveCqFull), the WR is popped with
+  // `status` and the requester goes to ERR, the responder too when
+  // `responder_to_err`. `ends_message`: the NAKed packet was the message's
+  // last (a landing piece: all packets were sent).
   void NakWrite(Qp* qp, Qp* responder,
                 const std::optional<fake_nic_internal::RecvWqe>& receive,
                 bool ends_message, ibv_wc_status status,
-                const std::string& why);
+                const std::string& why, bool responder_to_err = true);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
   // head WR popped, both QPs' states as rxe leaves them). `packet` is the
@@ -1062,6 +1063,8 @@ class FakeNic final : public VerbsBackend {
     kNakInvalidRequest,
     kNoAnswer,
     kResendFromFirst,
+    // An invalid-request NAK that leaves the responder as it is.
+    kNakInvalidRequestResponderStays,
   };
   PacketAnswer CheckWritePacket(Qp* responder,
                                 const fake_nic_internal::RequestPacket& packet,
@@ -1072,6 +1075,13 @@ class FakeNic final : public VerbsBackend {
   // since the FIRST packet. rxe answers by the PSN its new RTR expects.
   PacketAnswer ContinuationWithoutFirst(Qp* responder, uint32_t index,
                                         uint32_t first_psn);
+  // A SEND of `count` packets from PSN `first_psn`, RNR NAKed at FIRST,
+  // sent again whole to a responder reset (and brought back to RTR) since
+  // that NAK: kAck (take it as new), kNakInvalidRequest (responder to
+  // ERR), kNakInvalidRequestResponderStays or kNoAnswer, by the PSN the
+  // new RTR expects.
+  PacketAnswer SendResentAfterReset(const Qp* responder, uint32_t count,
+                                    uint32_t first_psn) const;
   // check_rkey of a READ or WRITE (`length` bytes) or an atomic (aligned,
   // 8 bytes): IBV_WC_SUCCESS, or the requester's status of the NAK and why.
   ibv_wc_status CheckTarget(Qp* responder, ibv_wr_opcode opcode, uint32_t rkey,
@@ -1368,7 +1378,6 @@ class FakeNic final : public VerbsBackend {
   // librdmacm's checks of Connect's / Accept's rdma_conn_param on `id`
   // (cma.c ucma_valid_param): 0 or EINVAL.
   int ConnParamRefusal(const CmId& id, const rdma_conn_param* param) const;
-  static uint8_t ThreeBitCount(uint8_t count);
   // A REJ (reason 28) from the passive id `c` with `data` as its private
   // data: rdma_reject, and a failed rdma_accept.
   void SendReject(CmId* c, std::vector<uint8_t> data);

@@ -140,6 +140,9 @@ struct RequestFrame {
   // The PSN of the message's first packet (24 bits): a responder reset
   // since that packet answers a later one by it (CheckWritePacket).
   uint32_t first_psn;
+  // 1: a SEND sent again after an RNR NAK of its FIRST (a responder reset
+  // since answers it by first_psn: FakeNic::SendResentAfterReset).
+  uint32_t resent_after_rnr;
 };
 
 struct BindFrame {

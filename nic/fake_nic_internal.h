@@ -490,6 +490,10 @@ struct ResponderState {
   uint64_t write_length = 0;
   bool write_checked = false;
   bool write_started = false;  // a RETH packet came since the last RESET
+  // A SEND's FIRST was RNR NAKed since the last RESET: a requester that
+  // sends it again after its RNR wait and finds this false meets a reset
+  // responder (FakeNic::SendResentAfterReset).
+  bool send_rnr_naked = false;
 };
 
 struct RecvWqe {

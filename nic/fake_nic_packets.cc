@@ -345,7 +345,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
 void FakeNic::NakWrite(Qp* qp, Qp* responder,
                        const std::optional<RecvWqe>& receive,
                        bool ends_message, ibv_wc_status status,
-                       const std::string& why) {
+                       const std::string& why, bool responder_to_err) {
   // The receive completes with the error -- or, its CQ full, the responder
   // answers nothing at all (CompleteMessageReceive).
   if (receive.has_value() &&
@@ -358,7 +358,7 @@ void FakeNic::NakWrite(Qp* qp, Qp* responder,
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
   RecordExecuted(qp, wqe, status, why.c_str());
-  SetQpState(responder, IBV_QPS_ERR, why.c_str());
+  if (responder_to_err) SetQpState(responder, IBV_QPS_ERR, why.c_str());
   qp->failed_on_last_packet = ends_message;
   CompleteSend(qp, wqe, status, 0);
   SetQpState(qp, IBV_QPS_ERR, why.c_str());
@@ -505,12 +505,37 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
     FailOnSourcePacket(qp, source_status, 0);
     return;
   }
+  // Sent again after an RNR NAK of FIRST to a responder whose reset has
+  // cleared that NAK's mark: answered by the PSN its new RTR expects.
+  if (head.rnr_started && !responder->responder.send_rnr_naked) {
+    const PacketAnswer answer =
+        SendResentAfterReset(responder, count, qp->next_psn);
+    if (answer == PacketAnswer::kNoAnswer) {
+      RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
+                   fake_nic_internal::kResetMidMessage);
+      RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
+      return;
+    }
+    if (answer != PacketAnswer::kAck) {
+      // The NAK answers the packet at the expected PSN: LAST, or a MIDDLE.
+      const uint32_t at = (responder->attr.rq_psn - qp->next_psn) & 0xffffff;
+      const bool last = answer == PacketAnswer::kNakInvalidRequestResponderStays;
+      RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, at),
+                   "NAK invalid request (no FIRST since the responder's "
+                   "reset)");
+      NakWrite(qp, responder, std::nullopt, last, IBV_WC_REM_INV_REQ_ERR,
+               fake_nic_internal::kContinuationWithoutFirst,
+               /*responder_to_err=*/!last);
+      return;
+    }
+  }
   // check_resource on FIRST / ONLY: a receive, or an RNR NAK (with an SRQ
   // the receive comes from it, IB spec 10.2.9; rxe_resp.c get_srq_wqe).
   Ring<RecvWqe>& rq = responder->ReceiveQueue();
   if (rq.empty()) {
     RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
                  "RNR NAK");
+    responder->responder.send_rnr_naked = true;
     RnrNakHead(qp, responder->min_rnr_timer);
     return;
   }

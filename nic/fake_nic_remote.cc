@@ -572,6 +572,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   r.send_flags = head.send_flags;
   r.first_packet = head.next_packet;
   r.first_psn = qp->next_psn;
+  r.resent_after_rnr = head.rnr_started ? 1 : 0;
   r.mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
   // The message's bytes travel with the request; READ and atomics carry
   // none (their data comes back in the answer).
@@ -940,11 +941,37 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     }
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM: {
+      // As ExecuteSendByPackets: sent again after an RNR NAK that this
+      // responder's reset has forgotten since.
+      if (r.resent_after_rnr != 0 && !responder->responder.send_rnr_naked) {
+        switch (SendResentAfterReset(responder, count, r.first_psn & 0xffffff)) {
+          case PacketAnswer::kAck:
+            break;
+          case PacketAnswer::kNakInvalidRequest:
+            answer->acked_packets = 0;  // a MIDDLE: not the last packet
+            nak(IBV_WC_REM_INV_REQ_ERR,
+                fake_nic_internal::kContinuationWithoutFirst);
+            return;
+          case PacketAnswer::kNakInvalidRequestResponderStays:
+            answer->kind = AnswerFrame::kNak;
+            answer->status = IBV_WC_REM_INV_REQ_ERR;
+            answer->acked_packets = count - 1;  // LAST
+            CopyText(answer->why, sizeof(answer->why),
+                     fake_nic_internal::kContinuationWithoutFirst);
+            return;
+          default:
+            answer->kind = AnswerFrame::kNoAnswer;
+            CopyText(answer->why, sizeof(answer->why),
+                     fake_nic_internal::kResetMidMessage);
+            return;
+        }
+      }
       if (rq.empty()) {
         answer->kind = AnswerFrame::kRnrNak;
         answer->status = responder->min_rnr_timer;  // the NAK's timer
         answer->acked_packets = r.first_packet;
         responder->remote_waits_for_receive = true;
+        responder->responder.send_rnr_naked = true;
         return;
       }
       // Packet by packet into the receive at the head of its queue, which

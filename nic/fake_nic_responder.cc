@@ -109,6 +109,30 @@ FakeNic::PacketAnswer FakeNic::ContinuationWithoutFirst(Qp* responder,
   return PacketAnswer::kNoAnswer;
 }
 
+FakeNic::PacketAnswer FakeNic::SendResentAfterReset(const Qp* responder,
+                                                    uint32_t count,
+                                                    uint32_t first_psn) const {
+  // The requester resends from the NAKed FIRST, so the responder sees the
+  // message's packets F..F+count-1 against the PSN R its new RTR expects.
+  // What rxe did (hostile_verbs.c reset_mid_send_*, recorded on rxe, Linux
+  // 6.1; rxe_resp.c check_psn, check_op_seq):
+  //   R == F: FIRST is in sequence, the message is taken as new;
+  //   F < R < F+count-1: the packets before R are duplicates, the MIDDLE
+  //     at R has no FIRST before it (class C): NAK invalid request, the
+  //     requester REM_INV_REQ_ERR, the responder to ERR (its receives
+  //     flushed);
+  //   R == F+count-1: the LAST at R meets the same check and the requester
+  //     the same NAK, but the responder stays as it is, its receive
+  //     untouched (unlike a write's LAST: ContinuationWithoutFirst);
+  //   R anywhere else: every packet is a duplicate or out of sequence,
+  //     nothing answers, the requester's retries run out (RETRY_EXC_ERR).
+  const uint32_t d = (responder->attr.rq_psn - first_psn) & 0xffffff;
+  if (d == 0) return PacketAnswer::kAck;
+  if (d + 1 < count) return PacketAnswer::kNakInvalidRequest;
+  if (d + 1 == count) return PacketAnswer::kNakInvalidRequestResponderStays;
+  return PacketAnswer::kNoAnswer;
+}
+
 ibv_wc_status FakeNic::CheckTarget(Qp* responder, ibv_wr_opcode opcode,
                                    uint32_t rkey, uint64_t va, uint64_t length,
                                    const char** why) {

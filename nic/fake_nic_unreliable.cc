@@ -129,18 +129,26 @@ void FakeNic::DeliverUnreliable(Qp* responder, const SendWqe& wqe,
       if (!is_write) HoldCutReceive(responder);
     }
   };
-  // Not RTR/RTS, gone, or the QP's access flags refuse the operation: the
-  // packets are dropped (rxe_recv.c check_type_state; recorded,
-  // send-to-init).
+  // Not RTR/RTS or gone: the packets are dropped (rxe_recv.c
+  // check_type_state, before the responder; recorded, send-to-init).
+  // Refused by the QP's access flags: dropped too (rxe_resp.c
+  // check_op_valid, UC: drop_msg), but the responder's state machine
+  // checks the opcode sequence first (RESPST_CHK_OP_SEQ before
+  // RESPST_CHK_OP_VALID), so a refused message still ends a cut one
+  // (recorded, cut-send-refused-write, -srq).
   const char* refused = nullptr;
-  if (CheckRequest(responder, wqe.opcode, &refused) !=
-      RequestVerdict::kAccept) {
+  const RequestVerdict verdict = CheckRequest(responder, wqe.opcode, &refused);
+  if (verdict == RequestVerdict::kNoAnswer) {
     dropped(0, refused);
     return;
   }
   if (responder->uc_cut != Qp::UcCut::kNone) {
     dropped(0, "a message cut earlier left it expecting a middle packet");
     UcMessageAfterCut(responder, wqe);
+    return;
+  }
+  if (verdict != RequestVerdict::kAccept) {
+    dropped(0, refused);
     return;
   }
   auto& rq = responder->ReceiveQueue();

@@ -141,6 +141,32 @@ struct Side {
     wr.wr_id = wr_id;
     ASSERT_EQ(nic->PostRecv(qp, &wr, &bad), 0);
   }
+  // A receive into the whole of dst.
+  void PostRecvIntoDst(uint64_t wr_id) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(dst.data()),
+                   static_cast<uint32_t>(kLen), dmr->lkey};
+    ibv_recv_wr wr;
+    ibv_recv_wr* bad = nullptr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(nic->PostRecv(qp, &wr, &bad), 0);
+  }
+  // A SEND of the whole of src.
+  void Send(uint64_t wr_id) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()),
+                   static_cast<uint32_t>(kLen), smr->lkey};
+    ibv_send_wr wr;
+    ibv_send_wr* bad = nullptr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
+  }
   void WriteWithImm(const Side& to, uint64_t wr_id, uint32_t rkey_xor = 0) {
     ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()),
                    static_cast<uint32_t>(kLen), smr->lkey};
@@ -467,27 +493,37 @@ struct AfterReset {
 // reset and connected again to a expecting PSN `rq_psn`, and posts a
 // receive. As hostile_verbs.c's reset_mid_message cases, which rxe
 // answered (hostile_verbs.rxe.txt): by rq_psn against the message's PSNs
-// 0 (FIRST) .. 7 (LAST).
+// 0 (FIRST) .. 7 (LAST). With `send`, the message is a SEND (its FIRST
+// RNR NAKed, nothing landed before the reset; the receive posted after it
+// takes the message into dst): the reset_mid_send cases.
 AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
-                           uint32_t rq_psn) {
+                           uint32_t rq_psn, bool send = false) {
   AfterReset out;
-  // Waits for LAST's RNR NAK as a's NIC records it (b's buffer is the
-  // NIC's to write until then: reading it would race).
+  // Waits for the RNR NAK as a's NIC records it (b's buffer is the NIC's
+  // to write until then: reading it would race).
   std::atomic<int> rnr_naks{0};
   const int watch = a.nic->AddObserver([&](const FakeNicEvent& event) {
     if (event.kind == FakeNicEvent::Kind::kRnrNak) ++rnr_naks;
   });
-  a.WriteWithImm(b, 1);
+  if (send) {
+    a.Send(1);
+  } else {
+    a.WriteWithImm(b, 1);
+  }
   for (int i = 0; i < 20000 && rnr_naks == 0; ++i) usleep(100);
   a.nic->RemoveObserver(watch);
-  EXPECT_GT(rnr_naks.load(), 0) << "LAST was not RNR NAKed";
+  EXPECT_GT(rnr_naks.load(), 0) << "the message was not RNR NAKed";
   ibv_qp_attr attr;
   ibv_qp_init_attr init;
   // (b's NIC wrote under its mutex, which QueryQp takes: the bytes before
   // LAST are safe to read after it.)
   EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
-  EXPECT_EQ(memcmp(a.src.data(), b.dst.data(), kLen - 1024), 0)
-      << "the packets before LAST did not land";
+  if (send) {
+    EXPECT_EQ(b.dst[0], 0) << "a SEND landed before its receive";
+  } else {
+    EXPECT_EQ(memcmp(a.src.data(), b.dst.data(), kLen - 1024), 0)
+        << "the packets before LAST did not land";
+  }
   memset(&attr, 0, sizeof(attr));
   attr.qp_state = IBV_QPS_RESET;
   EXPECT_EQ(b.nic->ModifyQp(b.qp, &attr, IBV_QP_STATE), 0);
@@ -518,7 +554,11 @@ AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
     EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
     EXPECT_EQ(attr.qp_state, IBV_QPS_ERR) << "RTS refused: " << rts;
   }
-  b.PostRecv(7);
+  if (send) {
+    b.PostRecvIntoDst(7);
+  } else {
+    b.PostRecv(7);
+  }
   out.write = a.Poll().status;
   ibv_wc wc;
   for (int i = 0; i < 200 && !out.received; ++i) {
@@ -564,6 +604,36 @@ const ResetCase kResetCases[] = {
     // responder untouched, its receive still posted.
     {100, {IBV_WC_RETRY_EXC_ERR, false, IBV_WC_SUCCESS, false, IBV_QPS_RTS}},
 };
+
+// What rxe answered for a SEND of 8 packets whose FIRST was RNR NAKed
+// (hostile_verbs.rxe.txt, reset_mid_send_*): the whole message comes
+// again from FIRST (FakeNic::SendResentAfterReset).
+const ResetCase kSendResetCases[] = {
+    // FIRST in sequence: taken as a new message.
+    {0, {IBV_WC_SUCCESS, true, IBV_WC_SUCCESS, true, IBV_QPS_RTS}},
+    // A MIDDLE's: it has no FIRST (the ones before are duplicates), NAK
+    // invalid request, the responder to ERR.
+    {3, {IBV_WC_REM_INV_REQ_ERR, true, IBV_WC_WR_FLUSH_ERR, false,
+         IBV_QPS_ERR}},
+    // LAST's: the same NAK, the responder and its receive untouched.
+    {7, {IBV_WC_REM_INV_REQ_ERR, false, IBV_WC_SUCCESS, false, IBV_QPS_RTS}},
+    // Past the message: all duplicates, nothing answers.
+    {100, {IBV_WC_RETRY_EXC_ERR, false, IBV_WC_SUCCESS, false, IBV_QPS_RTS}},
+};
+
+TEST(FakeNicVerbsTest, ASendResentToAResponderResetSinceAnswersByItsNewPsn) {
+  for (const ResetCase& c : kSendResetCases) {
+    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
+    auto nic = Started();
+    Side a(nic.get()), b(nic.get());
+    const uint16_t lid = a.Port().lid;
+    ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
+                        /*retry_cnt=*/6),
+              0);
+    ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
+    EXPECT_EQ(ResetMidMessage(a, b, lid, c.rq_psn, /*send=*/true), c.want);
+  }
+}
 
 TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
   for (const ResetCase& c : kResetCases) {
@@ -685,6 +755,21 @@ TEST_F(FakeNicVerbsFabricTest, AResponderResetMidMessageAnswersByItsNewPsn) {
     SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
     ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
     EXPECT_EQ(ResetMidMessage(*a_, *b_, a_->Port().lid, c.rq_psn), c.want);
+    b_.reset();
+    a_.reset();
+    nic_b_.reset();
+    nic_a_.reset();
+  }
+}
+
+TEST_F(FakeNicVerbsFabricTest,
+       ASendResentToAResponderResetSinceAnswersByItsNewPsn) {
+  for (const ResetCase& c : kSendResetCases) {
+    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
+    ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
+    EXPECT_EQ(ResetMidMessage(*a_, *b_, a_->Port().lid, c.rq_psn,
+                              /*send=*/true),
+              c.want);
     b_.reset();
     a_.reset();
     nic_b_.reset();

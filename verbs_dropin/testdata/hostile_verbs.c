@@ -83,19 +83,26 @@ static int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr,
 }
 
 /*
- * A write with imm of 8 packets of 1 KiB from a requester starting at PSN
- * `sq_psn` (retry_cnt `retry_cnt`, rnr_retry 7, timeout 8: 1 ms a try) to
- * a responder with no receive: its LAST is RNR NAKed and sent again after
- * each RNR wait. The responder is then moved to RESET and connected again
- * expecting PSN `rq_psn`, and a receive is posted. What became of the
- * write, of the receive, of the bytes (the first KiB was cleared after
- * the first packets landed, so "resent" says FIRST came again), and the
- * responder's state.
+ * A write with imm (`op`) of 8 packets of 1 KiB from a requester starting
+ * at PSN `sq_psn` (retry_cnt `retry_cnt`, rnr_retry 7, timeout 8: 1 ms a
+ * try) to a responder with no receive: its LAST is RNR NAKed and sent
+ * again after each RNR wait. The responder is then moved to RESET and
+ * connected again expecting PSN `rq_psn`, and a receive is posted. What
+ * became of the write, of the receive, of the bytes (the first KiB was
+ * cleared after the first packets landed, so "resent" says FIRST came
+ * again), and the responder's state.
+ *
+ * With `op` a SEND, its FIRST is the packet RNR NAKed (a SEND takes its
+ * receive there) and nothing lands before the reset; the receive posted
+ * after it has an 8 KiB buffer, so "resent" and "last_landed" say which
+ * of the SEND's packets it got.
  */
-static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
+static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
+			      uint32_t rq_psn, int retry_cnt) {
+	const int send = op == IBV_WR_SEND;
 	char name[64];
-	snprintf(name, sizeof(name), "reset_mid_message_sq%u_rq%u_retry%d",
-		 sq_psn, rq_psn, retry_cnt);
+	snprintf(name, sizeof(name), "reset_mid_%s_sq%u_rq%u_retry%d",
+		 send ? "send" : "message", sq_psn, rq_psn, retry_cnt);
 	struct ibv_cq *cqe = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	struct ibv_cq *cqf = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	struct ibv_qp *qe = cqe ? new_qp(cqe, 4, 1, 0) : NULL;
@@ -133,7 +140,7 @@ static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
 	memset(&wr, 0, sizeof(wr));
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr.opcode = op;
 	wr.send_flags = IBV_SEND_SIGNALED;
 	wr.wr.rdma.remote_addr = (uintptr_t)land;
 	wr.wr.rdma.rkey = lmr->rkey;
@@ -141,7 +148,10 @@ static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
 		printf("%s post-failed\n", name);
 		return;
 	}
-	for (double end = now() + 2; land[8192 - 1024 - 1] == 0 && now() < end;)
+	/* A SEND lands nothing before its receive: a moment for its FIRST's
+	 * RNR NAK. */
+	for (double end = now() + (send ? 0.1 : 2);
+	     (send || land[8192 - 1024 - 1] == 0) && now() < end;)
 		pause_between_polls();
 	const int first_landed = land[8192 - 1024 - 1] != 0;
 	memset(land, 0, 1024);
@@ -154,8 +164,13 @@ static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
 		     to_rtr_psn(qf, qe->qp_num, rq_psn, RC_RTR_MASK) ||
 		     to_rts(qf, RC_RTS_MASK);
 	struct ibv_recv_wr rwr, *rbad;
+	struct ibv_sge rsge = {(uintptr_t)land, 8192, lmr->lkey};
 	memset(&rwr, 0, sizeof(rwr));
 	rwr.wr_id = 77;
+	if (send) {
+		rwr.sg_list = &rsge;
+		rwr.num_sge = 1;
+	}
 	if (rc == 0)
 		rc = ibv_post_recv(qf, &rwr, &rbad);
 	struct ibv_wc wc, rwc;
@@ -173,9 +188,10 @@ static void reset_mid_message(uint32_t sq_psn, uint32_t rq_psn, int retry_cnt) {
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;
 	ibv_query_qp(qf, &qa, IBV_QP_STATE, &qi);
-	printf("%s: first_packets %s reset+reconnect %s write %s receive %s"
+	printf("%s: first_packets %s reset+reconnect %s %s %s receive %s"
 	       " resent %s last_landed %s responder_state %d\n",
 	       name, first_landed ? "landed" : "missing", errno_name(rc),
+	       send ? "send" : "write",
 	       got ? ibv_wc_status_str(wc.status) : "none",
 	       rgot ? ibv_wc_status_str(rwc.status) : "none",
 	       land[0] != 0 ? "yes" : "no", land[8191] != 0 ? "yes" : "no",
@@ -894,13 +910,18 @@ int main(int argc, char **argv) {
 	 * NAK of its LAST packet: by the PSN the new RTR expects. */
 	/* (retry_cnt 6: the timer may spend retries while the responder is
 	 * reset, before its sequence NAK spends one.) */
-	reset_mid_message(0, 0, 6);     /* the message's first PSN */
-	reset_mid_message(0, 3, 6);     /* a MIDDLE's */
-	reset_mid_message(0, 7, 6);     /* LAST's */
-	reset_mid_message(0, 100, 6);   /* past the message */
-	reset_mid_message(1000, 1000, 6);
-	reset_mid_message(1000, 0, 6);  /* before it */
-	reset_mid_message(0, 3, 7);     /* rxe's retry_cnt 7: for ever */
+	const enum ibv_wr_opcode mid_ops[] = {IBV_WR_RDMA_WRITE_WITH_IMM,
+					      IBV_WR_SEND};
+	for (int i = 0; i < 2; ++i) {
+		const enum ibv_wr_opcode op = mid_ops[i];
+		reset_mid_message(op, 0, 0, 6);     /* the message's first PSN */
+		reset_mid_message(op, 0, 3, 6);     /* a MIDDLE's */
+		reset_mid_message(op, 0, 7, 6);     /* LAST's */
+		reset_mid_message(op, 0, 100, 6);   /* past the message */
+		reset_mid_message(op, 1000, 1000, 6);
+		reset_mid_message(op, 1000, 0, 6);  /* before it */
+		reset_mid_message(op, 0, 3, 7);     /* retry_cnt 7: for ever */
+	}
 	modify_and_post_cases(mr, dmr, buf, dst);
 	query_cases();
 	drain(cq);

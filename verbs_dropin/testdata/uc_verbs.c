@@ -38,7 +38,9 @@ struct side {
  * (NULL: its own queue). */
 static struct ibv_srq *scenario_srq;
 
-static int new_side_with_srq(struct side *s, struct ibv_srq *srq) {
+/* A CQ and a UC QP with `send_sge` send SGEs, its receives from `srq` when
+ * not NULL. */
+static int new_uc_side(struct side *s, struct ibv_srq *srq, uint32_t send_sge) {
 	struct ibv_qp_init_attr init;
 	s->srq = srq;
 	s->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
@@ -50,10 +52,14 @@ static int new_side_with_srq(struct side *s, struct ibv_srq *srq) {
 	init.srq = srq;
 	init.cap.max_send_wr = 8;
 	init.cap.max_recv_wr = 8;
-	init.cap.max_send_sge = 1;
+	init.cap.max_send_sge = send_sge;
 	init.cap.max_recv_sge = 1;
 	s->qp = ibv_create_qp(pd, &init);
 	return s->qp != NULL ? 0 : -1;
+}
+
+static int new_side_with_srq(struct side *s, struct ibv_srq *srq) {
+	return new_uc_side(s, srq, 1);
 }
 
 static int new_side(struct side *s) { return new_side_with_srq(s, NULL); }
@@ -226,32 +232,19 @@ static struct ibv_srq *new_srq(const char *name) {
  * what each side got; then the requester reset and connected again and
  * two 100-byte SENDs. Which receive each lands in tells whether the cut
  * message used its receive up; at the end the responder goes to ERR and
- * flushes what its own queue still holds.
+ * flushes what its own queue still holds. With `write_first`, a 100-byte
+ * RDMA WRITE goes before the SENDs, which the responder's access flags
+ * (no REMOTE_WRITE) refuse: whether the responder looked at it as the
+ * packet after the cut before it refused it.
  */
-static void cut_send(const char *name, int use_srq) {
+static void cut_send(const char *name, int use_srq, int write_first) {
 	struct ibv_srq *srq = NULL;
 	struct side a = {NULL, NULL, NULL}, b = {NULL, NULL, NULL};
-	struct side *sides[2] = {&a, &b};
 	char what[96];
 	if (use_srq && (srq = new_srq(name)) == NULL) return;
-	for (int i = 0; i < 2; ++i) {
-		struct ibv_qp_init_attr init;
-		sides[i]->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-		if (sides[i]->cq == NULL) return;
-		memset(&init, 0, sizeof(init));
-		init.qp_type = IBV_QPT_UC;
-		init.send_cq = sides[i]->cq;
-		init.recv_cq = sides[i]->cq;
-		init.srq = i == 1 ? srq : NULL;
-		init.cap.max_send_wr = 8;
-		init.cap.max_recv_wr = 8;
-		init.cap.max_send_sge = 2;
-		init.cap.max_recv_sge = 1;
-		sides[i]->qp = ibv_create_qp(pd, &init);
-		if (sides[i]->qp == NULL) {
-			printf("%s create %s\n", name, errno_name(errno));
-			return;
-		}
+	if (new_uc_side(&a, NULL, 2) || new_uc_side(&b, srq, 1)) {
+		printf("%s create %s\n", name, errno_name(errno));
+		return;
 	}
 	said_rc(name, to_init(a.qp, 0) || to_init(b.qp, 0) ||
 			      to_rtr(a.qp, b.qp->qp_num, 0) || to_rts(a.qp, 0) ||
@@ -259,16 +252,7 @@ static void cut_send(const char *name, int use_srq) {
 	fill(src, LEN, 40);
 	memset(rbuf, 0, LEN);
 	int rc = 0;
-	for (uint64_t id = 60; id < 63; ++id) {
-		struct ibv_sge sge = {(uintptr_t)rbuf, LEN, rbuf_mr->lkey};
-		struct ibv_recv_wr wr, *bad = NULL;
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = id;
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
-		rc = rc || (use_srq ? ibv_post_srq_recv(srq, &wr, &bad)
-				    : ibv_post_recv(b.qp, &wr, &bad));
-	}
+	for (uint64_t id = 60; id < 63; ++id) rc = rc || post_recv(&b, id, LEN);
 	snprintf(what, sizeof(what), "%s post-recv", name);
 	said_rc(what, rc);
 	struct ibv_sge sges[2] = {{(uintptr_t)src, 1500, src_mr->lkey},
@@ -295,6 +279,15 @@ static void cut_send(const char *name, int use_srq) {
 	said_rc(what, ibv_modify_qp(a.qp, &r, IBV_QP_STATE) ||
 			      to_init(a.qp, 0) ||
 			      to_rtr(a.qp, b.qp->qp_num, 0) || to_rts(a.qp, 0));
+	if (write_first) {
+		snprintf(what, sizeof(what), "%s write", name);
+		said_rc(what, post_send(&a, IBV_WR_RDMA_WRITE, 75, 100,
+					dst_mr->rkey));
+		snprintf(what, sizeof(what), "%s write requester", name);
+		said_wcs(what, &a, 1);
+		snprintf(what, sizeof(what), "%s write responder", name);
+		said_wcs(what, &b, 0.5);
+	}
 	for (uint64_t id = 71; id < 73; ++id) {
 		snprintf(what, sizeof(what), "%s send-%llu", name,
 			 (unsigned long long)id);
@@ -383,8 +376,8 @@ int main(int argc, char *argv[]) {
 	scenario("send-too-long", 0, IBV_WR_SEND, 100, 0, 50);
 	scenario("send-3k-too-long", 0, IBV_WR_SEND, 3000, 0, 1500);
 	scenario("send-to-init", 1, IBV_WR_SEND, 100, 0, LEN);
-	cut_send("cut-send", 0);
-	cut_send("cut-send-srq", 1);
+	cut_send("cut-send", 0, 0);
+	cut_send("cut-send-srq", 1, 0);
 
 	/*
 	 * The same cases with the responder's receives in an SRQ, one SRQ
@@ -436,6 +429,10 @@ int main(int argc, char *argv[]) {
 	said_wcs("to-err responder", &b, 1);
 	destroy_side(&a);
 	destroy_side(&b);
+
+	/* A cut SEND, then a write its responder's access flags refuse. */
+	cut_send("cut-send-refused-write", 0, 1);
+	cut_send("cut-send-refused-write-srq", 1, 1);
 
 	ibv_dereg_mr(src_mr);
 	ibv_dereg_mr(dst_mr);
