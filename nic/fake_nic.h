@@ -1079,9 +1079,10 @@ class FakeNic final : public VerbsBackend {
   // sent again whole to a responder reset (and brought back to RTR) since
   // that NAK: kAck (take it as new), kNakInvalidRequest (responder to
   // ERR), kNakInvalidRequestResponderStays or kNoAnswer, by the PSN the
-  // new RTR expects.
+  // new RTR expects; a NAK's packet index in `*nak_index`.
   PacketAnswer SendResentAfterReset(const Qp* responder, uint32_t count,
-                                    uint32_t first_psn) const;
+                                    uint32_t first_psn,
+                                    uint32_t* nak_index) const;
   // check_rkey of a READ or WRITE (`length` bytes) or an atomic (aligned,
   // 8 bytes): IBV_WC_SUCCESS, or the requester's status of the NAK and why.
   ibv_wc_status CheckTarget(Qp* responder, ibv_wr_opcode opcode, uint32_t rkey,
@@ -1258,6 +1259,8 @@ class FakeNic final : public VerbsBackend {
     uint8_t initiator_depth = 0;       // ours: max_rd_atomic
     uint8_t responder_resources = 0;   // ours: max_dest_rd_atomic
     uint8_t peer_initiator_depth = 0;  // decides REMOTE_READ / ATOMIC
+    uint32_t rq_psn = 0;  // the peer's starting PSN (CmId::peer_starting_psn)
+    uint32_t sq_psn = 0;  // ours (CmId::starting_psn)
   };
   int CmModifyQpToInit(Qp* qp, int access_flags, const char* why);
   // librdmacm's RDMA_MAX_INIT_DEPTH / RDMA_MAX_RESP_RES (0xff) mean the

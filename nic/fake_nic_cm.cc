@@ -971,6 +971,8 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
     private_data.assign(p, p + param->private_data_len);
   }
   c->state = CmState::kConnecting;
+  // The REQ's starting PSN: our QP's sq_psn, the passive QP's rq_psn.
+  c->starting_psn = NextRandom32() & 0xffffff;
   const uint64_t handle = c->handle;
   QueueCmWork("REQ", [this, handle, private_data] {
     auto it = ids_by_handle_.find(handle);
@@ -1007,6 +1009,7 @@ int FakeNic::Connect(rdma_cm_id* id, rdma_conn_param* param) {
         active->req_rnr_retry_count, active->initiator_depth,
         active->responder_resources);
     child->peer_handle = handle;
+    child->peer_starting_psn = active->starting_psn;
     active->peer_handle = child->handle;
     const uint64_t child_handle = child->handle;
     DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0,
@@ -1081,6 +1084,10 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   qp_params.initiator_depth = c->initiator_depth;
   qp_params.responder_resources = c->responder_resources;
   qp_params.peer_initiator_depth = c->peer_initiator_depth;
+  // The REP's starting PSN: our QP's sq_psn, the active QP's rq_psn.
+  c->starting_psn = NextRandom32() & 0xffffff;
+  qp_params.rq_psn = c->peer_starting_psn;
+  qp_params.sq_psn = c->starting_psn;
   auto active_it =
       c->link != 0 ? ids_by_handle_.end() : ids_by_handle_.find(c->peer_handle);
   if (qp == nullptr) {
@@ -1113,6 +1120,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   }
   const uint8_t rep_initiator_depth = c->initiator_depth;
   const uint8_t rep_responder_resources = c->responder_resources;
+  const uint32_t rep_starting_psn = c->starting_psn;
   c->state = CmState::kAccepted;
   if (c->link != 0) {
     // The REP carries what the in-process REP work below passes along.
@@ -1124,7 +1132,7 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
   const uint64_t active_handle = c->peer_handle;
   QueueCmWork("REP", [this, passive_handle, active_handle, rep_rnr_retry,
                       rep_initiator_depth, rep_responder_resources,
-                      private_data] {
+                      rep_starting_psn, private_data] {
     auto a = ids_by_handle_.find(active_handle);
     auto p = ids_by_handle_.find(passive_handle);
     if (a == ids_by_handle_.end() || a->second->state != CmState::kConnecting) {
@@ -1148,7 +1156,8 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
     // for the active side to read its own (seen on rxe, see
     // tools/softroce_vm/README.md).
     established->on_get = [this, active_handle, passive_handle, rep_rnr_retry,
-                           rep_initiator_depth, rep_responder_resources] {
+                           rep_initiator_depth, rep_responder_resources,
+                           rep_starting_psn] {
       auto a = ids_by_handle_.find(active_handle);
       if (a == ids_by_handle_.end() ||
           a->second->state != CmState::kConnecting) {
@@ -1169,6 +1178,9 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
             std::min(active->initiator_depth, rep_responder_resources);
         qp_params.responder_resources = rep_initiator_depth;
         qp_params.peer_initiator_depth = rep_initiator_depth;
+        active->peer_starting_psn = rep_starting_psn;
+        qp_params.rq_psn = rep_starting_psn;
+        qp_params.sq_psn = active->starting_psn;
         if (passive != nullptr && passive->qp != nullptr) {
           qp_params.dest_qp_num = passive->qp->base.qp_num;
           qp->peer = passive->qp;

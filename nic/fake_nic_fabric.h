@@ -117,6 +117,7 @@ struct CmFrame {
   uint8_t rnr_retry_count;
   uint8_t initiator_depth;
   uint8_t responder_resources;
+  uint32_t starting_psn;  // REQ / REP: the sender's first send PSN
 };
 
 struct RequestFrame {
@@ -140,8 +141,9 @@ struct RequestFrame {
   // The PSN of the message's first packet (24 bits): a responder reset
   // since that packet answers a later one by it (CheckWritePacket).
   uint32_t first_psn;
-  // 1: a SEND sent again after an RNR NAK of its FIRST (a responder reset
-  // since answers it by first_psn: FakeNic::SendResentAfterReset).
+  // 1: the WR was RNR NAKed before (SendWqe::rnr_started). A SEND's
+  // responder reset since answers it by first_psn
+  // (FakeNic::SendResentAfterReset).
   uint32_t resent_after_rnr;
 };
 

@@ -101,6 +101,40 @@ TEST_F(FabricTest, PrivateDataCrossesBothWaysAndBothSidesSeeEstablished) {
   EXPECT_EQ(child.Wait(), 0);
 }
 
+// The IB CM's REQ and REP carry each side's starting PSN, which becomes
+// its QP's sq_psn and the peer QP's rq_psn (cm.c ib_cm_init_qp_attr;
+// recorded on rxe: cm_verbs.c "psns ... paired"). The server reports its
+// QP's PSNs in a ServerInfo (addr: sq_psn, rkey: rq_psn).
+TEST_F(FabricTest, EachQpExpectsThePsnsItsPeerSendsFrom) {
+  Child child = Fork(dir_, AcceptOne(port_, [](Side& s, int in, int out) {
+    ibv_qp_attr attr;
+    ibv_qp_init_attr init;
+    CHILD_CHECK(s.nic->QueryQp(s.id->qp, &attr,
+                               IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &init) == 0);
+    ServerInfo psns;
+    psns.addr = attr.sq_psn;
+    psns.rkey = attr.rq_psn;
+    psns.ready = 1;
+    ssize_t n = write(out, &psns, sizeof(psns));
+    (void)n;
+    WaitGoOn(in);
+  }));
+  ServerInfo info;
+  Side client(dir_);
+  ASSERT_NO_FATAL_FAILURE(ConnectToAcceptOne(child, client, &info));
+  ServerInfo server_psns;
+  ASSERT_TRUE(child.ReadInfo(&server_psns));
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  ASSERT_EQ(client.nic->QueryQp(client.id->qp, &attr,
+                                IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &init),
+            0);
+  EXPECT_EQ(attr.sq_psn, server_psns.rkey) << "client sends, server expects";
+  EXPECT_EQ(attr.rq_psn, server_psns.addr) << "server sends, client expects";
+  child.GoOn();
+  EXPECT_EQ(child.Wait(), 0);
+}
+
 TEST_F(FabricTest, RejectCarriesStatus28AndPrivateData) {
   const std::string port = port_;
   Child child = Fork(dir_, [port](Side& s, int in, int out) {

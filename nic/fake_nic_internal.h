@@ -715,6 +715,13 @@ struct CmId {
   // rdma_conn_param::qp_num of Connect / Accept on an id with no QP (the
   // program connects a QP of its own): the QP number the REQ / REP carry.
   uint32_t param_qp_num = 0;
+  // The PSNs the IB CM sets up: this side's first send PSN (cma.c
+  // id_priv->seq_num, random), sent in its REQ (active) or REP (passive)
+  // as the starting PSN, and the peer's from its REQ or REP. They become
+  // the QP's sq_psn and rq_psn (cm.c ib_cm_init_qp_attr), so each QP's
+  // rq_psn is its peer's sq_psn.
+  uint32_t starting_psn = 0;
+  uint32_t peer_starting_psn = 0;
   // Ours, from the rdma_conn_param of Connect / Accept (RDMA_MAX_INIT_DEPTH /
   // RDMA_MAX_RESP_RES already replaced by the device's limit).
   uint8_t initiator_depth = 0;

@@ -508,8 +508,19 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   // Sent again after an RNR NAK of FIRST to a responder whose reset has
   // cleared that NAK's mark: answered by the PSN its new RTR expects.
   if (head.rnr_started && !responder->responder.send_rnr_naked) {
+    uint32_t at = 0;  // the NAKed packet
     const PacketAnswer answer =
-        SendResentAfterReset(responder, count, qp->next_psn);
+        SendResentAfterReset(responder, count, qp->next_psn, &at);
+    // The packets before the answered one are duplicates: a bad source SGE
+    // before it (or anywhere, when nothing answers) fails the WR first, as
+    // the requester builds that packet (rxe_req.c finish_packet).
+    if (answer != PacketAnswer::kAck && first_bad < count &&
+        (answer == PacketAnswer::kNoAnswer || at >= first_bad)) {
+      RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, first_bad),
+                   "not sent: local SGE");
+      FailOnSourcePacket(qp, source_status, first_bad);
+      return;
+    }
     if (answer == PacketAnswer::kNoAnswer) {
       RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
                    fake_nic_internal::kResetMidMessage);
@@ -518,7 +529,6 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
     }
     if (answer != PacketAnswer::kAck) {
       // The NAK answers the packet at the expected PSN: LAST, or a MIDDLE.
-      const uint32_t at = (responder->attr.rq_psn - qp->next_psn) & 0xffffff;
       const bool last = answer == PacketAnswer::kNakInvalidRequestResponderStays;
       RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, at),
                    "NAK invalid request (no FIRST since the responder's "

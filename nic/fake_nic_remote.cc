@@ -129,6 +129,7 @@ void FakeNic::SendCmFrame(CmId* id, uint32_t type, int status,
       rnr_retry >= 0 ? rnr_retry : id->req_rnr_retry_count);
   f.initiator_depth = id->initiator_depth;
   f.responder_resources = id->responder_resources;
+  f.starting_psn = id->starting_psn;
   fabric_->Send(id->link, type, &f, sizeof(f), private_data.data(),
                 private_data.size());
 }
@@ -200,6 +201,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
                                  f.responder_resources);
       child->link = link;
       child->remote_qp_num = f.qp_num;
+      child->peer_starting_psn = f.starting_psn & 0xffffff;
       const uint64_t child_handle = child->handle;
       id_by_link_[link] = child_handle;
       DeliverCmEvent(child_handle, RDMA_CM_EVENT_CONNECT_REQUEST, 0, tail,
@@ -236,6 +238,9 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
           qp_params.responder_resources = f.initiator_depth;
           qp_params.peer_initiator_depth = f.initiator_depth;
           qp_params.dest_qp_num = f.qp_num;
+          active->peer_starting_psn = f.starting_psn & 0xffffff;
+          qp_params.rq_psn = active->peer_starting_psn;
+          qp_params.sq_psn = active->starting_psn;
           active->qp->link = active->link;
           CmModifyQpToRts(active->qp, qp_params, "REP processed");
         }
@@ -803,11 +808,12 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     RespondUnreliably(responder, r, payload, payload_len, answer);
     return;
   }
-  auto nak = [&](ibv_wc_status status, const std::string& why) {
+  auto nak = [&](ibv_wc_status status, const std::string& why,
+                 bool responder_to_err = true) {
     answer->kind = AnswerFrame::kNak;
     answer->status = status;
     CopyText(answer->why, sizeof(answer->why), why);
-    SetQpState(responder, IBV_QPS_ERR, why.c_str());
+    if (responder_to_err) SetQpState(responder, IBV_QPS_ERR, why.c_str());
   };
   // The receive's completion found its CQ full (CompleteMessageReceive):
   // neither ACK nor NAK.
@@ -944,26 +950,29 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       // As ExecuteSendByPackets: sent again after an RNR NAK that this
       // responder's reset has forgotten since.
       if (r.resent_after_rnr != 0 && !responder->responder.send_rnr_naked) {
-        switch (SendResentAfterReset(responder, count, r.first_psn & 0xffffff)) {
-          case PacketAnswer::kAck:
-            break;
-          case PacketAnswer::kNakInvalidRequest:
-            answer->acked_packets = 0;  // a MIDDLE: not the last packet
-            nak(IBV_WC_REM_INV_REQ_ERR,
-                fake_nic_internal::kContinuationWithoutFirst);
+        uint32_t at = 0;  // the NAKed packet
+        const PacketAnswer verdict = SendResentAfterReset(
+            responder, count, r.first_psn & 0xffffff, &at);
+        if (verdict != PacketAnswer::kAck) {
+          if (r.sent_packets < count &&
+              (verdict == PacketAnswer::kNoAnswer || at >= r.sent_packets)) {
+            // A bad source SGE comes first: the requester fails the WR at
+            // the packet it could not build (OnRemoteAnswer).
+            answer->kind = AnswerFrame::kAck;
+            answer->acked_packets = r.sent_packets;
             return;
-          case PacketAnswer::kNakInvalidRequestResponderStays:
-            answer->kind = AnswerFrame::kNak;
-            answer->status = IBV_WC_REM_INV_REQ_ERR;
-            answer->acked_packets = count - 1;  // LAST
-            CopyText(answer->why, sizeof(answer->why),
-                     fake_nic_internal::kContinuationWithoutFirst);
-            return;
-          default:
+          }
+          if (verdict == PacketAnswer::kNoAnswer) {
             answer->kind = AnswerFrame::kNoAnswer;
             CopyText(answer->why, sizeof(answer->why),
                      fake_nic_internal::kResetMidMessage);
             return;
+          }
+          answer->acked_packets = at;
+          nak(IBV_WC_REM_INV_REQ_ERR,
+              fake_nic_internal::kContinuationWithoutFirst,
+              /*responder_to_err=*/verdict == PacketAnswer::kNakInvalidRequest);
+          return;
         }
       }
       if (rq.empty()) {

@@ -111,7 +111,8 @@ FakeNic::PacketAnswer FakeNic::ContinuationWithoutFirst(Qp* responder,
 
 FakeNic::PacketAnswer FakeNic::SendResentAfterReset(const Qp* responder,
                                                     uint32_t count,
-                                                    uint32_t first_psn) const {
+                                                    uint32_t first_psn,
+                                                    uint32_t* nak_index) const {
   // The requester resends from the NAKed FIRST, so the responder sees the
   // message's packets F..F+count-1 against the PSN R its new RTR expects.
   // What rxe did (hostile_verbs.c reset_mid_send_*, recorded on rxe, Linux
@@ -127,6 +128,7 @@ FakeNic::PacketAnswer FakeNic::SendResentAfterReset(const Qp* responder,
   //   R anywhere else: every packet is a duplicate or out of sequence,
   //     nothing answers, the requester's retries run out (RETRY_EXC_ERR).
   const uint32_t d = (responder->attr.rq_psn - first_psn) & 0xffffff;
+  *nak_index = d;
   if (d == 0) return PacketAnswer::kAck;
   if (d + 1 < count) return PacketAnswer::kNakInvalidRequest;
   if (d + 1 == count) return PacketAnswer::kNakInvalidRequestResponderStays;

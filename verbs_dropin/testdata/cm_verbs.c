@@ -128,6 +128,25 @@ static void said_cm_qp(const char *who, struct ibv_qp *qp) {
 	       a.max_dest_rd_atomic, a.min_rnr_timer);
 }
 
+/* Whether each QP rdma_cm connected expects the PSNs the other sends
+ * from: the IB CM's REQ and REP carry each side's starting PSN (random),
+ * which become the sender's sq_psn and the receiver's rq_psn. */
+static void said_psn_pairing(const char *name, struct ibv_qp *client,
+			     struct ibv_qp *server) {
+	struct ibv_qp_attr a, b;
+	struct ibv_qp_init_attr i;
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	if (ibv_query_qp(client, &a, IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &i) ||
+	    ibv_query_qp(server, &b, IBV_QP_SQ_PSN | IBV_QP_RQ_PSN, &i)) {
+		printf("%s psns query-failed\n", name);
+		return;
+	}
+	printf("%s psns client_to_server %s server_to_client %s\n", name,
+	       a.sq_psn == b.rq_psn ? "paired" : "unpaired",
+	       b.sq_psn == a.rq_psn ? "paired" : "unpaired");
+}
+
 /* Ids made out of order or twice, on one channel. */
 static void order_cases(void) {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -383,6 +402,7 @@ static void connection_cases(void) {
 		       rdma_get_src_port(c) != 0 &&
 			       rdma_get_dst_port(c) == htons((uint16_t)port) &&
 			       rdma_get_src_port(sid) == htons((uint16_t)port));
+		said_psn_pairing(name, c->qp, sid->qp);
 
 		struct rdma_cm_id *first = round == 0 ? c : sid;
 		struct rdma_cm_id *second = round == 0 ? sid : c;
