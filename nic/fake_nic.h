@@ -1004,13 +1004,12 @@ class FakeNic final : public VerbsBackend {
   // `receive`, the one the packet took if any, completes with the
   // personality's status for an rkey violation first (or, its CQ full,
   // nothing is answered: UnansweredReceiveCqFull), the WR is popped with
-  // `status` and the requester goes to ERR, the responder too when
-  // `responder_to_err`. `ends_message`: the NAKed packet was the message's
-  // last (a landing piece: all packets were sent).
+  // `status` and both QPs go to ERR. `ends_message`: the NAKed packet was
+  // the message's last (a landing piece: all packets were sent).
   void NakWrite(Qp* qp, Qp* responder,
                 const std::optional<fake_nic_internal::RecvWqe>& receive,
                 bool ends_message, ibv_wc_status status,
-                const std::string& why, bool responder_to_err = true);
+                const std::string& why);
   // A write's payload copy faulted at `fault` while landing [target, +
   // copy_length): the error completions of ExecuteWriteByPackets (the
   // head WR popped, both QPs' states as rxe leaves them). `packet` is the
@@ -1063,8 +1062,6 @@ class FakeNic final : public VerbsBackend {
     kNakInvalidRequest,
     kNoAnswer,
     kResendFromFirst,
-    // An invalid-request NAK that leaves the responder as it is.
-    kNakInvalidRequestResponderStays,
   };
   PacketAnswer CheckWritePacket(Qp* responder,
                                 const fake_nic_internal::RequestPacket& packet,
@@ -1078,8 +1075,8 @@ class FakeNic final : public VerbsBackend {
   // A SEND of `count` packets from PSN `first_psn`, RNR NAKed at FIRST,
   // sent again whole to a responder reset (and brought back to RTR) since
   // that NAK: kAck (take it as new), kNakInvalidRequest (responder to
-  // ERR), kNakInvalidRequestResponderStays or kNoAnswer, by the PSN the
-  // new RTR expects; a NAK's packet index in `*nak_index`.
+  // ERR) or kNoAnswer, by the PSN the new RTR expects; a NAK's packet
+  // index in `*nak_index`.
   PacketAnswer SendResentAfterReset(const Qp* responder, uint32_t count,
                                     uint32_t first_psn,
                                     uint32_t* nak_index) const;

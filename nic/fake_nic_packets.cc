@@ -345,7 +345,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
 void FakeNic::NakWrite(Qp* qp, Qp* responder,
                        const std::optional<RecvWqe>& receive,
                        bool ends_message, ibv_wc_status status,
-                       const std::string& why, bool responder_to_err) {
+                       const std::string& why) {
   // The receive completes with the error -- or, its CQ full, the responder
   // answers nothing at all (CompleteMessageReceive).
   if (receive.has_value() &&
@@ -358,7 +358,7 @@ void FakeNic::NakWrite(Qp* qp, Qp* responder,
   SendWqe wqe = std::move(qp->sq.front());
   qp->sq.pop_front();
   RecordExecuted(qp, wqe, status, why.c_str());
-  if (responder_to_err) SetQpState(responder, IBV_QPS_ERR, why.c_str());
+  SetQpState(responder, IBV_QPS_ERR, why.c_str());
   qp->failed_on_last_packet = ends_message;
   CompleteSend(qp, wqe, status, 0);
   SetQpState(qp, IBV_QPS_ERR, why.c_str());
@@ -528,14 +528,13 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
       return;
     }
     if (answer != PacketAnswer::kAck) {
-      // The NAK answers the packet at the expected PSN: LAST, or a MIDDLE.
-      const bool last = answer == PacketAnswer::kNakInvalidRequestResponderStays;
+      // The NAK answers the packet at the expected PSN: a MIDDLE or LAST.
       RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, at),
                    "NAK invalid request (no FIRST since the responder's "
                    "reset)");
-      NakWrite(qp, responder, std::nullopt, last, IBV_WC_REM_INV_REQ_ERR,
-               fake_nic_internal::kContinuationWithoutFirst,
-               /*responder_to_err=*/!last);
+      NakWrite(qp, responder, std::nullopt, at + 1 == count,
+               IBV_WC_REM_INV_REQ_ERR,
+               fake_nic_internal::kContinuationWithoutFirst);
       return;
     }
   }

@@ -808,12 +808,11 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     RespondUnreliably(responder, r, payload, payload_len, answer);
     return;
   }
-  auto nak = [&](ibv_wc_status status, const std::string& why,
-                 bool responder_to_err = true) {
+  auto nak = [&](ibv_wc_status status, const std::string& why) {
     answer->kind = AnswerFrame::kNak;
     answer->status = status;
     CopyText(answer->why, sizeof(answer->why), why);
-    if (responder_to_err) SetQpState(responder, IBV_QPS_ERR, why.c_str());
+    SetQpState(responder, IBV_QPS_ERR, why.c_str());
   };
   // The receive's completion found its CQ full (CompleteMessageReceive):
   // neither ACK nor NAK.
@@ -970,8 +969,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           }
           answer->acked_packets = at;
           nak(IBV_WC_REM_INV_REQ_ERR,
-              fake_nic_internal::kContinuationWithoutFirst,
-              /*responder_to_err=*/verdict == PacketAnswer::kNakInvalidRequest);
+              fake_nic_internal::kContinuationWithoutFirst);
           return;
         }
       }

@@ -916,7 +916,12 @@ int main(int argc, char **argv) {
 		const enum ibv_wr_opcode op = mid_ops[i];
 		reset_mid_message(op, 0, 0, 6);     /* the message's first PSN */
 		reset_mid_message(op, 0, 3, 6);     /* a MIDDLE's */
-		reset_mid_message(op, 0, 7, 6);     /* LAST's */
+		/* LAST's. A SEND's is left out: rxe NAKed it (invalid
+		 * request) in each of two runs, but its responder went to ERR
+		 * in one and stayed in RTS in the other, so no line of it
+		 * could be recorded (docs/fidelity.md). */
+		if (op != IBV_WR_SEND)
+			reset_mid_message(op, 0, 7, 6);
 		reset_mid_message(op, 0, 100, 6);   /* past the message */
 		reset_mid_message(op, 1000, 1000, 6);
 		reset_mid_message(op, 1000, 0, 6);  /* before it */
