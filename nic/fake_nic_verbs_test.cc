@@ -623,22 +623,11 @@ const ResetCase kSendResetCases[] = {
     {100, {IBV_WC_RETRY_EXC_ERR, false, IBV_WC_SUCCESS, false, IBV_QPS_RTS}},
 };
 
-TEST(FakeNicVerbsTest, ASendResentToAResponderResetSinceAnswersByItsNewPsn) {
-  for (const ResetCase& c : kSendResetCases) {
-    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
-    auto nic = Started();
-    Side a(nic.get()), b(nic.get());
-    const uint16_t lid = a.Port().lid;
-    ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
-                        /*retry_cnt=*/6),
-              0);
-    ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
-    EXPECT_EQ(ResetMidMessage(a, b, lid, c.rq_psn, /*send=*/true), c.want);
-  }
-}
-
-TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
-  for (const ResetCase& c : kResetCases) {
+// Each case on a fresh pair in one process: a's message (a write with imm,
+// or with `send` a SEND) waits on b's RNR NAK while b is reset.
+template <size_t N>
+void ExpectResetCasesInOneProcess(const ResetCase (&cases)[N], bool send) {
+  for (const ResetCase& c : cases) {
     SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
     auto nic = Started();
     Side a(nic.get()), b(nic.get());
@@ -649,8 +638,16 @@ TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
                         /*retry_cnt=*/6),
               0);
     ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr), 0);
-    EXPECT_EQ(ResetMidMessage(a, b, lid, c.rq_psn), c.want);
+    EXPECT_EQ(ResetMidMessage(a, b, lid, c.rq_psn, send), c.want);
   }
+}
+
+TEST(FakeNicVerbsTest, ASendResentToAResponderResetSinceAnswersByItsNewPsn) {
+  ExpectResetCasesInOneProcess(kSendResetCases, /*send=*/true);
+}
+
+TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
+  ExpectResetCasesInOneProcess(kResetCases, /*send=*/false);
 }
 
 TEST(FakeNicVerbsTest, CreateVerbsQpRefusesWhatIsNotModelled) {
@@ -708,6 +705,21 @@ class FakeNicVerbsFabricTest : public ::testing::Test {
               0);
     ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
   }
+  // Each case on a fresh pair of NICs (ConnectTimedPair), as
+  // ExpectResetCasesInOneProcess.
+  template <size_t N>
+  void ExpectResetCases(const ResetCase (&cases)[N], bool send) {
+    for (const ResetCase& c : cases) {
+      SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
+      ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
+      EXPECT_EQ(ResetMidMessage(*a_, *b_, a_->Port().lid, c.rq_psn, send),
+                c.want);
+      b_.reset();
+      a_.reset();
+      nic_b_.reset();
+      nic_a_.reset();
+    }
+  }
   std::string dir_;
   // ConnectTimedPair's (sides before their NICs when destroyed).
   std::unique_ptr<FakeNic> nic_a_, nic_b_;
@@ -753,30 +765,12 @@ TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
 // requester had waited for ever), and the packet sent again is answered
 // by the PSN the new RTR expects.
 TEST_F(FakeNicVerbsFabricTest, AResponderResetMidMessageAnswersByItsNewPsn) {
-  for (const ResetCase& c : kResetCases) {
-    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
-    ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
-    EXPECT_EQ(ResetMidMessage(*a_, *b_, a_->Port().lid, c.rq_psn), c.want);
-    b_.reset();
-    a_.reset();
-    nic_b_.reset();
-    nic_a_.reset();
-  }
+  ExpectResetCases(kResetCases, /*send=*/false);
 }
 
 TEST_F(FakeNicVerbsFabricTest,
        ASendResentToAResponderResetSinceAnswersByItsNewPsn) {
-  for (const ResetCase& c : kSendResetCases) {
-    SCOPED_TRACE("rq_psn " + std::to_string(c.rq_psn));
-    ASSERT_NO_FATAL_FAILURE(ConnectTimedPair());
-    EXPECT_EQ(ResetMidMessage(*a_, *b_, a_->Port().lid, c.rq_psn,
-                              /*send=*/true),
-              c.want);
-    b_.reset();
-    a_.reset();
-    nic_b_.reset();
-    nic_a_.reset();
-  }
+  ExpectResetCases(kSendResetCases, /*send=*/true);
 }
 
 TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {
