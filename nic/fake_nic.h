@@ -1062,6 +1062,9 @@ class FakeNic final : public VerbsBackend {
     kNakInvalidRequest,
     kNoAnswer,
     kResendFromFirst,
+    // The requester cannot build a packet it must send before anything
+    // answers (a bad source SGE): it fails the WR there.
+    kSourceFault,
   };
   PacketAnswer CheckWritePacket(Qp* responder,
                                 const fake_nic_internal::RequestPacket& packet,
@@ -1074,11 +1077,13 @@ class FakeNic final : public VerbsBackend {
                                         uint32_t first_psn);
   // A SEND of `count` packets from PSN `first_psn`, RNR NAKed at FIRST,
   // sent again whole to a responder reset (and brought back to RTR) since
-  // that NAK: kAck (take it as new), kNakInvalidRequest (responder to
-  // ERR) or kNoAnswer, by the PSN the new RTR expects; a NAK's packet
-  // index in `*nak_index`.
+  // that NAK, whose requester can build its first `buildable` packets
+  // (count: all; fewer: a bad source SGE at packet `buildable`): kAck
+  // (take it as new), kNakInvalidRequest (responder to ERR; the NAKed
+  // packet's index in `*nak_index`), kNoAnswer, by the PSN the new RTR
+  // expects, or kSourceFault when the unbuildable packet comes first.
   PacketAnswer SendResentAfterReset(const Qp* responder, uint32_t count,
-                                    uint32_t first_psn,
+                                    uint32_t buildable, uint32_t first_psn,
                                     uint32_t* nak_index) const;
   // check_rkey of a READ or WRITE (`length` bytes) or an atomic (aligned,
   // 8 bytes): IBV_WC_SUCCESS, or the requester's status of the NAK and why.

@@ -1178,7 +1178,6 @@ int FakeNic::Accept(rdma_cm_id* id, rdma_conn_param* param) {
             std::min(active->initiator_depth, rep_responder_resources);
         qp_params.responder_resources = rep_initiator_depth;
         qp_params.peer_initiator_depth = rep_initiator_depth;
-        active->peer_starting_psn = rep_starting_psn;
         qp_params.rq_psn = rep_starting_psn;
         qp_params.sq_psn = active->starting_psn;
         if (passive != nullptr && passive->qp != nullptr) {

@@ -717,11 +717,12 @@ struct CmId {
   uint32_t param_qp_num = 0;
   // The PSNs the IB CM sets up: this side's first send PSN (cma.c
   // id_priv->seq_num, random), sent in its REQ (active) or REP (passive)
-  // as the starting PSN, and the peer's from its REQ or REP. They become
-  // the QP's sq_psn and rq_psn (cm.c ib_cm_init_qp_attr), so each QP's
-  // rq_psn is its peer's sq_psn.
+  // as the starting PSN. It becomes the QP's sq_psn, and the peer's
+  // (REQ or REP) its rq_psn (cm.c ib_cm_init_qp_attr), so each QP's rq_psn
+  // is its peer's sq_psn. A passive id keeps the REQ's until its Accept;
+  // the active side takes the REP's as it arrives.
   uint32_t starting_psn = 0;
-  uint32_t peer_starting_psn = 0;
+  uint32_t peer_starting_psn = 0;  // passive: the REQ's starting PSN
   // Ours, from the rdma_conn_param of Connect / Accept (RDMA_MAX_INIT_DEPTH /
   // RDMA_MAX_RESP_RES already replaced by the device's limit).
   uint8_t initiator_depth = 0;

@@ -510,12 +510,8 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   if (head.rnr_started && !responder->responder.send_rnr_naked) {
     uint32_t at = 0;  // the NAKed packet
     const PacketAnswer answer =
-        SendResentAfterReset(responder, count, qp->next_psn, &at);
-    // The packets before the answered one are duplicates: a bad source SGE
-    // before it (or anywhere, when nothing answers) fails the WR first, as
-    // the requester builds that packet (rxe_req.c finish_packet).
-    if (answer != PacketAnswer::kAck && first_bad < count &&
-        (answer == PacketAnswer::kNoAnswer || at >= first_bad)) {
+        SendResentAfterReset(responder, count, first_bad, qp->next_psn, &at);
+    if (answer == PacketAnswer::kSourceFault) {
       RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, first_bad),
                    "not sent: local SGE");
       FailOnSourcePacket(qp, source_status, first_bad);

@@ -396,7 +396,7 @@ int FakeNic::CmModifyQpToRts(Qp* qp, const CmQpParams& params,
   rtr.qp_state = IBV_QPS_RTR;
   rtr.path_mtu = config_.caps->active_mtu;
   rtr.dest_qp_num = params.dest_qp_num;
-  rtr.rq_psn = params.rq_psn & 0xffffff;
+  rtr.rq_psn = params.rq_psn;  // ModifyQpLocked keeps 24 bits
   rtr.max_dest_rd_atomic = params.responder_resources;
   rtr.min_rnr_timer = 0;
   rtr.ah_attr.port_num = 1;
@@ -409,7 +409,7 @@ int FakeNic::CmModifyQpToRts(Qp* qp, const CmQpParams& params,
   if (ret != 0) return ret;
   ibv_qp_attr rts{};
   rts.qp_state = IBV_QPS_RTS;
-  rts.sq_psn = params.sq_psn & 0xffffff;
+  rts.sq_psn = params.sq_psn;
   rts.max_rd_atomic = params.initiator_depth;
   rts.retry_cnt = params.retry_cnt;
   rts.rnr_retry = params.rnr_retry;

@@ -238,8 +238,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
           qp_params.responder_resources = f.initiator_depth;
           qp_params.peer_initiator_depth = f.initiator_depth;
           qp_params.dest_qp_num = f.qp_num;
-          active->peer_starting_psn = f.starting_psn & 0xffffff;
-          qp_params.rq_psn = active->peer_starting_psn;
+          qp_params.rq_psn = f.starting_psn;
           qp_params.sq_psn = active->starting_psn;
           active->qp->link = active->link;
           CmModifyQpToRts(active->qp, qp_params, "REP processed");
@@ -951,12 +950,11 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       if (r.resent_after_rnr != 0 && !responder->responder.send_rnr_naked) {
         uint32_t at = 0;  // the NAKed packet
         const PacketAnswer verdict = SendResentAfterReset(
-            responder, count, r.first_psn & 0xffffff, &at);
+            responder, count, r.sent_packets, r.first_psn & 0xffffff, &at);
         if (verdict != PacketAnswer::kAck) {
-          if (r.sent_packets < count &&
-              (verdict == PacketAnswer::kNoAnswer || at >= r.sent_packets)) {
-            // A bad source SGE comes first: the requester fails the WR at
-            // the packet it could not build (OnRemoteAnswer).
+          if (verdict == PacketAnswer::kSourceFault) {
+            // The requester fails the WR at the packet it could not build
+            // (OnRemoteAnswer).
             answer->kind = AnswerFrame::kAck;
             answer->acked_packets = r.sent_packets;
             return;

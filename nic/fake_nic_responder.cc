@@ -111,6 +111,7 @@ FakeNic::PacketAnswer FakeNic::ContinuationWithoutFirst(Qp* responder,
 
 FakeNic::PacketAnswer FakeNic::SendResentAfterReset(const Qp* responder,
                                                     uint32_t count,
+                                                    uint32_t buildable,
                                                     uint32_t first_psn,
                                                     uint32_t* nak_index) const {
   // The requester resends from the NAKed FIRST, so the responder sees the
@@ -127,9 +128,16 @@ FakeNic::PacketAnswer FakeNic::SendResentAfterReset(const Qp* responder,
   //     class C error.)
   //   R anywhere else: every packet is a duplicate or out of sequence,
   //     nothing answers, the requester's retries run out (RETRY_EXC_ERR).
+  // The packets before the answered one are duplicates the requester still
+  // builds: a bad source SGE before it (or anywhere, when nothing answers)
+  // fails the WR first, as the requester builds that packet (rxe_req.c
+  // finish_packet).
   const uint32_t d = (responder->attr.rq_psn - first_psn) & 0xffffff;
   *nak_index = d;
   if (d == 0) return PacketAnswer::kAck;
+  if (buildable < count && (d >= count || d >= buildable)) {
+    return PacketAnswer::kSourceFault;
+  }
   if (d < count) return PacketAnswer::kNakInvalidRequest;
   return PacketAnswer::kNoAnswer;
 }
