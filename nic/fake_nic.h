@@ -1085,6 +1085,28 @@ class FakeNic final : public VerbsBackend {
   PacketAnswer SendResentAfterReset(const Qp* responder, uint32_t count,
                                     uint32_t buildable, uint32_t first_psn,
                                     uint32_t* nak_index) const;
+  // check_psn of a new request (its first packet; not a resumed or resent
+  // one) of `count` request packets and `psns` PSNs from `first_psn`,
+  // against the PSN `responder` expects: kInSequence (taken: the expected
+  // PSN moves past it), or what a request out of sequence gets --
+  // kNoAnswer (the requester's retries run out), kAckedUnexecuted (a
+  // duplicate's ACK of LAST completes it, nothing executed) or
+  // kNakInvalidRequest (a MIDDLE or LAST at the expected PSN; the
+  // responder to ERR); the answered packet's index in `*answered` (count:
+  // none). A bad source SGE may come first (SourceFaultComesFirst).
+  enum class SequenceAnswer {
+    kInSequence,
+    kNoAnswer,
+    kAckedUnexecuted,
+    kNakInvalidRequest,
+  };
+  SequenceAnswer CheckRequestPsn(Qp* responder, ibv_wr_opcode opcode,
+                                 uint32_t first_psn, uint32_t count,
+                                 uint32_t psns, uint32_t* answered);
+  // ExecuteSendWqe's check_psn of the head WR, a new request to
+  // `responder` in this process: false when it is in sequence; otherwise
+  // its answer is enacted and true.
+  bool HeadOutOfSequence(Qp* qp, Qp* responder);
   // check_rkey of a READ or WRITE (`length` bytes) or an atomic (aligned,
   // 8 bytes): IBV_WC_SUCCESS, or the requester's status of the NAK and why.
   ibv_wc_status CheckTarget(Qp* responder, ibv_wr_opcode opcode, uint32_t rkey,

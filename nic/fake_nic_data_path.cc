@@ -981,6 +981,26 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
     return;
   }
   Qp* responder = qp->peer;
+  // check_psn, before check_op_valid (rxe_resp.c), once per new request: a
+  // write resumed past its RNR-NAKed packet, or a message sent again after
+  // an RNR NAK, was taken at its first try (a responder reset since is
+  // asked by ContinuationWithoutFirst / SendResentAfterReset).
+  if (head.next_packet == 0 && !head.rnr_started && responder != nullptr &&
+      fake_nic_internal::CanRespond(responder->base)) {
+    if (qp->next_psn == responder->expected_psn) {
+      // In sequence, the common case, without a call (as CompleteSend
+      // counts PSNs: a message within the smallest MTU takes one).
+      const uint64_t length = head.total_length();
+      fake_nic_internal::TakeInSequence(
+          responder, head.opcode,
+          length <= 256 ? 1
+                        : fake_nic_internal::PsnsOf(
+                              head.opcode, length,
+                              fake_nic_internal::MtuBytes(qp->attr.path_mtu)));
+    } else if (HeadOutOfSequence(qp, responder)) {
+      return;
+    }
+  }
   const char* refused = nullptr;
   const RequestVerdict verdict = CheckRequest(responder, head.opcode, &refused);
   if (verdict == RequestVerdict::kNoAnswer) {

@@ -579,6 +579,13 @@ struct Qp {
   // it (rxe_qp.c rxe_qp_from_attr: req.psn), advanced by the PSNs of each
   // WR the requester finished (CompleteSend; a flushed WR sent nothing).
   uint32_t next_psn = 0;
+  // The responder's rxe resp.psn: the PSN the next new request must carry
+  // (set by ibv_modify_qp's rq_psn, advanced past each request taken in
+  // sequence; FakeNic::CheckRequestPsn), and resp.ack_psn: the PSN after
+  // the last request packet executed (0 on a new or reset QP; a READ
+  // leaves it), from which a duplicate's ACK is made.
+  uint32_t expected_psn = 0;
+  uint32_t ack_psn = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
   // The write this responder last RNR-NAKed for a peer in another process:
   // the only request allowed to resume past its first packet (a frame is
@@ -774,6 +781,16 @@ constexpr char kNakResponderMemory[] =
     "NAK remote access (the responder's memory faulted)";
 // A packet continuing a write its responder never saw begin
 // (FakeNic::CheckWritePacket).
+// What a request out of PSN sequence gets (FakeNic::CheckRequestPsn), by
+// its FakeNic::SequenceAnswer: kNoAnswer, kAckedUnexecuted,
+// kNakInvalidRequest.
+constexpr const char* kOutOfSequence[] = {
+    "request out of PSN sequence: not answered",
+    "request behind the responder's PSN: a duplicate's ACK completes it, "
+    "nothing executed",
+    "request behind the responder's PSN: NAK invalid request at its packet "
+    "at the expected PSN (no FIRST)",
+};
 constexpr char kResetMidMessage[] =
     "no answer: the responder was reset since the message began";
 // The invalid-request NAK of such a packet at the PSN its responder expects
@@ -832,11 +849,28 @@ inline uint32_t RequestPackets(ibv_wr_opcode op, uint64_t length,
   return CarriesPayload(op) ? PacketCount(length, mtu) : 1;
 }
 
+// The requester builds a message's packets up to the one answered (every
+// one of them when nothing answers) before the answer can come (rxe_req.c
+// finish_packet): true when the first packet it cannot build (a bad source
+// SGE), `buildable` (count: none), is among them, and fails the WR first.
+inline bool SourceFaultComesFirst(bool answered, uint32_t at,
+                                  uint32_t buildable, uint32_t count) {
+  return buildable < count && (!answered || at >= buildable);
+}
+
 // The PSNs a WR takes: one per request packet, and an RDMA READ one per
 // response packet (IB spec 9.7.1; rxe_req.c update_wqe_psn).
 inline uint32_t PsnsOf(ibv_wr_opcode op, uint64_t length, uint32_t mtu) {
   return op == IBV_WR_RDMA_READ ? PacketCount(length, mtu)
                                 : RequestPackets(op, length, mtu);
+}
+
+// A request of `psns` PSNs taken in sequence (FakeNic::CheckRequestPsn):
+// the responder's PSN moves past it (rxe_resp.c execute, read_reply), and
+// its ack_psn with it, except after a READ (read_reply leaves it).
+inline void TakeInSequence(Qp* responder, ibv_wr_opcode op, uint32_t psns) {
+  responder->expected_psn = (responder->expected_psn + psns) & 0xffffff;
+  if (op != IBV_WR_RDMA_READ) responder->ack_psn = responder->expected_psn;
 }
 
 // Parses a numeric IPv4/IPv6 address into its canonical text form; sets

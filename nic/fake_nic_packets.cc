@@ -487,6 +487,51 @@ void FakeNic::FailOnSourcePacket(Qp* qp, ibv_wc_status status, uint32_t index) {
   SetQpState(qp, IBV_QPS_ERR, why.c_str());
 }
 
+bool FakeNic::HeadOutOfSequence(Qp* qp, Qp* responder) {
+  SendWqe& head = qp->sq.front();
+  const uint64_t length = head.total_length();
+  const uint32_t mtu = fake_nic_internal::MtuBytes(qp->attr.path_mtu);
+  const uint32_t count =
+      fake_nic_internal::RequestPackets(head.opcode, length, mtu);
+  uint32_t at = count;
+  const SequenceAnswer answer = CheckRequestPsn(
+      responder, head.opcode, qp->next_psn, count,
+      fake_nic_internal::PsnsOf(head.opcode, length, mtu), &at);
+  if (answer == SequenceAnswer::kInSequence) return false;
+  const char* const why =
+      fake_nic_internal::kOutOfSequence[static_cast<int>(answer) - 1];
+  if (fake_nic_internal::CarriesPayload(head.opcode)) {
+    ibv_wc_status source_status = IBV_WC_SUCCESS;
+    const uint32_t buildable =
+        FirstBadSourcePacket(qp, head, mtu, count, &source_status);
+    if (fake_nic_internal::SourceFaultComesFirst(
+            answer != SequenceAnswer::kNoAnswer, at, buildable, count)) {
+      FailOnSourcePacket(qp, source_status, buildable);
+      return true;
+    }
+  }
+  switch (answer) {
+    case SequenceAnswer::kNoAnswer:
+      if (StallsBehindUnansweredHead(qp)) return true;
+      if (!RequesterWaitsForRetransmit(qp, why)) EndUnansweredHead(qp, why);
+      return true;
+    case SequenceAnswer::kAckedUnexecuted: {
+      SendWqe wqe = std::move(qp->sq.front());
+      qp->sq.pop_front();
+      RecordExecuted(qp, wqe, IBV_WC_SUCCESS, why);
+      CompleteSend(qp, wqe, IBV_WC_SUCCESS, static_cast<uint32_t>(length));
+      return true;
+    }
+    case SequenceAnswer::kNakInvalidRequest:
+      NakWrite(qp, responder, std::nullopt, at + 1 == count,
+               IBV_WC_REM_INV_REQ_ERR, why);
+      return true;
+    case SequenceAnswer::kInSequence:
+      break;
+  }
+  return false;
+}
+
 void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
   using fake_nic_internal::MakeSendPacket;
   using fake_nic_internal::MtuBytes;

@@ -216,7 +216,10 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   if (attr_mask & IBV_QP_ALT_PATH) a.alt_ah_attr = attr.alt_ah_attr;
   if (attr_mask & IBV_QP_PATH_MTU) a.path_mtu = attr.path_mtu;
   if (attr_mask & IBV_QP_DEST_QPN) a.dest_qp_num = attr.dest_qp_num;
-  if (attr_mask & IBV_QP_RQ_PSN) a.rq_psn = attr.rq_psn & 0xffffff;
+  if (attr_mask & IBV_QP_RQ_PSN) {
+    a.rq_psn = attr.rq_psn & 0xffffff;
+    qp->expected_psn = a.rq_psn;  // rxe_qp_from_attr: resp.psn
+  }
   if (attr_mask & IBV_QP_SQ_PSN) {
     a.sq_psn = attr.sq_psn & 0xffffff;
     qp->next_psn = a.sq_psn;
@@ -334,6 +337,7 @@ void FakeNic::ResetQpQueues(Qp* qp) {
   // the packet again, into a QP that is RESET.
   if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
   qp->responder = fake_nic_internal::ResponderState();
+  qp->ack_psn = 0;
   qp->resume_packet = 0;
   qp->resume_wr_id = 0;
   qp->resume_length = 0;

@@ -820,6 +820,44 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     CopyText(answer->why, sizeof(answer->why),
              fake_nic_internal::kReceiveCqFull);
   };
+  // check_psn of a new request, before check_op_valid (as ExecuteSendWqe):
+  // not a write resumed past its RNR-NAKed packet, nor a message sent again
+  // after an RNR NAK.
+  if (r.first_packet == 0 && r.resent_after_rnr == 0 &&
+      fake_nic_internal::CanRespond(responder->base) &&
+      MalformedRequest(r, payload_len) == nullptr) {
+    const uint32_t count =
+        fake_nic_internal::RequestPackets(opcode, r.length, r.mtu);
+    uint32_t at = count;
+    const SequenceAnswer sequence = CheckRequestPsn(
+        responder, opcode, r.first_psn & 0xffffff, count,
+        fake_nic_internal::PsnsOf(opcode, r.length, r.mtu), &at);
+    if (sequence != SequenceAnswer::kInSequence) {
+      const char* const why =
+          fake_nic_internal::kOutOfSequence[static_cast<int>(sequence) - 1];
+      if (fake_nic_internal::CarriesPayload(opcode) &&
+          fake_nic_internal::SourceFaultComesFirst(
+              sequence != SequenceAnswer::kNoAnswer, at, r.sent_packets,
+              count)) {
+        // The requester fails the WR at the packet it could not build
+        // (OnRemoteAnswer).
+        answer->kind = AnswerFrame::kAck;
+        answer->acked_packets = r.sent_packets;
+        return;
+      }
+      if (sequence == SequenceAnswer::kNoAnswer) {
+        answer->kind = AnswerFrame::kNoAnswer;
+        CopyText(answer->why, sizeof(answer->why), why);
+      } else if (sequence == SequenceAnswer::kAckedUnexecuted) {
+        answer->kind = AnswerFrame::kAck;  // nothing lands
+        answer->acked_packets = count;
+      } else {
+        answer->acked_packets = at;
+        nak(IBV_WC_REM_INV_REQ_ERR, why);
+      }
+      return;
+    }
+  }
   const char* refused = nullptr;
   switch (CheckRequest(responder, opcode, &refused)) {
     case RequestVerdict::kNoAnswer:

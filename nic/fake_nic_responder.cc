@@ -129,17 +129,63 @@ FakeNic::PacketAnswer FakeNic::SendResentAfterReset(const Qp* responder,
   //   R anywhere else: every packet is a duplicate or out of sequence,
   //     nothing answers, the requester's retries run out (RETRY_EXC_ERR).
   // The packets before the answered one are duplicates the requester still
-  // builds: a bad source SGE before it (or anywhere, when nothing answers)
-  // fails the WR first, as the requester builds that packet (rxe_req.c
-  // finish_packet).
+  // builds (SourceFaultComesFirst).
   const uint32_t d = (responder->attr.rq_psn - first_psn) & 0xffffff;
   *nak_index = d;
   if (d == 0) return PacketAnswer::kAck;
-  if (buildable < count && (d >= count || d >= buildable)) {
+  if (fake_nic_internal::SourceFaultComesFirst(d < count, d, buildable,
+                                               count)) {
     return PacketAnswer::kSourceFault;
   }
   if (d < count) return PacketAnswer::kNakInvalidRequest;
   return PacketAnswer::kNoAnswer;
+}
+
+FakeNic::SequenceAnswer FakeNic::CheckRequestPsn(
+    Qp* responder, ibv_wr_opcode opcode, uint32_t first_psn, uint32_t count,
+    uint32_t psns, uint32_t* answered) {
+  // rxe_resp.c check_psn against resp.psn (R), the message's PSNs F..L,
+  // and what the requester's completer (rxe_comp.c check_psn / check_ack)
+  // makes of the answer. Recorded on rxe, Linux 6.1: psn_verbs.c, two QPs
+  // whose rq_psn and sq_psn disagree.
+  const uint32_t expected = responder->expected_psn;
+  if (first_psn == expected) {
+    fake_nic_internal::TakeInSequence(responder, opcode, psns);
+    return SequenceAnswer::kInSequence;
+  }
+  // psn_compare: the 24-bit difference, signed.
+  const auto compare = [](uint32_t a, uint32_t b) {
+    return static_cast<int32_t>((a - b) << 8);
+  };
+  const uint32_t last = (first_psn + count - 1) & 0xffffff;
+  SequenceAnswer answer = SequenceAnswer::kNoAnswer;
+  uint32_t at = count;  // the packet answered (count: none)
+  if (compare(first_psn, expected) > 0 || opcode == IBV_WR_RDMA_READ ||
+      fake_nic_internal::IsAtomic(opcode)) {
+    // F ahead of R: a NAK "PSN sequence error" at R, which the completer
+    // ignores (R is before the WR's PSNs), then silence
+    // (resp.sent_psn_nak). A READ or atomic behind R is a duplicate with
+    // no responder resource to replay: dropped (class D). The retries run
+    // out: RETRY_EXC_ERR, the responder untouched.
+  } else if (compare(last, expected) >= 0) {
+    // F behind R, L at or past it: the packets before R are duplicates
+    // (re-ACKed only when they ask for an ACK: none before LAST), the one
+    // at R a MIDDLE or LAST with no FIRST (check_op_seq, class C): NAK
+    // invalid request, the responder to ERR.
+    answer = SequenceAnswer::kNakInvalidRequest;
+    at = (expected - first_psn) & 0xffffff;
+  } else {
+    // The whole message behind R: its LAST is a duplicate, ACKed at
+    // ack_psn - 1 (duplicate_request, C9-105). At or past L, the completer
+    // takes it for the WR's ACK: success, nothing executed. Before it,
+    // ignored (or a partial ACK the resends never pass): RETRY_EXC_ERR.
+    if (compare((responder->ack_psn - 1) & 0xffffff, last) >= 0) {
+      answer = SequenceAnswer::kAckedUnexecuted;
+      at = count - 1;
+    }
+  }
+  *answered = at;
+  return answer;
 }
 
 ibv_wc_status FakeNic::CheckTarget(Qp* responder, ibv_wr_opcode opcode,

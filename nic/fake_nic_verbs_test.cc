@@ -39,6 +39,9 @@ struct Side {
     smr = nic->RegMr(pd, src.data(), kLen, IBV_ACCESS_LOCAL_WRITE);
     dmr = nic->RegMr(pd, dst.data(), kLen,
                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    // src again, for a peer's RDMA READ.
+    rmr = nic->RegMr(pd, src.data(), kLen,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
     cq = nic->CreateCq(ctx, 64, nullptr, nullptr, 0);
     ibv_qp_init_attr init;
     memset(&init, 0, sizeof(init));
@@ -59,6 +62,7 @@ struct Side {
     nic->DestroyCq(cq);
     nic->DeregMr(smr);
     nic->DeregMr(dmr);
+    nic->DeregMr(rmr);
     nic->DeallocPd(pd);
   }
   ibv_port_attr Port() {
@@ -73,7 +77,7 @@ struct Side {
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     EXPECT_EQ(nic->ModifyQp(qp, &a,
                             IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                                 IBV_QP_ACCESS_FLAGS),
@@ -98,9 +102,11 @@ struct Side {
     return a;
   }
   int Connect(uint32_t dest_qp_num, uint16_t dlid, const ibv_gid* dgid,
-              uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+              uint8_t timeout = 14, uint8_t retry_cnt = 7,
+              uint32_t rq_psn = 0, uint32_t sq_psn = 0) {
     Init();
     ibv_qp_attr a = RtrAttr(dest_qp_num, dlid, dgid);
+    a.rq_psn = rq_psn;
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = 1;
     const int rtr = nic->ModifyQp(
@@ -114,6 +120,7 @@ struct Side {
     a.retry_cnt = retry_cnt;
     a.rnr_retry = 7;
     a.max_rd_atomic = 1;
+    a.sq_psn = sq_psn;
     EXPECT_EQ(nic->ModifyQp(qp, &a,
                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
@@ -183,6 +190,22 @@ struct Side {
     wr.wr.rdma.rkey = to.dmr->rkey ^ rkey_xor;
     ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
   }
+  // An RDMA READ of the whole of to.src into dst.
+  void Read(const Side& to, uint64_t wr_id) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(dst.data()),
+                   static_cast<uint32_t>(kLen), dmr->lkey};
+    ibv_send_wr wr;
+    ibv_send_wr* bad = nullptr;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.src.data());
+    wr.wr.rdma.rkey = to.rmr->rkey;
+    ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
+  }
   ibv_wc Poll() {
     ibv_wc wc;
     memset(&wc, 0, sizeof(wc));
@@ -200,6 +223,7 @@ struct Side {
   std::vector<char> src, dst;
   ibv_mr* smr = nullptr;
   ibv_mr* dmr = nullptr;
+  ibv_mr* rmr = nullptr;
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
 };
@@ -650,6 +674,131 @@ TEST(FakeNicVerbsTest, AResponderResetMidMessageAnswersByItsNewPsn) {
   ExpectResetCasesInOneProcess(kResetCases, /*send=*/false);
 }
 
+// A requester whose sq_psn is not the PSN its responder expects (rq_psn),
+// as psn_verbs.c asked rxe (psn_verbs.rxe.txt): a's one message of 8
+// packets of 1 KiB to b (a receive posted on b for a SEND or a write with
+// imm), what became of it, of b's receive and of b.
+enum class PsnOp { kWriteWithImm, kSend, kRead };
+struct PsnOutcome {
+  ibv_wc_status wr = IBV_WC_GENERAL_ERR;
+  bool received = false;  // b's receive completed (any status)
+  ibv_wc_status receive = IBV_WC_GENERAL_ERR;
+  bool landed = false;  // the message's bytes reached the far end
+  ibv_qp_state responder = IBV_QPS_RESET;
+};
+bool operator==(const PsnOutcome& x, const PsnOutcome& y) {
+  return x.wr == y.wr && x.received == y.received &&
+         (!x.received || x.receive == y.receive) && x.landed == y.landed &&
+         x.responder == y.responder;
+}
+std::ostream& operator<<(std::ostream& os, const PsnOutcome& r) {
+  return os << "wr " << ibv_wc_status_str(r.wr) << ", receive "
+            << (r.received ? ibv_wc_status_str(r.receive) : "none") << ", "
+            << (r.landed ? "landed" : "nothing landed")
+            << ", responder state " << r.responder;
+}
+struct PsnCase {
+  PsnOp op;
+  uint32_t rq_psn, sq_psn;
+  PsnOutcome want;
+};
+constexpr PsnOutcome kTaken{IBV_WC_SUCCESS, true, IBV_WC_SUCCESS, true,
+                            IBV_QPS_RTS};
+constexpr PsnOutcome kRetriesRunOut{IBV_WC_RETRY_EXC_ERR, false,
+                                    IBV_WC_SUCCESS, false, IBV_QPS_RTS};
+constexpr PsnOutcome kNoFirst{IBV_WC_REM_INV_REQ_ERR, true,
+                              IBV_WC_WR_FLUSH_ERR, false, IBV_QPS_ERR};
+const PsnCase kPsnCases[] = {
+    {PsnOp::kWriteWithImm, 1000, 1000, kTaken},
+    // Ahead of the responder's PSN: NAKed once, ignored, then silence.
+    {PsnOp::kWriteWithImm, 1000, 1001, kRetriesRunOut},
+    {PsnOp::kSend, 1000, 1100, kRetriesRunOut},
+    // Wholly behind: the duplicate's ACK (at PSN 0xffffff on a new QP)
+    // is before the message, ignored.
+    {PsnOp::kWriteWithImm, 1000, 900, kRetriesRunOut},
+    // Reaching the expected PSN at a MIDDLE, or at LAST.
+    {PsnOp::kWriteWithImm, 1000, 997, kNoFirst},
+    {PsnOp::kSend, 1000, 993, kNoFirst},
+    // Wholly behind where 0xffffff is past LAST: the duplicate's ACK
+    // completes the WR, nothing executed.
+    {PsnOp::kWriteWithImm, 0x900000, 0x900000 - 100,
+     {IBV_WC_SUCCESS, false, IBV_WC_SUCCESS, false, IBV_QPS_RTS}},
+    {PsnOp::kSend, 0x900000, 0x900000 - 3, kNoFirst},
+    // Across the top of the PSN space: 0xfffffe, 0xffffff, then 0 (R).
+    {PsnOp::kSend, 0, 0xfffffe, kNoFirst},
+    {PsnOp::kSend, 0xfffffe, 0, kRetriesRunOut},
+    // A READ behind is a duplicate with nothing to replay: dropped.
+    {PsnOp::kRead, 1000, 1000,
+     {IBV_WC_SUCCESS, false, IBV_WC_SUCCESS, true, IBV_QPS_RTS}},
+    {PsnOp::kRead, 1000, 997, kRetriesRunOut},
+    {PsnOp::kRead, 1000, 1001, kRetriesRunOut},
+};
+
+// a (connected with sq_psn c.sq_psn, timeout 8, retry_cnt 2) sends c.op to
+// b (rq_psn c.rq_psn). A message taken moves both PSNs: one more of the
+// same is taken too.
+PsnOutcome MismatchedPsns(Side& a, Side& b, const PsnCase& c) {
+  PsnOutcome out;
+  if (c.op != PsnOp::kRead) b.PostRecvIntoDst(7);
+  if (c.op == PsnOp::kSend) {
+    a.Send(1);
+  } else if (c.op == PsnOp::kWriteWithImm) {
+    a.WriteWithImm(b, 1);
+  } else {
+    a.Read(b, 1);
+  }
+  out.wr = a.Poll().status;
+  ibv_wc wc;
+  for (int i = 0; i < 50 && c.op != PsnOp::kRead && !out.received; ++i) {
+    out.received = b.nic->PollCq(b.cq, 1, &wc) == 1;
+    if (!out.received) usleep(1000);
+  }
+  out.receive = wc.status;
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
+  out.responder = attr.qp_state;
+  // (After b's mutex, QueryQp: the bytes are safe to read.)
+  out.landed = c.op == PsnOp::kRead ? a.dst == b.src : a.src == b.dst;
+  if (out == kTaken ||
+      (c.op == PsnOp::kRead && out.wr == IBV_WC_SUCCESS)) {
+    // Both sides' PSNs moved past it (a READ: one per response packet).
+    if (c.op != PsnOp::kRead) b.PostRecvIntoDst(8);
+    if (c.op == PsnOp::kRead) {
+      a.Read(b, 2);
+    } else {
+      a.WriteWithImm(b, 2);
+    }
+    EXPECT_EQ(a.Poll().status, IBV_WC_SUCCESS) << "the message after it";
+    if (c.op != PsnOp::kRead) {
+      EXPECT_EQ(b.Poll().status, IBV_WC_SUCCESS);
+    }
+  }
+  return out;
+}
+
+std::string PsnCaseName(const PsnCase& c) {
+  return std::string(c.op == PsnOp::kSend         ? "send"
+                     : c.op == PsnOp::kWriteWithImm ? "write with imm"
+                                                    : "read") +
+         " rq_psn " + std::to_string(c.rq_psn) + " sq_psn " +
+         std::to_string(c.sq_psn);
+}
+
+TEST(FakeNicVerbsTest, ARequestOutOfPsnSequenceIsAnsweredAsRxeAnswersIt) {
+  for (const PsnCase& c : kPsnCases) {
+    SCOPED_TRACE(PsnCaseName(c));
+    auto nic = Started();
+    Side a(nic.get()), b(nic.get());
+    const uint16_t lid = a.Port().lid;
+    ASSERT_EQ(a.Connect(b.qp->qp_num, lid, nullptr, /*timeout=*/8,
+                        /*retry_cnt=*/2, /*rq_psn=*/0, c.sq_psn),
+              0);
+    ASSERT_EQ(b.Connect(a.qp->qp_num, lid, nullptr, 14, 7, c.rq_psn), 0);
+    EXPECT_EQ(MismatchedPsns(a, b, c), c.want);
+  }
+}
+
 TEST(FakeNicVerbsTest, CreateVerbsQpRefusesWhatIsNotModelled) {
   FakeNic nic;
   EXPECT_EQ(nic.DestroyVerbsQp(nullptr), EINVAL);
@@ -771,6 +920,31 @@ TEST_F(FakeNicVerbsFabricTest, AResponderResetMidMessageAnswersByItsNewPsn) {
 TEST_F(FakeNicVerbsFabricTest,
        ASendResentToAResponderResetSinceAnswersByItsNewPsn) {
   ExpectResetCases(kSendResetCases, /*send=*/true);
+}
+
+// As ARequestOutOfPsnSequenceIsAnsweredAsRxeAnswersIt, the responder on a
+// NIC of its own (another process): the same responder check, the same
+// answers.
+TEST_F(FakeNicVerbsFabricTest, ARequestOutOfPsnSequenceIsAnsweredAsRxeAnswersIt) {
+  for (const PsnCase& c : kPsnCases) {
+    SCOPED_TRACE(PsnCaseName(c));
+    nic_a_ = NewNic();
+    nic_b_ = NewNic();
+    a_ = std::make_unique<Side>(nic_a_.get());
+    b_ = std::make_unique<Side>(nic_b_.get());
+    ASSERT_EQ(a_->Connect(b_->qp->qp_num, b_->Port().lid, nullptr,
+                          /*timeout=*/8, /*retry_cnt=*/2, /*rq_psn=*/0,
+                          c.sq_psn),
+              0);
+    ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr, 14, 7,
+                          c.rq_psn),
+              0);
+    EXPECT_EQ(MismatchedPsns(*a_, *b_, c), c.want);
+    b_.reset();
+    a_.reset();
+    nic_b_.reset();
+    nic_a_.reset();
+  }
 }
 
 TEST_F(FakeNicVerbsFabricTest, APeerNicThatIsGoneAnswersNothing) {

@@ -10,6 +10,7 @@
 #                        API_ABUSE_DIFFERENCES_TXT API_ABUSE_COMPARE_PY
 #                        EX_PROGRAM EX_ON_RXE_TXT ASYNC_PROGRAM
 #                        ASYNC_ON_RXE_TXT CM_PROGRAM CM_ON_RXE_TXT
+#                        PSN_PROGRAM PSN_ON_RXE_TXT
 #
 # A_DEBIAN_PAIR: one example pair built against Debian's librpma-dev
 # (.../pairs/01-connection/pair); its directory's parent holds them all.
@@ -37,6 +38,8 @@ async_program=$(realpath "${15}")
 async_on_rxe=$(realpath "${16}")
 cm_program=$(realpath "${17}")
 cm_on_rxe=$(realpath "${18}")
+psn_program=$(realpath "${19}")
+psn_on_rxe=$(realpath "${20}")
 lib=$(dirname "$ours_so")
 ours_cm=$lib/librdmacm.so.1
 deb_cm=/usr/lib/x86_64-linux-gnu/librdmacm.so.1
@@ -204,6 +207,13 @@ check AsyncEventsProgramAnswersAsRxeDid answers_as_rxe "$async_program" "$async_
 # TIMEWAIT_EXIT, a connect with no QP, as rxe printed them
 # (testdata/cm_verbs.rxe.txt).
 check CmVerbsProgramAnswersAsRxeDid answers_as_rxe "$cm_program" "$cm_on_rxe"
+
+# Two RC QPs whose PSNs disagree, as a program that connects its QPs by hand
+# and exchanges the PSNs wrong (testdata/psn_verbs.c): a request ahead of
+# the responder's PSN, behind it, reaching it mid-message, near the top of
+# the PSN space, for writes, SENDs and READs, as rxe answered each
+# (testdata/psn_verbs.rxe.txt).
+check PsnVerbsProgramAnswersAsRxeDid answers_as_rxe "$psn_program" "$psn_on_rxe"
 # What the man pages promise where rdma-core 44's rxe provider errs, and
 # the misuse rdma-core leaves undefined (ex_verbs --upstream checks each).
 ex_verbs_upstream() {

@@ -34,7 +34,7 @@ pair_targets=(//examples:pairs.txt //rpma/dropin
 # verbs program the drop-in libibverbs test runs on the fake, here on rxe.
 plain_targets=(//verbs_dropin:loopback_write_imm //verbs_dropin:hostile_verbs
   //verbs_dropin:uc_verbs //verbs_dropin:ex_verbs //verbs_dropin:async_events
-  //verbs_dropin:cm_verbs
+  //verbs_dropin:cm_verbs //verbs_dropin:psn_verbs
   //tests:api_abuse
   //rpma/dropin:debian_built/api_abuse)
 if ! bazel build "${targets[@]}" "${pair_targets[@]}" "${plain_targets[@]}" >"$out/build.log" 2>&1; then
@@ -189,6 +189,7 @@ done
 #    (dropin_verbs_test);
 #  - async_events: ibv_get_async_event, CQ overrun, SRQ limit
 #    (dropin_verbs_test);
+#  - psn_verbs: two RC QPs whose PSNs disagree (dropin_verbs_test);
 #  - api_abuse, api_abuse_librpma12: the librpma API under abuse
 #    (tests/api_abuse.c), ours on the rdma-core backend and Debian's
 #    librpma 1.2 (api_abuse_test, dropin_verbs_test).
@@ -197,6 +198,7 @@ for rec in 'uc_verbs:verbs_dropin/testdata/uc_verbs.rxe.txt:' \
   'cm_verbs:verbs_dropin/testdata/cm_verbs.rxe.txt:' \
   'ex_verbs:verbs_dropin/testdata/ex_verbs.rxe.txt:' \
   'async_events:verbs_dropin/testdata/async_events.rxe.txt:' \
+  'psn_verbs:verbs_dropin/testdata/psn_verbs.rxe.txt:' \
   'api_abuse:tests/testdata/api_abuse.rxe.txt:^abuse ' \
   'api_abuse_librpma12:tests/testdata/api_abuse.librpma12.rxe.txt:^abuse '; do
   IFS=: read -r name file keep <<<"$rec"
