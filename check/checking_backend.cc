@@ -199,7 +199,7 @@ const std::vector<std::string>& CheckNames() {
   static const std::vector<std::string> names = {
       "length",       "remote-range", "source-changed", "overlap",
       "recv-written", "sq-overflow",  "cq-overrun",     "cq-events",
-      "mr-unmapped",  "leak",
+      "mr-unmapped",  "leak",         "psn",
   };
   return names;
 }
@@ -278,6 +278,10 @@ void CheckingBackend::OnEvent(const FakeNicEvent& event) {
     // The event's opcode is the completion's own, before an error
     // completion's fields are zeroed (Personality::error_cqe_opcode_zero).
     lost_[{event.qp_num, (event.opcode & IBV_WC_RECV) != 0}].Add(event, 1);
+  }
+  if (event.kind == FakeNicEvent::Kind::kExecute &&
+      FakeNic::OutOfPsnSequence(event.text)) {
+    out_of_sequence_.emplace(event.qp_num, event);  // the QP's first
   }
   auto& ring = trace_[event.qp_num];
   ring.push_back(event);
@@ -1039,6 +1043,37 @@ void CheckingBackend::AckCqEvents(ibv_cq* cq, unsigned int nevents) {
   target()->AckCqEvents(cq, nevents);
 }
 
+void CheckingBackend::ReportOutOfSequence() {
+  std::map<uint32_t, FakeNicEvent> told;
+  {
+    std::lock_guard<std::mutex> trace_lock(trace_mu_);
+    if (out_of_sequence_.empty()) return;
+    told.swap(out_of_sequence_);
+  }
+  if (!Enabled("psn")) return;
+  for (const auto& [qp_num, event] : told) {
+    char qp[16];
+    snprintf(qp, sizeof(qp), "0x%x", qp_num);
+    Report("psn",
+           std::string("QP ") + qp + "'s request (wr_id " +
+               std::to_string(event.wr_id) +
+               ") did not carry the PSN its peer expects: " + event.text,
+           "  why: ibv_modify_qp(3): a QP sends from the sq_psn its RTS set, "
+           "and its peer's responder takes only the request carrying the "
+           "PSN it expects -- the rq_psn its RTR set, advanced past each "
+           "request (IB spec 9.7.1; rxe_resp.c check_psn). A request ahead "
+           "of it is never answered (RETRY_EXC_ERR), one reaching it "
+           "mid-message is an invalid request (REM_INV_REQ_ERR, the peer "
+           "to ERR), and one wholly behind it is a duplicate: unanswered, "
+           "or ACKed with nothing executed (success, nothing landed)\n"
+           "  fix: give each QP's RTR as rq_psn the sq_psn its peer's RTS "
+           "sets (exchange them with the QP numbers, as ibv_rc_pingpong "
+           "does), and keep sending from where the QP is: a QP moved back "
+           "to RTR needs its peer's current PSN\n",
+           qp_num);
+  }
+}
+
 void CheckingBackend::ReportCqOverrun(const ibv_cq* cq,
                                       const std::string& what) {
   auto it = cqs_.find(cq);
@@ -1110,6 +1145,7 @@ int CheckingBackend::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
     return got;
   }
   ReportLostCompletions(cq);
+  ReportOutOfSequence();
   for (int i = 0; i < got; ++i) {
     auto q = qps_.find(wc[i].qp_num);
     if (q == qps_.end()) continue;

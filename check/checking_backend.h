@@ -282,6 +282,10 @@ class CheckingBackend final : public ForwardingBackend,
   // (a NIC that goes on after a full CQ, as rxe, fails no poll).
   // REQUIRES: mu_ held.
   void ReportLostCompletions(const ibv_cq* cq);
+  // psn: the requests trace_nic answered as out of their responder's PSN
+  // sequence (out_of_sequence_), reported at the program's next poll of
+  // any CQ. REQUIRES: mu_ held.
+  void ReportOutOfSequence();
   // Records (and prints, once per stack) a finding. REQUIRES: mu_ held.
   // `creation_stack`: for a leak, where the object was created (instead of
   // the current stack).
@@ -362,6 +366,9 @@ class CheckingBackend final : public ForwardingBackend,
   std::map<std::pair<uint32_t, bool>, Lost> lost_;
   // The same, of QPs destroyed before their CQ was polled, by CQ (mu_).
   std::map<const ibv_cq*, Lost> lost_by_cq_;
+  // Each QP's first request out of its responder's PSN sequence since the
+  // last poll (kExecute events; FakeNic::OutOfPsnSequence).
+  std::map<uint32_t, FakeNicEvent> out_of_sequence_;
   int tap_ = 0;  // the handle of this tap on trace_nic
 };
 

@@ -656,7 +656,8 @@ TEST(CqOverrunCheck, MoreSignaledWritesThanTheCqHolds) {
 // QPs are watched as rdma_cm's are.
 struct VerbsPair {
   static constexpr uint32_t kDepth = 4;
-  VerbsPair() {
+  // `first_sq_psn`: qps[0]'s sq_psn (both RTRs expect 0).
+  explicit VerbsPair(uint32_t first_sq_psn = 0) {
     nic = std::make_shared<FakeNic>();
     CheckOptions options;
     options.print = false;
@@ -713,6 +714,7 @@ struct VerbsPair {
       a.retry_cnt = 7;
       a.rnr_retry = 7;
       a.max_rd_atomic = 1;
+      if (i == 0) a.sq_psn = first_sq_psn;
       EXPECT_EQ(checker->ModifyQp(qps[i], &a,
                                   IBV_QP_STATE | IBV_QP_TIMEOUT |
                                       IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -776,6 +778,35 @@ TEST(SqOverflowCheck, VerbsQpSignaledEveryFewAndReapedIsSilent) {
       ASSERT_EQ(pair.checker->PollCq(pair.cq, 1, &wc), 1);
       ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
     }
+  }
+  EXPECT_EQ(pair.checker->FindingCount(), 0u)
+      << AllFindings(pair.checker.get());
+}
+
+// A verbs pair connected by hand with qps[0]'s sq_psn not the rq_psn its
+// peer's RTR set: its write is never answered, and the checker says why at
+// the poll that reaps RETRY_EXC_ERR.
+TEST(PsnCheck, AWriteFromAPsnItsPeerDoesNotExpect) {
+  VerbsPair pair(/*first_sq_psn=*/100);
+  ASSERT_EQ(pair.Write(IBV_SEND_SIGNALED), 0);
+  EXPECT_EQ(pair.checker->FindingCount("psn"), 0u);  // told at the poll
+  ibv_wc wc{};
+  ASSERT_EQ(pair.checker->PollCq(pair.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+  ASSERT_EQ(pair.checker->FindingCount("psn"), 1u)
+      << AllFindings(pair.checker.get());
+  const Finding f = pair.checker->Findings()[0];
+  EXPECT_THAT(f.what, testing::HasSubstr("out of PSN sequence"));
+  EXPECT_THAT(f.details, testing::HasSubstr("rq_psn"));
+}
+
+TEST(PsnCheck, PsnsThatAgreeAreSilent) {
+  VerbsPair pair;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(pair.Write(IBV_SEND_SIGNALED), 0);
+    ibv_wc wc{};
+    ASSERT_EQ(pair.checker->PollCq(pair.cq, 1, &wc), 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   }
   EXPECT_EQ(pair.checker->FindingCount(), 0u)
       << AllFindings(pair.checker.get());

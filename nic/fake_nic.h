@@ -800,6 +800,9 @@ class FakeNic final : public VerbsBackend {
   int AddObserver(std::function<void(const FakeNicEvent&)> observer);
   void RemoveObserver(int handle) { RemoveTap(handle); }
   using SourceRead = NicSourceRead;
+  // A kExecute event's text says its WR was a request out of its
+  // responder's PSN sequence (CheckRequestPsn): the usage checker's psn.
+  static bool OutOfPsnSequence(const std::string& text);
 
   // ---- fault hooks ----------------------------------------------------------
 
@@ -1000,7 +1003,7 @@ class FakeNic final : public VerbsBackend {
   // packet by packet against `responder`'s per-packet checks.
   void ExecuteWriteByPackets(Qp* qp, Qp* responder);
   // A NAK of the head write (rxe_resp.c: check_rkey failing, REM_ACCESS_ERR;
-  // check_op_seq, REM_INV_REQ_ERR; also a SEND's, SendResentAfterReset):
+  // check_op_seq, REM_INV_REQ_ERR; also a SEND's, CheckRequestPsn):
   // `receive`, the one the packet took if any, completes with the
   // personality's status for an rkey violation first (or, its CQ full,
   // nothing is answered: UnansweredReceiveCqFull), the WR is popped with
@@ -1062,9 +1065,6 @@ class FakeNic final : public VerbsBackend {
     kNakInvalidRequest,
     kNoAnswer,
     kResendFromFirst,
-    // The requester cannot build a packet it must send before anything
-    // answers (a bad source SGE): it fails the WR there.
-    kSourceFault,
   };
   PacketAnswer CheckWritePacket(Qp* responder,
                                 const fake_nic_internal::RequestPacket& packet,
@@ -1075,16 +1075,6 @@ class FakeNic final : public VerbsBackend {
   // since the FIRST packet. rxe answers by the PSN its new RTR expects.
   PacketAnswer ContinuationWithoutFirst(Qp* responder, uint32_t index,
                                         uint32_t first_psn);
-  // A SEND of `count` packets from PSN `first_psn`, RNR NAKed at FIRST,
-  // sent again whole to a responder reset (and brought back to RTR) since
-  // that NAK, whose requester can build its first `buildable` packets
-  // (count: all; fewer: a bad source SGE at packet `buildable`): kAck
-  // (take it as new), kNakInvalidRequest (responder to ERR; the NAKed
-  // packet's index in `*nak_index`), kNoAnswer, by the PSN the new RTR
-  // expects, or kSourceFault when the unbuildable packet comes first.
-  PacketAnswer SendResentAfterReset(const Qp* responder, uint32_t count,
-                                    uint32_t buildable, uint32_t first_psn,
-                                    uint32_t* nak_index) const;
   // check_psn of a new request (its first packet; not a resumed or resent
   // one) of `count` request packets and `psns` PSNs from `first_psn`,
   // against the PSN `responder` expects: kInSequence (taken: the expected

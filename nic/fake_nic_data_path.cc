@@ -982,10 +982,12 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
   }
   Qp* responder = qp->peer;
   // check_psn, before check_op_valid (rxe_resp.c), once per new request: a
-  // write resumed past its RNR-NAKed packet, or a message sent again after
-  // an RNR NAK, was taken at its first try (a responder reset since is
-  // asked by ContinuationWithoutFirst / SendResentAfterReset).
-  if (head.next_packet == 0 && !head.rnr_started && responder != nullptr &&
+  // write resumed past its RNR-NAKed packet (ContinuationWithoutFirst when
+  // its responder was reset since), or a message sent again after an RNR
+  // NAK of its first packet to a responder not reset since, was taken at
+  // its first try.
+  if (head.next_packet == 0 && responder != nullptr &&
+      !(head.rnr_started && responder->responder.first_rnr_naked) &&
       fake_nic_internal::CanRespond(responder->base)) {
     if (qp->next_psn == responder->expected_psn) {
       // In sequence, the common case, without a call (as CompleteSend

@@ -141,9 +141,9 @@ struct RequestFrame {
   // The PSN of the message's first packet (24 bits): a responder reset
   // since that packet answers a later one by it (CheckWritePacket).
   uint32_t first_psn;
-  // 1: the WR was RNR NAKed before (SendWqe::rnr_started). A SEND's
-  // responder reset since answers it by first_psn
-  // (FakeNic::SendResentAfterReset).
+  // 1: the WR was RNR NAKed before (SendWqe::rnr_started). A responder
+  // reset since that NAK takes it for a new request and checks first_psn
+  // (FakeNic::CheckRequestPsn).
   uint32_t resent_after_rnr;
 };
 

@@ -490,10 +490,13 @@ struct ResponderState {
   uint64_t write_length = 0;
   bool write_checked = false;
   bool write_started = false;  // a RETH packet came since the last RESET
-  // A SEND's FIRST was RNR NAKed since the last RESET: a requester that
-  // sends it again after its RNR wait and finds this false meets a reset
-  // responder (FakeNic::SendResentAfterReset).
-  bool send_rnr_naked = false;
+  // A request's first packet (a SEND's FIRST, a write with imm's ONLY) was
+  // RNR NAKed since the last RESET: that request passed its PSN check, so
+  // the one its requester sends again after the RNR wait is no new
+  // request. A requester that sends one again and finds this false meets
+  // a responder reset since, to which the message is new (checked by
+  // FakeNic::CheckRequestPsn against the PSN its new RTR expects).
+  bool first_rnr_naked = false;
 };
 
 struct RecvWqe {

@@ -208,6 +208,7 @@ void FakeNic::ExecuteWriteByPackets(Qp* qp, Qp* responder) {
       RecordPacket(qp, head, packet, traced_answer);
     }
     if (answer == PacketAnswer::kRnrNak) {
+      if (i == 0) resp.first_rnr_naked = true;
       head.next_packet = i;  // the NAK acknowledged the packets before it
       RnrNakHead(qp, responder->min_rnr_timer);
       return;
@@ -512,8 +513,7 @@ bool FakeNic::HeadOutOfSequence(Qp* qp, Qp* responder) {
   }
   switch (answer) {
     case SequenceAnswer::kNoAnswer:
-      if (StallsBehindUnansweredHead(qp)) return true;
-      if (!RequesterWaitsForRetransmit(qp, why)) EndUnansweredHead(qp, why);
+      RequesterTimesOut(qp, why);
       return true;
     case SequenceAnswer::kAckedUnexecuted: {
       SendWqe wqe = std::move(qp->sq.front());
@@ -550,42 +550,13 @@ void FakeNic::ExecuteSendByPackets(Qp* qp, Qp* responder) {
     FailOnSourcePacket(qp, source_status, 0);
     return;
   }
-  // Sent again after an RNR NAK of FIRST to a responder whose reset has
-  // cleared that NAK's mark: answered by the PSN its new RTR expects.
-  if (head.rnr_started && !responder->responder.send_rnr_naked) {
-    uint32_t at = 0;  // the NAKed packet
-    const PacketAnswer answer =
-        SendResentAfterReset(responder, count, first_bad, qp->next_psn, &at);
-    if (answer == PacketAnswer::kSourceFault) {
-      RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, first_bad),
-                   "not sent: local SGE");
-      FailOnSourcePacket(qp, source_status, first_bad);
-      return;
-    }
-    if (answer == PacketAnswer::kNoAnswer) {
-      RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
-                   fake_nic_internal::kResetMidMessage);
-      RequesterTimesOut(qp, fake_nic_internal::kResetMidMessage);
-      return;
-    }
-    if (answer != PacketAnswer::kAck) {
-      // The NAK answers the packet at the expected PSN: a MIDDLE or LAST.
-      RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, at),
-                   "NAK invalid request (no FIRST since the responder's "
-                   "reset)");
-      NakWrite(qp, responder, std::nullopt, at + 1 == count,
-               IBV_WC_REM_INV_REQ_ERR,
-               fake_nic_internal::kContinuationWithoutFirst);
-      return;
-    }
-  }
   // check_resource on FIRST / ONLY: a receive, or an RNR NAK (with an SRQ
   // the receive comes from it, IB spec 10.2.9; rxe_resp.c get_srq_wqe).
   Ring<RecvWqe>& rq = responder->ReceiveQueue();
   if (rq.empty()) {
     RecordPacket(qp, head, MakeSendPacket(head.opcode, length, mtu, 0),
                  "RNR NAK");
-    responder->responder.send_rnr_naked = true;
+    responder->responder.first_rnr_naked = true;
     RnrNakHead(qp, responder->min_rnr_timer);
     return;
   }

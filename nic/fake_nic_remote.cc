@@ -822,8 +822,9 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
   };
   // check_psn of a new request, before check_op_valid (as ExecuteSendWqe):
   // not a write resumed past its RNR-NAKed packet, nor a message sent again
-  // after an RNR NAK.
-  if (r.first_packet == 0 && r.resent_after_rnr == 0 &&
+  // after an RNR NAK of its first packet to this responder not reset since.
+  if (r.first_packet == 0 &&
+      !(r.resent_after_rnr != 0 && responder->responder.first_rnr_naked) &&
       fake_nic_internal::CanRespond(responder->base) &&
       MalformedRequest(r, payload_len) == nullptr) {
     const uint32_t count =
@@ -935,6 +936,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
           answer->kind = AnswerFrame::kRnrNak;
           answer->status = responder->min_rnr_timer;  // the NAK's timer
           answer->acked_packets = i;
+          if (i == 0) resp.first_rnr_naked = true;
           responder->remote_waits_for_receive = true;
           responder->resume_wr_id = r.wr_id;
           responder->resume_length = length;
@@ -983,38 +985,12 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
     }
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM: {
-      // As ExecuteSendByPackets: sent again after an RNR NAK that this
-      // responder's reset has forgotten since.
-      if (r.resent_after_rnr != 0 && !responder->responder.send_rnr_naked) {
-        uint32_t at = 0;  // the NAKed packet
-        const PacketAnswer verdict = SendResentAfterReset(
-            responder, count, r.sent_packets, r.first_psn & 0xffffff, &at);
-        if (verdict != PacketAnswer::kAck) {
-          if (verdict == PacketAnswer::kSourceFault) {
-            // The requester fails the WR at the packet it could not build
-            // (OnRemoteAnswer).
-            answer->kind = AnswerFrame::kAck;
-            answer->acked_packets = r.sent_packets;
-            return;
-          }
-          if (verdict == PacketAnswer::kNoAnswer) {
-            answer->kind = AnswerFrame::kNoAnswer;
-            CopyText(answer->why, sizeof(answer->why),
-                     fake_nic_internal::kResetMidMessage);
-            return;
-          }
-          answer->acked_packets = at;
-          nak(IBV_WC_REM_INV_REQ_ERR,
-              fake_nic_internal::kContinuationWithoutFirst);
-          return;
-        }
-      }
       if (rq.empty()) {
         answer->kind = AnswerFrame::kRnrNak;
         answer->status = responder->min_rnr_timer;  // the NAK's timer
         answer->acked_packets = r.first_packet;
         responder->remote_waits_for_receive = true;
-        responder->responder.send_rnr_naked = true;
+        responder->responder.first_rnr_naked = true;
         return;
       }
       // Packet by packet into the receive at the head of its queue, which

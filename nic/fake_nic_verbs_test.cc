@@ -593,6 +593,14 @@ AfterReset ResetMidMessage(Side& a, Side& b, uint16_t b_to_a_lid,
   EXPECT_EQ(b.nic->QueryQp(b.qp, &attr, IBV_QP_STATE, &init), 0);
   out.responder = attr.qp_state;
   out.last_landed = b.dst[kLen - 1] != 0;  // after b's mutex (QueryQp)
+  if (out.write == IBV_WC_SUCCESS && out.responder == IBV_QPS_RTS) {
+    // The message was taken: both sides' PSNs moved past it, so the next
+    // one is taken too.
+    b.PostRecv(8);
+    a.WriteWithImm(b, 2);
+    EXPECT_EQ(a.Poll().status, IBV_WC_SUCCESS) << "the message after it";
+    EXPECT_EQ(b.Poll().status, IBV_WC_SUCCESS);
+  }
   return out;
 }
 
@@ -631,7 +639,8 @@ const ResetCase kResetCases[] = {
 
 // What rxe answered for a SEND of 8 packets whose FIRST was RNR NAKed
 // (hostile_verbs.rxe.txt, reset_mid_send_*): the whole message comes
-// again from FIRST (FakeNic::SendResentAfterReset).
+// again from FIRST, a new request to the reset responder
+// (FakeNic::CheckRequestPsn).
 const ResetCase kSendResetCases[] = {
     // FIRST in sequence: taken as a new message.
     {0, {IBV_WC_SUCCESS, true, IBV_WC_SUCCESS, true, IBV_QPS_RTS}},
@@ -640,7 +649,7 @@ const ResetCase kSendResetCases[] = {
     {3, {IBV_WC_REM_INV_REQ_ERR, true, IBV_WC_WR_FLUSH_ERR, false,
          IBV_QPS_ERR}},
     // LAST's: the same (rxe_resp.c class C; on rxe a race, see
-    // FakeNic::SendResentAfterReset).
+    // FakeNic::CheckRequestPsn).
     {7, {IBV_WC_REM_INV_REQ_ERR, true, IBV_WC_WR_FLUSH_ERR, false,
          IBV_QPS_ERR}},
     // Past the message: all duplicates, nothing answers.
