@@ -160,51 +160,37 @@ struct Side {
     wr.num_sge = 1;
     ASSERT_EQ(nic->PostRecv(qp, &wr, &bad), 0);
   }
-  // A SEND of the whole of src.
-  void Send(uint64_t wr_id) {
-    ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()),
-                   static_cast<uint32_t>(kLen), smr->lkey};
+  // One signaled WR `op` of kLen bytes between `local` (of `lmr`) and, for
+  // an RDMA op, `remote` (of rkey `rkey`).
+  void Post(ibv_wr_opcode op, uint64_t wr_id, char* local, const ibv_mr* lmr,
+            const char* remote = nullptr, uint32_t rkey = 0,
+            uint32_t imm = 0) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(local),
+                   static_cast<uint32_t>(kLen), lmr->lkey};
     ibv_send_wr wr;
     ibv_send_wr* bad = nullptr;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = wr_id;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
+    wr.opcode = op;
     wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = imm;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(remote);
+    wr.wr.rdma.rkey = rkey;
     ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
   }
+  // A SEND of the whole of src.
+  void Send(uint64_t wr_id) { Post(IBV_WR_SEND, wr_id, src.data(), smr); }
   void WriteWithImm(const Side& to, uint64_t wr_id, uint32_t rkey_xor = 0) {
-    ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()),
-                   static_cast<uint32_t>(kLen), smr->lkey};
-    ibv_send_wr wr;
-    ibv_send_wr* bad = nullptr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl(0xabcd0000u | static_cast<uint32_t>(wr_id));
-    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.dst.data());
-    wr.wr.rdma.rkey = to.dmr->rkey ^ rkey_xor;
-    ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
+    Post(IBV_WR_RDMA_WRITE_WITH_IMM, wr_id, src.data(), smr, to.dst.data(),
+         to.dmr->rkey ^ rkey_xor,
+         htonl(0xabcd0000u | static_cast<uint32_t>(wr_id)));
   }
   // An RDMA READ of the whole of to.src into dst.
   void Read(const Side& to, uint64_t wr_id) {
-    ibv_sge sge = {reinterpret_cast<uintptr_t>(dst.data()),
-                   static_cast<uint32_t>(kLen), dmr->lkey};
-    ibv_send_wr wr;
-    ibv_send_wr* bad = nullptr;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.src.data());
-    wr.wr.rdma.rkey = to.rmr->rkey;
-    ASSERT_EQ(nic->PostSend(qp, &wr, &bad), 0);
+    Post(IBV_WR_RDMA_READ, wr_id, dst.data(), dmr, to.src.data(),
+         to.rmr->rkey);
   }
   ibv_wc Poll() {
     ibv_wc wc;
