@@ -367,7 +367,7 @@ class CheckingBackend final : public ForwardingBackend,
   // The same, of QPs destroyed before their CQ was polled, by CQ (mu_).
   std::map<const ibv_cq*, Lost> lost_by_cq_;
   // Each QP's first request out of its responder's PSN sequence since the
-  // last poll (kExecute events; FakeNic::OutOfPsnSequence).
+  // last poll (kExecute events; FakeNic::OutOfPsnSequence). trace_mu_.
   std::map<uint32_t, FakeNicEvent> out_of_sequence_;
   int tap_ = 0;  // the handle of this tap on trace_nic
 };

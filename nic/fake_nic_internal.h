@@ -786,13 +786,14 @@ constexpr char kNakResponderMemory[] =
 // (FakeNic::CheckWritePacket).
 // What a request out of PSN sequence gets (FakeNic::CheckRequestPsn), by
 // its FakeNic::SequenceAnswer: kNoAnswer, kAckedUnexecuted,
-// kNakInvalidRequest.
+// kNakInvalidRequest. Each travels whole in an answer frame's `why`
+// (static_assert in fake_nic_remote.cc), so both paths record the same.
 constexpr const char* kOutOfSequence[] = {
     "request out of PSN sequence: not answered",
     "request behind the responder's PSN: a duplicate's ACK completes it, "
     "nothing executed",
-    "request behind the responder's PSN: NAK invalid request at its packet "
-    "at the expected PSN (no FIRST)",
+    "request behind the responder's PSN: NAK invalid request at the "
+    "expected PSN (no FIRST)",
 };
 constexpr char kResetMidMessage[] =
     "no answer: the responder was reset since the message began";

@@ -652,6 +652,16 @@ bool ParseAnswer(const FrameView& frame, AnswerFrame* a, const uint8_t** tail,
 
 }  // namespace
 
+// CheckRequestPsn's answers reach the requester's record whole.
+static_assert([] {
+  for (const char* why : fake_nic_internal::kOutOfSequence) {
+    if (std::char_traits<char>::length(why) >= sizeof(AnswerFrame::why)) {
+      return false;
+    }
+  }
+  return true;
+}());
+
 void FakeNic::SendAnswer(uint64_t link, AnswerFrame* answer,
                          const std::vector<uint8_t>& data) {
   answer->why[sizeof(answer->why) - 1] = '\0';
@@ -729,7 +739,8 @@ void FakeNic::OnRemoteAnswer(Qp* qp, const FrameView& frame) {
           return;
         }
       }
-      end_with(IBV_WC_SUCCESS, "", static_cast<uint32_t>(length));
+      // (An ACK's why is empty, but a duplicate's: CheckRequestPsn.)
+      end_with(IBV_WC_SUCCESS, a.why, static_cast<uint32_t>(length));
       return;
     }
     case AnswerFrame::kRnrNak: {
@@ -852,6 +863,8 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
       } else if (sequence == SequenceAnswer::kAckedUnexecuted) {
         answer->kind = AnswerFrame::kAck;  // nothing lands
         answer->acked_packets = count;
+        // (The requester records it as one process does.)
+        CopyText(answer->why, sizeof(answer->why), why);
       } else {
         answer->acked_packets = at;
         nak(IBV_WC_REM_INV_REQ_ERR, why);

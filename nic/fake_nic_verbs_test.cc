@@ -734,6 +734,15 @@ const PsnCase kPsnCases[] = {
 // same is taken too.
 PsnOutcome MismatchedPsns(Side& a, Side& b, const PsnCase& c) {
   PsnOutcome out;
+  // What a's NIC recorded of the WR's end: the same in one process and
+  // across two, which the usage checker's psn reads.
+  std::string ended;
+  const int watch = a.nic->AddObserver([&](const FakeNicEvent& event) {
+    if (event.kind == FakeNicEvent::Kind::kExecute && event.wr_id == 1 &&
+        event.qp_num == a.qp->qp_num) {
+      ended = event.text;
+    }
+  });
   if (c.op != PsnOp::kRead) b.PostRecvIntoDst(7);
   if (c.op == PsnOp::kSend) {
     a.Send(1);
@@ -743,6 +752,9 @@ PsnOutcome MismatchedPsns(Side& a, Side& b, const PsnCase& c) {
     a.Read(b, 1);
   }
   out.wr = a.Poll().status;
+  a.nic->RemoveObserver(watch);
+  EXPECT_EQ(FakeNic::OutOfPsnSequence(ended), c.rq_psn != c.sq_psn)
+      << "recorded: " << ended;
   ibv_wc wc;
   for (int i = 0; i < 50 && c.op != PsnOp::kRead && !out.received; ++i) {
     out.received = b.nic->PollCq(b.cq, 1, &wc) == 1;
