@@ -1093,6 +1093,9 @@ class FakeNic final : public VerbsBackend {
   SequenceAnswer CheckRequestPsn(Qp* responder, ibv_wr_opcode opcode,
                                  uint32_t first_psn, uint32_t count,
                                  uint32_t psns, uint32_t* answered);
+  // The trace's text for an answer other than kInSequence
+  // (fake_nic_internal::kOutOfSequence).
+  static const char* OutOfSequenceText(SequenceAnswer answer);
   // ExecuteSendWqe's check_psn of the head WR, a new request to
   // `responder` in this process: false when it is in sequence; otherwise
   // its answer is enacted and true.
@@ -1202,6 +1205,29 @@ class FakeNic final : public VerbsBackend {
   // Personality::rnr_wait_runs_retransmit_timer: whether `qp`'s ACK
   // timeout runs out before an RNR wait of `rnr_timer`.
   bool RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const;
+  // rxe's timer periods in jiffies (Personality::kernel_hz, with
+  // rnr_wait_runs_retransmit_timer; otherwise in the spec's units, one
+  // "jiffy" a nanosecond): the ACK timeout of `qp`
+  // (rxe_qp.c rxe_qp_from_attr: nsecs_to_jiffies(4096 << timeout), at least
+  // 1) and the RNR wait an RNR NAK carrying `rnr_timer` asks for (rxe_comp.c
+  // rnrnak_jiffies: IB spec table 45, usecs_to_jiffies rounding up, at least
+  // 1), and a jiffy in nanoseconds.
+  uint64_t AckTimeoutJiffies(const Qp* qp) const;
+  uint64_t RnrWaitJiffies(uint8_t rnr_timer) const;
+  uint64_t JiffyNs() const;
+  // Whether `qp`'s requester runs its timers in real time: an
+  // ibv_modify_qp QP (an rdma_cm QP's waits end with its connection's
+  // events) on a NIC whose background thread runs; a sequenced or stepped
+  // NIC's time is its steps.
+  bool RequesterTimersRunInRealTime(const Qp* qp) const;
+  // The head WR of `qp` parked on an RNR NAK (rnr_retry 7) asking for
+  // `rnr_timer`: in real time, when and how often its RNR timer ticks.
+  void ParkOnRnrTimer(Qp* qp, uint8_t rnr_timer);
+  // The responder of `qp`'s parked head WR changed (its state, its access
+  // flags) in a way the next resend sees: rxe resends at the RNR timer's
+  // next tick (rxe_comp.c rnr_nak_timer), which a real-time requester
+  // waits for; otherwise it resends at once.
+  void RetryAtRnrTick(Qp* qp);
   // Transmission order (fake_nic_packets.cc): runs `qp`'s requester now, WR
   // after WR, until its send queue is empty or its head cannot go on (RNR,
   // a delay fault, a state that does not send).
@@ -1446,9 +1472,10 @@ class FakeNic final : public VerbsBackend {
                        const uint8_t* payload, size_t payload_len,
                        fake_nic_internal::AnswerFrame* answer,
                        std::vector<uint8_t>* data);
-  // A receive was posted on `qp` (or its SRQ): a remote requester parked on
-  // an RNR wait (rnr_retry 7) may go.
-  void TellRemoteToRetry(Qp* qp);
+  // A receive was posted on `qp` (or its SRQ), or (`changed`) `qp` changed
+  // in a way a resend sees: a remote requester parked on an RNR wait
+  // (rnr_retry 7) may go (TakeRetryWord).
+  void TellRemoteToRetry(Qp* qp, bool changed = false);
   // remote_payload_ given back when a large message grew it.
   void ReleaseLargePayload();
   // A write from another process landed at `responder` (a kLanded record,
@@ -1485,7 +1512,9 @@ class FakeNic final : public VerbsBackend {
   // A peer process's "retry now" (kFrameRecvPosted) for `qp`'s head WR:
   // unparks it, or, while its request is still out, tells the RNR NAK
   // that may follow on another link not to park it.
-  void TakeRetryWord(Qp* qp);
+  // `changed`: the word says the responder changed (its RNR timer's tick
+  // resends, RetryAtRnrTick), not that a receive came.
+  void TakeRetryWord(Qp* qp, bool changed);
   // A QP whose peer's link closed (fake_nic_remote.cc).
   void PeerLinkDied(Qp* qp);
   // ---- Unreliable Connected (fake_nic_unreliable.cc) ----
@@ -1515,6 +1544,9 @@ class FakeNic final : public VerbsBackend {
     uint32_t qp_num = 0;
     uint64_t token = 0;  // the unanswered try's (SendWqe::token)
     std::string why;
+    // An RNR timer's tick for a parked head (RetryAtRnrTick; token is
+    // Qp::rnr_tick_token), not a retransmit timer.
+    bool rnr_tick = false;
   };
   std::vector<TransportTimer> transport_timers_;  // few: one a dead peer's QP
   // rdma_cm's real-time timers of a disconnect: a DREQ no DREP answered

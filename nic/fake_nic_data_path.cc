@@ -604,9 +604,11 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
   if (qp->link != 0) return qp->link_dead;
   // Parked by an RNR NAK with rnr_retry 7: ready again once the responder
   // has a receive, or once the responder can no longer answer at all.
+  // (A responder that cannot answer is seen at the RNR timer's tick when
+  // one is armed: RetryAtRnrTick.)
   Qp* peer = qp->peer;
-  return peer == nullptr || !CanRespond(peer->base) ||
-         !peer->ReceiveQueue().empty();
+  return peer == nullptr || !peer->ReceiveQueue().empty() ||
+         (!CanRespond(peer->base) && qp->rnr_tick_token == 0);
 }
 
 void FakeNic::MarkMaybeReady(Qp* qp) {
@@ -836,16 +838,8 @@ void FakeNic::CompleteSend(Qp* qp, const SendWqe& wqe, ibv_wc_status status,
     qp->AdvanceRequesterIndex();
   }
   if (status != IBV_WC_WR_FLUSH_ERR) {
-    // (A message within the smallest MTU, 256 bytes, takes one PSN: the
-    // MTU is not looked up on that path.)
-    const uint64_t length = wqe.total_length();
     qp->next_psn =
-        (qp->next_psn +
-         (length <= 256 ? 1
-                        : fake_nic_internal::PsnsOf(
-                              wqe.opcode, length,
-                              fake_nic_internal::MtuBytes(qp->attr.path_mtu)))) &
-        0xffffff;
+        (qp->next_psn + fake_nic_internal::WrPsns(*qp, wqe)) & 0xffffff;
   }
   qp->failed_on_last_packet = true;
   // A READ's responder runs from a scheduled tasklet (rxe_resp.c
@@ -990,15 +984,9 @@ void FakeNic::ExecuteSendWqe(Qp* qp) {
       !(head.rnr_started && responder->responder.first_rnr_naked) &&
       fake_nic_internal::CanRespond(responder->base)) {
     if (qp->next_psn == responder->expected_psn) {
-      // In sequence, the common case, without a call (as CompleteSend
-      // counts PSNs: a message within the smallest MTU takes one).
-      const uint64_t length = head.total_length();
-      fake_nic_internal::TakeInSequence(
-          responder, head.opcode,
-          length <= 256 ? 1
-                        : fake_nic_internal::PsnsOf(
-                              head.opcode, length,
-                              fake_nic_internal::MtuBytes(qp->attr.path_mtu)));
+      // In sequence, the common case, without a call.
+      fake_nic_internal::TakeInSequence(responder, head.opcode,
+                                        fake_nic_internal::WrPsns(*qp, head));
     } else if (HeadOutOfSequence(qp, responder)) {
       return;
     }
@@ -1344,6 +1332,7 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   // its word and this NAK travel on different links.)
   if (qp->rnr_retry == 7 && (!timer_runs_out || endless_transport)) {
     head.waiting_for_receive = !head.retry_told;
+    if (head.waiting_for_receive) ParkOnRnrTimer(qp, rnr_timer);
   }
   head.retry_told = false;
   FakeNicEvent event;
@@ -1361,28 +1350,94 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   Record(std::move(event));
 }
 
+uint64_t FakeNic::JiffyNs() const {
+  // A kernel's timers (the personality whose requester runs rxe's
+  // retransmit timer through RNR waits counts both in jiffies of
+  // kernel_hz); the spec's count in its own units.
+  const Personality& p = config_.personality;
+  if (!p.rnr_wait_runs_retransmit_timer || p.kernel_hz == 0) return 1;
+  return 1000000000ull / p.kernel_hz;
+}
+
+uint64_t FakeNic::AckTimeoutJiffies(const Qp* qp) const {
+  // rxe_qp.c rxe_qp_from_attr: nsecs_to_jiffies(4096 << timeout), at least
+  // 1 (IB spec 9.7.6.1.3: 4.096 us * 2^timeout).
+  return std::max<uint64_t>(
+      1, (uint64_t{4096} << std::min<uint8_t>(qp->attr.timeout & 31, 31)) /
+             JiffyNs());
+}
+
+uint64_t FakeNic::RnrWaitJiffies(uint8_t rnr_timer) const {
+  // rxe_comp.c rnrnak_usec: the IB spec's RNR timer table (9.7.5.2.8,
+  // table 45), in microseconds; 0 is the longest. rnrnak_jiffies:
+  // usecs_to_jiffies (rounds up), at least 1.
+  static const uint32_t kRnrUs[32] = {
+      655360, 10,    20,    30,    40,    60,     80,     120,
+      160,    240,   320,   480,   640,   960,    1280,   1920,
+      2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
+      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  const uint64_t jiffy_ns = JiffyNs();
+  return std::max<uint64_t>(
+      1, (uint64_t{kRnrUs[rnr_timer & 31]} * 1000 + jiffy_ns - 1) / jiffy_ns);
+}
+
 bool FakeNic::RetransmitBeatsRnrWait(const Qp* qp, uint8_t rnr_timer) const {
   const Personality& p = config_.personality;
   if (!p.rnr_wait_runs_retransmit_timer || qp->attr.timeout == 0 ||
       p.kernel_hz == 0) {
     return false;  // timeout 0: rxe arms no retransmit timer
   }
-  // rxe_comp.c rnrnak_usec: the IB spec's RNR timer table (9.7.5.2.8,
-  // table 45), in microseconds; 0 is the longest.
-  static const uint32_t kRnrUs[32] = {
-      655360, 10,    20,    30,    40,    60,     80,     120,
-      160,    240,   320,   480,   640,   960,    1280,   1920,
-      2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
-      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
-  const uint64_t jiffy_ns = 1000000000ull / p.kernel_hz;
-  // rxe_qp.c rxe_qp_from_attr: nsecs_to_jiffies(4096 << timeout), at least
-  // 1; rxe_comp.c rnrnak_jiffies: usecs_to_jiffies (rounds up), at least 1.
-  const uint64_t ack = std::max<uint64_t>(
-      1, (uint64_t{4096} << std::min<uint8_t>(qp->attr.timeout, 31)) /
-             jiffy_ns);
-  const uint64_t rnr = std::max<uint64_t>(
-      1, (uint64_t{kRnrUs[rnr_timer & 31]} * 1000 + jiffy_ns - 1) / jiffy_ns);
-  return ack < rnr;
+  return AckTimeoutJiffies(qp) < RnrWaitJiffies(rnr_timer);
+}
+
+bool FakeNic::RequesterTimersRunInRealTime(const Qp* qp) const {
+  return qp->id == nullptr && background_running_ && !sequenced_;
+}
+
+void FakeNic::ParkOnRnrTimer(Qp* qp, uint8_t rnr_timer) {
+  qp->rnr_tick_token = 0;  // a tick armed for an earlier park is stale
+  if (!RequesterTimersRunInRealTime(qp)) {
+    qp->rnr_period_ns = 0;
+    return;
+  }
+  qp->rnr_parked_at = std::chrono::steady_clock::now();
+  qp->rnr_period_ns = RnrWaitJiffies(rnr_timer) * JiffyNs();
+}
+
+void FakeNic::RetryAtRnrTick(Qp* qp) {
+  SendWqe& head = qp->sq.front();
+  if (!head.waiting_for_receive) return;
+  if (qp->rnr_period_ns == 0 || !RequesterTimersRunInRealTime(qp)) {
+    head.waiting_for_receive = false;
+    MarkMaybeReady(qp);
+    return;
+  }
+  if (qp->rnr_tick_token != 0) return;  // the next tick is armed already
+  // The parked WR is resent at every tick from the NAK on, and NAKed again
+  // while nothing changed (so the fake parks it instead): the first tick
+  // after now is the first resend that sees the change. A program that
+  // moves its responder through RESET, INIT and RTR to RTS (ibv_modify_qp
+  // four times, microseconds apart) is thus not answered halfway, as rxe
+  // answers it only when a tick falls inside those microseconds. Found by
+  // the recorded hostile_verbs program under load: reset_mid_send_sq0_rq3
+  // with a resend at once after RTR, NAKed for its PSN into ERR, and RTS
+  // then EPERM.
+  const auto now = std::chrono::steady_clock::now();
+  const uint64_t since = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          now - qp->rnr_parked_at)
+          .count());
+  const uint64_t ticks = since / qp->rnr_period_ns + 1;
+  TransportTimer tick;
+  tick.at = qp->rnr_parked_at + std::chrono::nanoseconds(ticks *
+                                                        qp->rnr_period_ns);
+  tick.qp_num = qp->base.qp_num;
+  tick.token = next_token_++;
+  tick.rnr_tick = true;
+  qp->rnr_tick_token = tick.token;
+  const auto at = tick.at;
+  transport_timers_.push_back(std::move(tick));
+  TimerArmed(at);
 }
 
 bool FakeNic::ApplyExecuteHook(Qp* qp) {

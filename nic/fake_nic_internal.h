@@ -590,6 +590,13 @@ struct Qp {
   uint32_t expected_psn = 0;
   uint32_t ack_psn = 0;
   uint32_t resume_packet = 0;  // 0: nothing to resume; see resume_wr_id
+  // In real time (FakeNic::RequesterTimersRunInRealTime): when the head WR
+  // parked on an RNR NAK (rnr_retry 7) and its RNR timer's period
+  // (FakeNic::ParkOnRnrTimer; 0: not parked in real time), and the token
+  // of the tick armed to resend it (FakeNic::RetryAtRnrTick; 0: none).
+  std::chrono::steady_clock::time_point rnr_parked_at{};
+  uint64_t rnr_period_ns = 0;
+  uint64_t rnr_tick_token = 0;
   // The write this responder last RNR-NAKed for a peer in another process:
   // the only request allowed to resume past its first packet (a frame is
   // input: a resumed packet reuses the rkey and bounds checked on FIRST).
@@ -867,6 +874,17 @@ inline bool SourceFaultComesFirst(bool answered, uint32_t at,
 inline uint32_t PsnsOf(ibv_wr_opcode op, uint64_t length, uint32_t mtu) {
   return op == IBV_WR_RDMA_READ ? PacketCount(length, mtu)
                                 : RequestPackets(op, length, mtu);
+}
+
+// The PSNs `wqe` takes on `qp`'s path MTU (PsnsOf): the one count of the
+// requester (CompleteSend advances next_psn by it) and of the responder's
+// check (ExecuteSendWqe, HeadOutOfSequence). A message within the smallest
+// MTU, 256 bytes, takes one: the MTU is not looked up on that path.
+inline uint32_t WrPsns(const Qp& qp, const SendWqe& wqe) {
+  const uint64_t length = wqe.total_length();
+  return length <= 256
+             ? 1
+             : PsnsOf(wqe.opcode, length, MtuBytes(qp.attr.path_mtu));
 }
 
 // A request of `psns` PSNs taken in sequence (FakeNic::CheckRequestPsn):

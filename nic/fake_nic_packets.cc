@@ -495,12 +495,11 @@ bool FakeNic::HeadOutOfSequence(Qp* qp, Qp* responder) {
   const uint32_t count =
       fake_nic_internal::RequestPackets(head.opcode, length, mtu);
   uint32_t at = count;
-  const SequenceAnswer answer = CheckRequestPsn(
-      responder, head.opcode, qp->next_psn, count,
-      fake_nic_internal::PsnsOf(head.opcode, length, mtu), &at);
+  const SequenceAnswer answer =
+      CheckRequestPsn(responder, head.opcode, qp->next_psn, count,
+                      fake_nic_internal::WrPsns(*qp, head), &at);
   if (answer == SequenceAnswer::kInSequence) return false;
-  const char* const why =
-      fake_nic_internal::kOutOfSequence[static_cast<int>(answer) - 1];
+  const char* const why = OutOfSequenceText(answer);
   if (fake_nic_internal::CarriesPayload(head.opcode)) {
     ibv_wc_status source_status = IBV_WC_SUCCESS;
     const uint32_t buildable =

@@ -286,17 +286,15 @@ int FakeNic::ModifyQpLocked(Qp* qp, const ibv_qp_attr& attr, int attr_mask,
   }
   // A peer's WR parked on an RNR NAK (rnr_retry 7) retries on rxe every
   // RNR timer, so it sees a changed responder (access flags, state) at its
-  // next retry: let it retry now (found by the random differential,
-  // programs 53 and 180).
+  // next retry (found by the random differential, programs 53 and 180).
   if (qp->peer != nullptr && !qp->peer->sq.empty() &&
       qp->peer->sq.front().waiting_for_receive) {
-    qp->peer->sq.front().waiting_for_receive = false;
-    MarkMaybeReady(qp->peer);
+    RetryAtRnrTick(qp->peer);
   }
   // The same for a peer in another process (found by the one-process /
   // two-process differential: tests/conformance_fixture.h
   // "fake_rxe_fabric").
-  if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
+  if (qp->remote_waits_for_receive) TellRemoteToRetry(qp, /*changed=*/true);
   if (next == IBV_QPS_ERR) FlushStrandedReceives(qp);
   if (next == IBV_QPS_ERR && current == IBV_QPS_ERR) {
     // ERR to ERR runs rxe_qp_error again: WRs a doorbell in ERR left

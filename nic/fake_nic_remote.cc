@@ -291,7 +291,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
       break;
     case fake_nic_internal::kFrameRecvPosted:
       if (id != nullptr && id->qp != nullptr && !id->qp->sq.empty()) {
-        TakeRetryWord(id->qp);
+        TakeRetryWord(id->qp, f.status == 1);
       }
       break;
     default:
@@ -443,7 +443,7 @@ void FakeNic::PeerLinkDied(Qp* qp) {
 // once, as the determinism of its traces needs.
 bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
   if (qp->sq.empty()) return true;
-  if (qp->id != nullptr || !background_running_ || sequenced_) return false;
+  if (!RequesterTimersRunInRealTime(qp)) return false;
   SendWqe& head = qp->sq.front();
   const uint8_t timeout = qp->attr.timeout & 31;
   // A fresh token: nothing answers the try that went unanswered, and the
@@ -452,8 +452,9 @@ bool FakeNic::RequesterWaitsForRetransmit(Qp* qp, const std::string& why) {
   head.token = next_token_++;
   if (timeout == 0) return true;  // no timer: in flight for ever
   TransportTimer timer;
+  // In whole jiffies on a kernel's personality, as rxe's timer runs.
   timer.at = std::chrono::steady_clock::now() +
-             std::chrono::nanoseconds(uint64_t{4096} << timeout);
+             std::chrono::nanoseconds(AckTimeoutJiffies(qp) * JiffyNs());
   timer.qp_num = qp->base.qp_num;
   timer.token = head.token;
   timer.why = why;
@@ -500,6 +501,17 @@ void FakeNic::FireTransportTimersLocked() {
   for (const TransportTimer& timer : fake_nic_internal::TakeDueTimers(
            transport_timers_, std::chrono::steady_clock::now())) {
     Qp* qp = FindQpByNum(timer.qp_num);
+    if (timer.rnr_tick) {
+      // RetryAtRnrTick's tick: the parked head is resent, if it is still
+      // the one parked (a receive may have unparked it, ERR flushed it).
+      if (qp == nullptr || qp->rnr_tick_token != timer.token) continue;
+      qp->rnr_tick_token = 0;
+      if (qp->sq.empty() || !qp->sq.front().waiting_for_receive) continue;
+      qp->sq.front().waiting_for_receive = false;
+      MarkMaybeReady(qp);
+      fired = true;
+      continue;
+    }
     // Only the try still unanswered: the QP may have been destroyed, moved
     // to ERR or RESET, or the WR flushed meanwhile.
     if (qp == nullptr || qp->sq.empty() || !qp->sq.front().in_flight ||
@@ -845,8 +857,7 @@ void FakeNic::RespondToRemote(Qp* responder, const RequestFrame& r,
         responder, opcode, r.first_psn & 0xffffff, count,
         fake_nic_internal::PsnsOf(opcode, r.length, r.mtu), &at);
     if (sequence != SequenceAnswer::kInSequence) {
-      const char* const why =
-          fake_nic_internal::kOutOfSequence[static_cast<int>(sequence) - 1];
+      const char* const why = OutOfSequenceText(sequence);
       if (fake_nic_internal::CarriesPayload(opcode) &&
           fake_nic_internal::SourceFaultComesFirst(
               sequence != SequenceAnswer::kNoAnswer, at, r.sent_packets,
@@ -1133,8 +1144,14 @@ void FakeNic::RespondUnreliably(Qp* responder,
                     r.sent_packets, payload);
 }
 
-void FakeNic::TakeRetryWord(Qp* qp) {
+void FakeNic::TakeRetryWord(Qp* qp, bool changed) {
   SendWqe& head = qp->sq.front();
+  // Parked, and the responder changed: at the RNR timer's tick, as in one
+  // process (ModifyQp).
+  if (changed && !head.in_flight && head.waiting_for_receive) {
+    RetryAtRnrTick(qp);
+    return;
+  }
   // Still waiting for the answer the word overtook: remembered for it.
   if (head.in_flight) head.retry_told = true;
   head.waiting_for_receive = false;
@@ -1144,12 +1161,13 @@ void FakeNic::TakeRetryWord(Qp* qp) {
 // The peer's requester parked on our RNR NAK (rnr_retry 7) retries now: a
 // receive was posted, or the QP changed (state, access flags) in a way its
 // next RNR-timer retry would see (rxe_comp.c rnr_nak_timer).
-void FakeNic::TellRemoteToRetry(Qp* qp) {
+void FakeNic::TellRemoteToRetry(Qp* qp, bool changed) {
   qp->remote_waits_for_receive = false;
   if (qp->link == 0 || qp->link_dead) return;
   CmFrame f;
   memset(&f, 0, sizeof(f));
   f.qp_num = qp->base.qp_num;
+  f.status = changed ? 1 : 0;  // TakeRetryWord's `changed`
   fabric_->Send(qp->link, fake_nic_internal::kFrameRecvPosted, &f, sizeof(f));
 }
 

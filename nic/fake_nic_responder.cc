@@ -116,6 +116,20 @@ bool FakeNic::OutOfPsnSequence(const std::string& text) {
   return false;
 }
 
+const char* FakeNic::OutOfSequenceText(SequenceAnswer answer) {
+  switch (answer) {
+    case SequenceAnswer::kNoAnswer:
+      return fake_nic_internal::kOutOfSequence[0];
+    case SequenceAnswer::kAckedUnexecuted:
+      return fake_nic_internal::kOutOfSequence[1];
+    case SequenceAnswer::kNakInvalidRequest:
+      return fake_nic_internal::kOutOfSequence[2];
+    case SequenceAnswer::kInSequence:
+      break;
+  }
+  return "";
+}
+
 FakeNic::SequenceAnswer FakeNic::CheckRequestPsn(
     Qp* responder, ibv_wr_opcode opcode, uint32_t first_psn, uint32_t count,
     uint32_t psns, uint32_t* answered) {

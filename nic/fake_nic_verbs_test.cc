@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -489,6 +490,76 @@ TEST(FakeNicVerbsTest, ASpinningPollerSeesItsTransportTimeout) {
   }
 }
 
+// a (timeout 18: 1.07 s, outlasting the RNR wait, so it parks rather than
+// retransmits) SENDs to b, which has no receive and asks for the longest
+// RNR wait (min_rnr_timer 0: 655.36 ms, IB spec table 45). Once a's WR is
+// parked on b's RNR NAK, b changes (RTS to RTS, its access flags): the WR
+// is resent at the RNR timer's next tick (rxe_comp.c rnr_nak_timer), NAKed
+// again as no receive came yet, and then, a receive posted, it completes.
+// Returns the time between the two RNR NAKs.
+std::chrono::duration<double> ResendAfterChangeGap(Side& a, Side& b) {
+  ibv_qp_attr m;
+  memset(&m, 0, sizeof(m));
+  m.qp_state = IBV_QPS_RTS;
+  m.min_rnr_timer = 0;
+  EXPECT_EQ(b.nic->ModifyQp(b.qp, &m, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER),
+            0);
+  std::mutex mu;
+  std::vector<std::chrono::steady_clock::time_point> naks;
+  const int watch = a.nic->AddObserver([&](const FakeNicEvent& event) {
+    if (event.kind != FakeNicEvent::Kind::kRnrNak) return;
+    std::lock_guard<std::mutex> lock(mu);
+    naks.push_back(std::chrono::steady_clock::now());
+  });
+  auto nak_count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return naks.size();
+  };
+  a.Send(1);
+  for (int i = 0; i < 30000 && nak_count() < 1; ++i) usleep(100);
+  memset(&m, 0, sizeof(m));
+  m.qp_state = IBV_QPS_RTS;
+  m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  EXPECT_EQ(b.nic->ModifyQp(b.qp, &m, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS),
+            0);
+  for (int i = 0; i < 30000 && nak_count() < 2; ++i) usleep(100);
+  a.nic->RemoveObserver(watch);
+  b.PostRecvIntoDst(7);
+  EXPECT_EQ(a.Poll().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(b.Poll().status, IBV_WC_SUCCESS);
+  EXPECT_EQ(a.src, b.dst);
+  std::lock_guard<std::mutex> lock(mu);
+  if (naks.size() < 2) {
+    ADD_FAILURE() << naks.size() << " RNR NAK(s) in 3 s, 2 wanted";
+    return std::chrono::duration<double>(0);
+  }
+  return naks[1] - naks[0];
+}
+
+// A WR parked on an RNR NAK (rnr_retry 7) sees a change of its responder
+// at the RNR timer's next tick, not at once, as on rxe: so a program that
+// moves its responder through RESET, INIT and RTR to RTS is answered
+// halfway only when a tick falls inside those calls. (The fake resent at
+// once, and then every retransmit timeout, 1.05 ms for timeout 8 where
+// rxe's jiffy is 4 ms: hostile_verbs's reset_mid_send_sq0_rq3_retry7 got
+// its reconnect NAKed into ERR between RTR and RTS, RTS EPERM, under
+// load.) The bound is a floor only, so load cannot fail it.
+TEST(FakeNicVerbsTest, AParkedWrSeesItsResponderChangeAtTheRnrTimersTick) {
+  for (const bool rxe : {true, false}) {
+    SCOPED_TRACE(rxe ? "rxe" : "spec");
+    auto nic = Started(rxe ? WithPersonality(Personality::Rxe())
+                           : FakeNicConfig());
+    Side a(nic.get()), b(nic.get());
+    const ibv_gid gid = Gid(nic.get(), a.ctx);
+    const ibv_gid* dgid = rxe ? &gid : nullptr;
+    ASSERT_EQ(a.Connect(b.qp->qp_num, a.Port().lid, dgid, /*timeout=*/18,
+                        /*retry_cnt=*/6),
+              0);
+    ASSERT_EQ(b.Connect(a.qp->qp_num, a.Port().lid, dgid), 0);
+    EXPECT_GE(ResendAfterChangeGap(a, b).count(), 0.6);
+  }
+}
+
 // What became of a write with imm whose responder was reset mid-message.
 struct AfterReset {
   ibv_wc_status write = IBV_WC_GENERAL_ERR;
@@ -913,6 +984,21 @@ TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
   // A bad rkey is refused by the far NIC's responder.
   a->WriteWithImm(*b, 3, 0x5a5a);
   EXPECT_EQ(a->Poll().status, IBV_WC_REM_ACCESS_ERR);
+}
+
+// As AParkedWrSeesItsResponderChangeAtTheRnrTimersTick, the responder on
+// a NIC of its own: its word that it changed tells the requester to resend
+// at its RNR timer's tick (TellRemoteToRetry), not at once.
+TEST_F(FakeNicVerbsFabricTest, AParkedWrSeesItsResponderChangeAtTheRnrTimersTick) {
+  nic_a_ = NewNic();
+  nic_b_ = NewNic();
+  a_ = std::make_unique<Side>(nic_a_.get());
+  b_ = std::make_unique<Side>(nic_b_.get());
+  ASSERT_EQ(a_->Connect(b_->qp->qp_num, b_->Port().lid, nullptr,
+                        /*timeout=*/18, /*retry_cnt=*/6),
+            0);
+  ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
+  EXPECT_GE(ResendAfterChangeGap(*a_, *b_).count(), 0.6);
 }
 
 // As AResponderResetMidMessageAnswersByItsNewPsn, across processes: the

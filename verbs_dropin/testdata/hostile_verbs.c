@@ -97,8 +97,9 @@ static int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr,
  * after it has an 8 KiB buffer, so "resent" and "last_landed" say which
  * of the SEND's packets it got.
  */
-static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
-			      uint32_t rq_psn, int retry_cnt) {
+static int reset_mid_message_try(enum ibv_wr_opcode op, uint32_t sq_psn,
+				 uint32_t rq_psn, int retry_cnt,
+				 int last_try) {
 	const int send = op == IBV_WR_SEND;
 	char name[64];
 	snprintf(name, sizeof(name), "reset_mid_%s_sq%u_rq%u_retry%d",
@@ -110,7 +111,7 @@ static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
 	char *whole = malloc(8192), *land = calloc(1, 8192);
 	if (qe == NULL || qf == NULL || whole == NULL || land == NULL) {
 		printf("%s setup-failed\n", name);
-		return;
+		return 0;
 	}
 	memset(whole, 0x5a, 8192);
 	struct ibv_mr *wmr = ibv_reg_mr(pd, whole, 8192, IBV_ACCESS_LOCAL_WRITE);
@@ -133,7 +134,7 @@ static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
 	    ibv_modify_qp(qe, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | RC_RTS_MASK) ||
 	    to_rts(qf, RC_RTS_MASK)) {
 		printf("%s setup-failed\n", name);
-		return;
+		return 0;
 	}
 	struct ibv_sge sge = {(uintptr_t)whole, 8192, wmr->lkey};
 	struct ibv_send_wr wr, *bad;
@@ -146,7 +147,7 @@ static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
 	wr.wr.rdma.rkey = lmr->rkey;
 	if (ibv_post_send(qe, &wr, &bad)) {
 		printf("%s post-failed\n", name);
-		return;
+		return 0;
 	}
 	/* A SEND lands nothing before its receive: a moment for its FIRST's
 	 * RNR NAK. */
@@ -185,6 +186,11 @@ static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
 		if (!rgot)
 			pause_between_polls();
 	}
+	if (rc != 0 && !last_try) {
+		fprintf(stderr, "%s: the reconnect met a resend (%s): again\n",
+			name, errno_name(rc));
+		return 1;
+	}
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qi;
 	ibv_query_qp(qf, &qa, IBV_QP_STATE, &qi);
@@ -196,6 +202,26 @@ static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
 	       rgot ? ibv_wc_status_str(rwc.status) : "none",
 	       land[0] != 0 ? "yes" : "no", land[8191] != 0 ? "yes" : "no",
 	       (int)qa.qp_state);
+	return 0;
+}
+
+/*
+ * reset_mid_message_try, again while the reconnect met a resend. rxe resends
+ * the parked message at each RNR timer tick (one jiffy here, 4 ms); a tick
+ * that falls between the reconnect's RTR and RTS finds the responder
+ * expecting rq_psn with no receive, which a PSN in the message's middle
+ * fails (class C: the responder to ERR, and RTS is then EPERM). That is rxe
+ * doing what it should, but it says nothing of what the case asks (what a
+ * resend meets after the reconnect), and it happens only under load, so
+ * that run is thrown away: at most three tries, the last printed whatever
+ * it says.
+ */
+static void reset_mid_message(enum ibv_wr_opcode op, uint32_t sq_psn,
+			      uint32_t rq_psn, int retry_cnt) {
+	for (int attempt = 1;
+	     reset_mid_message_try(op, sq_psn, rq_psn, retry_cnt, attempt == 3);
+	     ++attempt) {
+	}
 }
 
 /* A call's errno (0: "ok"), with its number when errno_name has no name. */
