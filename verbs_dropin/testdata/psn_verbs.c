@@ -25,10 +25,10 @@
 
 static struct ibv_pd *pd;
 
-static struct ibv_qp *new_qp(struct ibv_cq *cq) {
+static struct ibv_qp *new_qp(struct ibv_cq *cq, enum ibv_qp_type type) {
 	struct ibv_qp_init_attr init;
 	memset(&init, 0, sizeof(init));
-	init.qp_type = IBV_QPT_RC;
+	init.qp_type = type;
 	init.send_cq = cq;
 	init.recv_cq = cq;
 	init.cap.max_send_wr = 4;
@@ -60,17 +60,19 @@ static const char *op_name(enum ibv_wr_opcode op) {
  * one request for as many response PSNs) from a requester at sq_psn `sq`
  * (timeout 8: ~1 ms a try, retry_cnt 2, rnr_retry 7) to a fresh responder
  * expecting rq_psn `rq`, a receive posted on the responder for a SEND or a
- * write with imm.
+ * write with imm. With `uc`, on UC QPs (no timers, no READ): the
+ * "uc_psn_..." lines.
  */
 static void psn_case(enum ibv_wr_opcode op, uint32_t len, uint32_t rq,
-		     uint32_t sq) {
+		     uint32_t sq, int uc) {
 	char name[96];
-	snprintf(name, sizeof(name), "psn_%s_%u_rq%u_sq%u", op_name(op), len,
-		 rq, sq);
+	snprintf(name, sizeof(name), "%spsn_%s_%u_rq%u_sq%u", uc ? "uc_" : "",
+		 op_name(op), len, rq, sq);
+	const enum ibv_qp_type type = uc ? IBV_QPT_UC : IBV_QPT_RC;
 	struct ibv_cq *cqe = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	struct ibv_cq *cqf = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-	struct ibv_qp *qe = cqe ? new_qp(cqe) : NULL;
-	struct ibv_qp *qf = cqf ? new_qp(cqf) : NULL;
+	struct ibv_qp *qe = cqe ? new_qp(cqe, type) : NULL;
+	struct ibv_qp *qf = cqf ? new_qp(cqf, type) : NULL;
 	char *mine = malloc(LEN), *far = calloc(1, LEN);
 	if (qe == NULL || qf == NULL || mine == NULL || far == NULL) {
 		printf("%s setup-failed\n", name);
@@ -82,6 +84,10 @@ static void psn_case(enum ibv_wr_opcode op, uint32_t len, uint32_t rq,
 	if (read) memset(mine, 0, LEN);
 	const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			   IBV_ACCESS_REMOTE_READ;
+	/* (A UC QP takes no remote read.) */
+	const int qp_access = uc ? IBV_ACCESS_REMOTE_WRITE : access;
+	const int rtr_extra = uc ? 0 : RC_RTR_MASK;
+	const int rts_extra = uc ? 0 : RC_RTS_MASK;
 	struct ibv_mr *mmr = ibv_reg_mr(pd, mine, LEN, access);
 	struct ibv_mr *fmr = ibv_reg_mr(pd, far, LEN, access);
 	struct ibv_qp_attr rts;
@@ -92,12 +98,12 @@ static void psn_case(enum ibv_wr_opcode op, uint32_t len, uint32_t rq,
 	rts.rnr_retry = 7;
 	rts.sq_psn = sq;
 	rts.max_rd_atomic = 1;
-	if (mmr == NULL || fmr == NULL || to_init(qe, access) ||
-	    to_init(qf, access) ||
-	    to_rtr_psn(qe, qf->qp_num, 0, RC_RTR_MASK) ||
-	    to_rtr_psn(qf, qe->qp_num, rq, RC_RTR_MASK) ||
-	    ibv_modify_qp(qe, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | RC_RTS_MASK) ||
-	    to_rts(qf, RC_RTS_MASK)) {
+	if (mmr == NULL || fmr == NULL || to_init(qe, qp_access) ||
+	    to_init(qf, qp_access) ||
+	    to_rtr_psn(qe, qf->qp_num, 0, rtr_extra) ||
+	    to_rtr_psn(qf, qe->qp_num, rq, rtr_extra) ||
+	    ibv_modify_qp(qe, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN | rts_extra) ||
+	    to_rts(qf, rts_extra)) {
 		printf("%s setup-failed\n", name);
 		return;
 	}
@@ -186,7 +192,17 @@ int main(int argc, char **argv) {
 	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); ++o)
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); ++c)
 			psn_case(ops[o], cases[c].len, cases[c].rq,
-				 cases[c].sq);
+				 cases[c].sq, 0);
+	/* UC: rxe_resp.c check_psn takes a message's FIRST or ONLY at any
+	 * PSN (it resynchronises), and drops a MIDDLE or LAST out of
+	 * sequence with the rest of its message. F ahead of R, behind it
+	 * wholly, behind it reaching it, across the top. */
+	const size_t uc_cases[] = {1, 3, 5, 10};
+	for (size_t o = 0; o < 3; ++o)
+		for (size_t u = 0; u < 4; ++u)
+			psn_case(ops[o], cases[uc_cases[u]].len,
+				 cases[uc_cases[u]].rq, cases[uc_cases[u]].sq,
+				 1);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
 	ibv_free_device_list(device_list);
