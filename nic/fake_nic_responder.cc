@@ -99,7 +99,9 @@ FakeNic::PacketAnswer FakeNic::ContinuationWithoutFirst(Qp* responder,
   //     goes to ERR (the packet at R, a MIDDLE without FIRST);
   //   R anywhere else: the packets are out of sequence, the requester's
   //     retries run out, the responder stays as it is.
-  const uint32_t d = (responder->attr.rq_psn - first_psn) & 0xffffff;
+  // R is resp.psn (Qp::expected_psn), which the new RTR set to its rq_psn:
+  // the parked write is the only request that can have come since.
+  const uint32_t d = (responder->expected_psn - first_psn) & 0xffffff;
   if (d == 0) return PacketAnswer::kResendFromFirst;
   if (d == index) return PacketAnswer::kNakInvalidRequest;
   if (d < index) {
