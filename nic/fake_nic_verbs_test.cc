@@ -921,14 +921,14 @@ class FakeNicVerbsFabricTest : public ::testing::Test {
     return nic;
   }
   // Two NICs with a QP each, connected both ways; a's transport timer:
-  // timeout 12 (16.8 ms a try), retry_cnt 2.
-  void ConnectTimedPair() {
+  // timeout 12 (16.8 ms a try), retry_cnt 2, unless told otherwise.
+  void ConnectTimedPair(uint8_t timeout = 12, uint8_t retry_cnt = 2) {
     nic_a_ = NewNic();
     nic_b_ = NewNic();
     a_ = std::make_unique<Side>(nic_a_.get());
     b_ = std::make_unique<Side>(nic_b_.get());
-    ASSERT_EQ(a_->Connect(b_->qp->qp_num, b_->Port().lid, nullptr,
-                          /*timeout=*/12, /*retry_cnt=*/2),
+    ASSERT_EQ(a_->Connect(b_->qp->qp_num, b_->Port().lid, nullptr, timeout,
+                          retry_cnt),
               0);
     ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
   }
@@ -990,14 +990,7 @@ TEST_F(FakeNicVerbsFabricTest, QpNumbersAndLidsNameTheNodeAndWritesCross) {
 // a NIC of its own: its word that it changed tells the requester to resend
 // at its RNR timer's tick (TellRemoteToRetry), not at once.
 TEST_F(FakeNicVerbsFabricTest, AParkedWrSeesItsResponderChangeAtTheRnrTimersTick) {
-  nic_a_ = NewNic();
-  nic_b_ = NewNic();
-  a_ = std::make_unique<Side>(nic_a_.get());
-  b_ = std::make_unique<Side>(nic_b_.get());
-  ASSERT_EQ(a_->Connect(b_->qp->qp_num, b_->Port().lid, nullptr,
-                        /*timeout=*/18, /*retry_cnt=*/6),
-            0);
-  ASSERT_EQ(b_->Connect(a_->qp->qp_num, a_->Port().lid, nullptr), 0);
+  ConnectTimedPair(/*timeout=*/18, /*retry_cnt=*/6);
   EXPECT_GE(ResendAfterChangeGap(*a_, *b_).count(), 0.6);
 }
 
