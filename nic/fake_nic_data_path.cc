@@ -605,10 +605,13 @@ bool FakeNic::QpHasReadyWork(Qp* qp) {
   // Parked by an RNR NAK with rnr_retry 7: ready again once the responder
   // has a receive, or once the responder can no longer answer at all.
   // (A responder that cannot answer is seen at the RNR timer's tick when
-  // one is armed: RetryAtRnrTick.)
+  // one is armed, RetryAtRnrTick; a tick armed while the NIC ran in real
+  // time and never fired, its background thread stopped since, waits no
+  // more.)
   Qp* peer = qp->peer;
   return peer == nullptr || !peer->ReceiveQueue().empty() ||
-         (!CanRespond(peer->base) && qp->rnr_tick_token == 0);
+         (!CanRespond(peer->base) &&
+          (qp->rnr_tick_token == 0 || !RequesterTimersRunInRealTime(qp)));
 }
 
 void FakeNic::MarkMaybeReady(Qp* qp) {
@@ -1331,10 +1334,14 @@ void FakeNic::RnrNakHead(Qp* qp, uint8_t rnr_timer) {
   // peer process already said a receive came, while the request was out:
   // its word and this NAK travel on different links.)
   if (qp->rnr_retry == 7 && (!timer_runs_out || endless_transport)) {
-    head.waiting_for_receive = !head.retry_told;
-    if (head.waiting_for_receive) ParkOnRnrTimer(qp, rnr_timer);
+    head.waiting_for_receive = !head.retry_told || head.retry_told_changed;
+    if (head.waiting_for_receive) {
+      ParkOnRnrTimer(qp, rnr_timer);
+      if (head.retry_told) RetryAtRnrTick(qp);  // the change came first
+    }
   }
   head.retry_told = false;
+  head.retry_told_changed = false;
   FakeNicEvent event;
   event.kind = FakeNicEvent::Kind::kRnrNak;
   event.qp_num = qp_num;

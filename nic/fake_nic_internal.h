@@ -391,7 +391,11 @@ struct SendWqeFields {
   // reset: TellRemoteToRetry) while this WR was in flight: its RNR NAK,
   // arriving on another link after the word, must not park it for good.
   bool retry_told = false;
-  uint8_t reserved[4] = {};  // no padding: see above
+  // ...and every word since said the QP changed, none that a receive came:
+  // the NAK parks it, to be resent at its RNR timer's next tick
+  // (FakeNic::RetryAtRnrTick), as the word would have had it parked.
+  bool retry_told_changed = false;
+  uint8_t reserved[3] = {};  // no padding: see above
 };
 static_assert(std::is_trivially_copyable_v<SendWqeFields> &&
                   std::has_unique_object_representations_v<SendWqeFields>,

@@ -330,10 +330,11 @@ void FakeNic::FlushStrandedReceives(Qp* qp) {
 }
 
 void FakeNic::ResetQpQueues(Qp* qp) {
-  // A peer process's requester parked on this QP's RNR NAK retries now,
-  // while the link that tells it is still open: its RNR timer would send
-  // the packet again, into a QP that is RESET.
-  if (qp->remote_waits_for_receive) TellRemoteToRetry(qp);
+  // A peer process's requester parked on this QP's RNR NAK resends at its
+  // RNR timer's next tick (RetryAtRnrTick), told while the link that
+  // tells it is still open (UnlinkVerbsQp below closes it; the next RTR
+  // opens another, on which a receive posted then tells it again).
+  if (qp->remote_waits_for_receive) TellRemoteToRetry(qp, /*changed=*/true);
   qp->responder = fake_nic_internal::ResponderState();
   qp->ack_psn = 0;
   qp->resume_packet = 0;

@@ -620,6 +620,7 @@ void FakeNic::ExecuteRemote(Qp* qp) {
   head.waiting_for_receive = false;
   // A "retry now" that came before this request answers nothing of it.
   head.retry_told = false;
+  head.retry_told_changed = false;
   const bool sent =
       fabric_->Send(qp->link, fake_nic_internal::kFrameRequest, &r, sizeof(r),
                     payload_len > 0 ? payload : nullptr, payload_len);
@@ -1152,8 +1153,13 @@ void FakeNic::TakeRetryWord(Qp* qp, bool changed) {
     RetryAtRnrTick(qp);
     return;
   }
-  // Still waiting for the answer the word overtook: remembered for it.
-  if (head.in_flight) head.retry_told = true;
+  // Still waiting for the answer the word overtook: remembered for it (a
+  // receive's word outweighs a change's).
+  if (head.in_flight) {
+    head.retry_told_changed =
+        changed && (!head.retry_told || head.retry_told_changed);
+    head.retry_told = true;
+  }
   head.waiting_for_receive = false;
   MarkMaybeReady(qp);
 }
@@ -1162,7 +1168,10 @@ void FakeNic::TakeRetryWord(Qp* qp, bool changed) {
 // receive was posted, or the QP changed (state, access flags) in a way its
 // next RNR-timer retry would see (rxe_comp.c rnr_nak_timer).
 void FakeNic::TellRemoteToRetry(Qp* qp, bool changed) {
-  qp->remote_waits_for_receive = false;
+  // A receive ends the peer's wait. A change only brings its resend to its
+  // RNR timer's next tick, after which a receive posted here must still
+  // tell it (as in one process, where a receive wakes the WR at once).
+  if (!changed) qp->remote_waits_for_receive = false;
   if (qp->link == 0 || qp->link_dead) return;
   CmFrame f;
   memset(&f, 0, sizeof(f));

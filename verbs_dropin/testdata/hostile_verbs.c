@@ -210,7 +210,7 @@ static int reset_mid_message_try(enum ibv_wr_opcode op, uint32_t sq_psn,
  * the parked message at each RNR timer tick (one jiffy here, 4 ms); a tick
  * that falls between the reconnect's RTR and RTS finds the responder
  * expecting rq_psn with no receive, which a PSN in the message's middle
- * fails (class C: the responder to ERR, and RTS is then EPERM). That is rxe
+ * fails (class C: the responder to ERR, and RTS then fails). That is rxe
  * doing what it should, but it says nothing of what the case asks (what a
  * resend meets after the reconnect), and it happens only under load, so
  * that run is thrown away: at most three tries, the last printed whatever
