@@ -1424,11 +1424,10 @@ void FakeNic::RetryAtRnrTick(Qp* qp) {
   // while nothing changed (so the fake parks it instead): the first tick
   // after now is the first resend that sees the change. A program that
   // moves its responder through RESET, INIT and RTR to RTS (ibv_modify_qp
-  // four times, microseconds apart) is thus not answered halfway, as rxe
-  // answers it only when a tick falls inside those microseconds. Found by
-  // the recorded hostile_verbs program under load: reset_mid_send_sq0_rq3
-  // with a resend at once after RTR, NAKed for its PSN into ERR, and RTS
-  // then EPERM.
+  // four times, microseconds apart) is answered halfway only when a tick
+  // falls inside those calls, as on rxe. Found by the recorded
+  // hostile_verbs program under load: reset_mid_send_sq0_rq3 with a resend
+  // at once after RTR, NAKed for its PSN into ERR, and RTS then refused.
   const auto now = std::chrono::steady_clock::now();
   const uint64_t since = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(

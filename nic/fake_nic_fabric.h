@@ -84,7 +84,8 @@ enum FrameType : uint32_t {
   kFrameDrep = 6,     // CmFrame: the answer to a DREQ
   kFrameRequest = 7,  // RequestFrame + payload: one send WR
   kFrameAnswer = 8,   // AnswerFrame + payload (READ data, atomic value)
-  kFrameRecvPosted = 9,  // CmFrame: a receive is posted (rnr_retry 7 wait)
+  kFrameRecvPosted = 9,  // CmFrame: a receive is posted (rnr_retry 7 wait),
+                         // or (status kRetryWordChanged) the QP changed
   // Shared-memory rings only: filler up to the ring's end (the body means
   // nothing), so that the next frame starts whole at offset 0 instead of
   // wrapping; the consumer skips it.
@@ -106,6 +107,12 @@ struct FrameHeader {
 
 // Both ends are processes of one host running the same code: the bodies
 // are plain structs, copied as bytes.
+// A kFrameRecvPosted CmFrame's status when the responder QP changed (its
+// state, its access flags) rather than took a receive: the parked requester
+// resends at its RNR timer's next tick (FakeNic::TakeRetryWord). 0, what
+// every word carried before, is a receive's.
+constexpr int32_t kRetryWordChanged = 1;
+
 struct CmFrame {
   char src_addr[48];
   char dst_addr[48];

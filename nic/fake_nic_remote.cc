@@ -291,7 +291,7 @@ void FakeNic::OnFabricFrame(uint64_t link, const FrameView& frame) {
       break;
     case fake_nic_internal::kFrameRecvPosted:
       if (id != nullptr && id->qp != nullptr && !id->qp->sq.empty()) {
-        TakeRetryWord(id->qp, f.status == 1);
+        TakeRetryWord(id->qp, f.status == fake_nic_internal::kRetryWordChanged);
       }
       break;
     default:
@@ -1176,7 +1176,7 @@ void FakeNic::TellRemoteToRetry(Qp* qp, bool changed) {
   CmFrame f;
   memset(&f, 0, sizeof(f));
   f.qp_num = qp->base.qp_num;
-  f.status = changed ? 1 : 0;  // TakeRetryWord's `changed`
+  f.status = changed ? fake_nic_internal::kRetryWordChanged : 0;
   fabric_->Send(qp->link, fake_nic_internal::kFrameRecvPosted, &f, sizeof(f));
 }
 

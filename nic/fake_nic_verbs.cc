@@ -349,15 +349,14 @@ bool FakeNic::OnVerbsFrame(uint64_t link,
       if (qp != nullptr) OnRemoteAnswer(qp, frame);
       break;
     case fake_nic_internal::kFrameRecvPosted: {
-      // A CmFrame whose status 1 says the responder changed
-      // (TellRemoteToRetry); a shorter body is a receive's word.
+      // A CmFrame (TellRemoteToRetry); a shorter body is a receive's word.
       fake_nic_internal::CmFrame word;
       memset(&word, 0, sizeof(word));
       if (frame.body_len >= sizeof(word)) {
         memcpy(&word, frame.body, sizeof(word));
       }
       if (qp != nullptr && !qp->sq.empty()) {
-        TakeRetryWord(qp, word.status == 1);
+        TakeRetryWord(qp, word.status == fake_nic_internal::kRetryWordChanged);
       }
       break;
     }
